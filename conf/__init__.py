@@ -1,0 +1,1 @@
+"""The packaged Hydra configs; installed as the package fastpipe.conf."""

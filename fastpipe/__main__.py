@@ -1,0 +1,61 @@
+"""``python -m fastpipe``: the Hydra entry point. Compose, convert, hand over to the launcher."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from fastpipe.config import register_configs, to_settings
+from fastpipe.errors import EXIT_CODE, FastpipeError
+
+GROUPS = ("data", "precision", "compile", "launcher", "model", "dataset")
+
+
+def config_dir() -> str:
+    """The packaged conf/: fastpipe/conf when installed, ../conf in a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "conf", here.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError("fastpipe's conf/ folder is missing from the installation; reinstall fastpipe")
+
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
+def run(cfg: DictConfig):
+    """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
+    from fastpipe.launcher import launch
+    from fastpipe.report.run import empty_metrics, write_json_atomic
+    from fastpipe.runtime import environment
+
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
+    overrides = list(hc.overrides.task)
+    try:
+        settings = to_settings(cfg)
+        settings.choices, settings.overrides = choices, overrides
+        metrics = launch(settings, run_dir)
+    except FastpipeError as exc:  # settings that cannot work: a failed row, one clear line
+        metrics = empty_metrics(choices, overrides, environment(None, 1))
+        metrics["reason"] = str(exc)
+        write_json_atomic(run_dir / "metrics.json", metrics)
+    if metrics.get("status") != "ok":
+        print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
+        if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
+            sys.exit(EXIT_CODE)
+    return metrics
+
+
+def main() -> None:
+    run()
+
+
+if __name__ == "__main__":
+    main()

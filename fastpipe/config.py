@@ -1,0 +1,208 @@
+"""Structured-config schemas: one dataclass per group choice, registered with Hydra's ConfigStore.
+
+Each YAML file under conf/<group>/ starts from its schema (``defaults: [schema_<name>]``) so that a
+wrong type or an unknown key fails with OmegaConf's own message. ``to_settings`` converts the
+composed DictConfig to these dataclasses once, at the edge; nothing past it sees Hydra.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from fastpipe.errors import ConfigError
+
+
+def _one_of(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not valid; use one of {', '.join(map(str, allowed))}")
+
+
+def _auto_or_int(key: str, value: Any, minimum: int = 0) -> None:
+    if value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r} is not valid; use 'auto' or an integer >= {minimum}")
+
+
+# ---------------------------------------------------------------- dataset
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    root: Optional[str] = None  # imagefolder: the folder; shapes: where the generated copy lives
+    image_size: int = 32
+    augment: bool = False  # random-resized-crop + horizontal flip on the training split
+    val_fraction: float = 0.2  # deterministic held-out split when the folder has no val/
+    num_classes: int = 4  # shapes and synthetic only
+    num_images: int = 2400  # shapes: images generated; synthetic: samples per epoch
+    seed: int = 0  # shapes: the generator's seed (same settings -> byte-identical files)
+    source_size: Optional[List[int]] = None  # shapes: [width, height] of the files; null = image_size
+
+    def __post_init__(self) -> None:
+        _one_of("dataset.name", self.name, ("shapes", "imagefolder", "synthetic"))
+        if self.image_size < 8:
+            raise ConfigError(f"dataset.image_size={self.image_size} is too small; use >= 8")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"dataset.val_fraction={self.val_fraction} must lie in (0, 1)")
+        if self.source_size is not None and (len(self.source_size) != 2 or min(self.source_size) < 8):
+            raise ConfigError(f"dataset.source_size={self.source_size}: use [width, height], each >= 8")
+        if self.name == "imagefolder" and not self.root:
+            raise ConfigError("dataset=imagefolder needs a folder: add dataset.root=/path/to/images "
+                              "(one sub-folder per class)")
+
+
+# ---------------------------------------------------------------- model
+@dataclass
+class ModelConfig:
+    _target_: str = MISSING  # dotted path of an nn.Module class or factory
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    activation_checkpointing: bool = False
+
+
+# ---------------------------------------------------------------- data (loaders)
+@dataclass
+class DefaultLoaderConfig:
+    name: str = "default"
+    num_workers: Any = "auto"  # auto = min(8, CPU cores per process)
+    pin_memory: Any = "auto"  # auto = on when training on CUDA
+    persistent_workers: bool = True
+    prefetch_factor: int = 2
+    drop_last: bool = True
+
+    def __post_init__(self) -> None:
+        _auto_or_int("data.num_workers", self.num_workers)
+        if self.pin_memory != "auto" and not isinstance(self.pin_memory, bool):
+            raise ConfigError(f"data.pin_memory={self.pin_memory!r}: use auto, true or false")
+        if self.prefetch_factor < 1:
+            raise ConfigError("data.prefetch_factor must be >= 1")
+
+
+# ---------------------------------------------------------------- precision
+@dataclass
+class PrecisionConfig:
+    name: str = MISSING  # fp32 | amp
+    dtype: str = "auto"  # amp only: auto | bf16 | fp16
+    tf32: bool = False  # fp32 only: allow TF32 matmuls/convolutions on CUDA
+
+    def __post_init__(self) -> None:
+        _one_of("precision.name", self.name, ("fp32", "amp"))
+        _one_of("precision.dtype", self.dtype, ("auto", "bf16", "fp16"))
+
+
+# ---------------------------------------------------------------- compile
+@dataclass
+class CompileConfig:
+    name: str = MISSING  # the choice: off | default | reduce-overhead | max-autotune
+    mode: Optional[str] = None  # torch.compile(mode=...); None with name=off means eager
+    backend: str = "inductor"
+    fullgraph: bool = False
+    dynamic: Optional[bool] = False  # fixed shapes: drop_last keeps the batch constant
+
+    def __post_init__(self) -> None:
+        _one_of("compile.name", self.name, ("off", "default", "reduce-overhead", "max-autotune"))
+
+
+# ---------------------------------------------------------------- launcher
+@dataclass
+class SingleLauncherConfig:
+    name: str = "single"
+    # Run training in a fresh process, so no job inherits another's CUDA, compile or worker state.
+    # false runs it inside the Hydra process (a debugger can step in; sweeps lose that isolation).
+    fresh_process: bool = True
+
+
+# ---------------------------------------------------------------- top level
+@dataclass
+class TrainConfig:
+    epochs: int = 3
+    max_steps: Optional[int] = None  # cap on optimizer steps over the whole run
+    batch_size: int = 64  # per process
+    lr: float = 0.05
+    optimizer: str = "sgd"  # sgd | adamw
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 5e-4
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_nonfinite_steps: int = 20  # stop after this many non-finite losses in a row
+
+    def __post_init__(self) -> None:
+        _one_of("train.optimizer", self.optimizer, ("sgd", "adamw"))
+        for key in ("epochs", "batch_size", "grad_accum", "max_nonfinite_steps"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError("train.max_steps must be >= 1 (or null for no cap)")
+
+
+@dataclass
+class RuntimeConfig:
+    cudnn_benchmark: bool = True
+    channels_last: Any = "auto"  # auto = on for conv nets on CUDA
+    cuda_alloc_conf: Optional[str] = None  # PYTORCH_CUDA_ALLOC_CONF, set before CUDA initialises
+    progress: bool = True  # tqdm progress bar
+
+    def __post_init__(self) -> None:
+        if self.channels_last != "auto" and not isinstance(self.channels_last, bool):
+            raise ConfigError(f"runtime.channels_last={self.channels_last!r}: use auto, true or false")
+
+
+@dataclass
+class MeasureConfig:
+    warmup_steps: int = 5  # excluded from throughput (compilation happens here)
+    window: int = 10  # steps per timing window; step-time median/p90 are over windows
+    gpu_util_interval_s: float = 0.1  # NVML sampling period
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 1 or self.window < 1:
+            raise ConfigError("measure.warmup_steps and measure.window must be >= 1")
+
+
+@dataclass
+class Config:
+    dataset: Any = MISSING
+    model: Any = MISSING
+    data: Any = MISSING
+    precision: Any = MISSING
+    compile: Any = MISSING
+    launcher: Any = MISSING
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    # Filled by the entry point from Hydra's runtime, for the record (metrics.json, reports):
+    overrides: List[str] = field(default_factory=list)
+    choices: Dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _one_of("device", self.device, ("auto", "cpu", "cuda"))
+
+
+SCHEMAS = {
+    "dataset": {"dataset": DatasetConfig},
+    "model": {"model": ModelConfig},
+    "data": {"default": DefaultLoaderConfig},
+    "precision": {"precision": PrecisionConfig},
+    "compile": {"compile": CompileConfig},
+    "launcher": {"single": SingleLauncherConfig},
+}
+
+
+def register_configs() -> None:
+    """Register the root schema and each group's schemas (named ``schema_<name>``)."""
+    cs = ConfigStore.instance()
+    cs.store(name="fastpipe_schema", node=Config)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=group, name=f"schema_{name}", node=node)
+
+
+def to_settings(cfg: DictConfig) -> Config:
+    """Convert the composed config to dataclasses (running every schema's validation)."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except Exception as exc:  # OmegaConf's own messages name the key; keep them
+        raise ConfigError(str(exc).splitlines()[0]) from exc

@@ -1,0 +1,22 @@
+"""The ``data`` group: one module per loader; ``build_loader`` picks by ``data.name``."""
+from __future__ import annotations
+
+import torch
+
+from fastpipe.errors import ConfigError
+
+
+def build_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int, train: bool,
+                 channels_last: bool):
+    """An iterable of (images, labels) on ``device`` with ``len()``, ``set_epoch()`` and ``describe()``."""
+    if spec.is_synthetic:
+        if cfg.name != "default":
+            raise ConfigError(f"dataset=synthetic is generated on the device and has no files for "
+                              f"data={cfg.name}; use data=default, or a real dataset (dataset=shapes)")
+        from fastpipe.data.synthetic import SyntheticLoader
+        return SyntheticLoader(spec, device, batch_size, seed + dist.rank, channels_last) if train else None
+    if cfg.name == "default":
+        from fastpipe.data.default import build_default_loader
+        return build_default_loader(cfg, spec, dist, device, batch_size, seed, train, channels_last)
+    raise ConfigError(f"data={cfg.name} is not a known loader")
+

@@ -1,0 +1,76 @@
+"""data=default: torch.utils.data.DataLoader over the image files, decoded with PIL in workers."""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torchvision import transforms
+from torchvision.datasets.folder import default_loader
+
+from fastpipe.data.device import DeviceLoader, Normalizer
+from fastpipe.errors import DataError
+
+
+class ImageFiles(Dataset):
+    """(path, label) lists -> (uint8 CHW tensor, label)."""
+
+    def __init__(self, files, labels, transform) -> None:
+        self.files, self.labels, self.transform = files, labels, transform
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int):
+        path = self.files[index]
+        try:
+            image = default_loader(path)
+        except Exception as exc:  # name the file: "cannot identify image" alone is no help
+            raise DataError(f"cannot read image {path}: {exc}; remove or replace the file") from exc
+        return self.transform(image), self.labels[index]
+
+
+def image_transform(image_size: int, augment: bool):
+    """The host-side transform every file loader shares: resize (or random crop) to uint8."""
+    if augment:
+        geometry = [transforms.RandomResizedCrop(image_size, antialias=True), transforms.RandomHorizontalFlip()]
+    else:
+        geometry = [transforms.Resize((image_size, image_size), antialias=True)]
+    return transforms.Compose(geometry + [transforms.PILToTensor()])
+
+
+def resolve_workers(num_workers, local_world_size: int) -> int:
+    """``auto`` = min(8, this process's share of the CPU cores)."""
+    if num_workers != "auto":
+        return int(num_workers)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores // max(1, local_world_size)))
+
+
+def build_default_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int,
+                         train: bool, channels_last: bool) -> DeviceLoader:
+    """The training (shuffled, augmented per dataset.augment) or held-out loader."""
+    files, labels = (spec.train_files, spec.train_labels) if train else (spec.val_files, spec.val_labels)
+    dataset = ImageFiles(files, labels, image_transform(spec.image_size, spec.augment and train))
+    sampler = None
+    if train and dist.world_size > 1:
+        sampler = DistributedSampler(dataset, dist.world_size, dist.rank, shuffle=True, seed=seed,
+                                     drop_last=cfg.drop_last)
+    elif not train and dist.world_size > 1:
+        dataset = Subset(dataset, range(dist.rank, len(dataset), dist.world_size))  # each sample once
+    workers = resolve_workers(cfg.num_workers, dist.local_world_size)
+    pin = device.type == "cuda" if cfg.pin_memory == "auto" else cfg.pin_memory
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=train and sampler is None, sampler=sampler,
+        num_workers=workers, pin_memory=pin, drop_last=cfg.drop_last and train, generator=generator,
+        persistent_workers=cfg.persistent_workers and workers > 0,
+        prefetch_factor=cfg.prefetch_factor if workers > 0 else None)
+    if train and len(loader) == 0:
+        raise DataError(f"{len(dataset)} training images give no full batch of {batch_size}; lower "
+                        "train.batch_size or set data.drop_last=false")
+    description = (f"default  DataLoader  num_workers={workers}  pin_memory={pin}  "
+                   f"persistent_workers={loader.persistent_workers}  prefetch_factor={cfg.prefetch_factor}  "
+                   f"drop_last={loader.drop_last}")
+    return DeviceLoader(loader, Normalizer(device, channels_last), sampler, description)
+

@@ -1,0 +1,121 @@
+"""Compose the chosen stages into a training graph: ``build(settings, runtime)``, then ``describe()``.
+
+Stages, in order: dataset -> model (+ activation checkpointing, channels_last) -> data-parallel wrap
+-> precision -> compile -> optimizer -> loaders. Each stage is built by its group's one builder.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import List
+
+import torch
+from torch import nn
+
+from fastpipe.compile import CompiledModel, build_compiled
+from fastpipe.data import build_loader
+from fastpipe.data.datasets import DatasetSpec, resolve_dataset
+from fastpipe.errors import ConfigError
+from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
+from fastpipe.optim import build_optimizer
+from fastpipe.precision import Precision, build_precision
+from fastpipe.runtime import Runtime
+
+
+@dataclass
+class TrainingGraph:
+    settings: object
+    runtime: Runtime
+    dataset: DatasetSpec
+    model: nn.Module  # the bare model (evaluation runs it eagerly; parameters are shared)
+    train_module: nn.Module  # what is compiled: the model, or its DistributedDataParallel wrapper
+    precision: Precision
+    compiled: CompiledModel
+    optimizer: torch.optim.Optimizer
+    train_loader: object
+    eval_loader: object
+    channels_last: bool
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> torch.device:
+        return self.runtime.device
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.train.batch_size
+
+    @property
+    def eval_module(self) -> nn.Module:
+        return self.model
+
+    def sync_context(self, sync: bool):
+        """DDP: skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+        if sync or not hasattr(self.train_module, "no_sync"):
+            return contextlib.nullcontext()
+        return self.train_module.no_sync()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.runtime.dist.world_size > 1:
+            torch.distributed.all_reduce(tensor)
+        return tensor
+
+    def describe(self) -> str:
+        s, d = self.settings, self.runtime.dist
+        params = sum(p.numel() for p in self.model.parameters())
+        steps = len(self.train_loader) // s.train.grad_accum
+        rows = [
+            ("runtime", f"device={self.device}  world_size={d.world_size}  seed={s.seed}  "
+                        f"cudnn.benchmark={s.runtime.cudnn_benchmark}  channels_last={self.channels_last}"),
+            ("dataset", self.dataset.describe()),
+            ("loader", f"data={self.train_loader.describe()}  batch_size={s.train.batch_size}/process"),
+            ("model", f"{s.model._target_}  params={params / 1e6:.2f}M"
+                      + ("  activation_checkpointing" if s.model.activation_checkpointing else "")),
+            ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}"),
+            ("precision", self.precision.describe()),
+            ("compile", self.compiled.describe()),
+            ("optimizer", f"{type(self.optimizer).__name__}(fused)  lr={s.train.lr}  "
+                          f"weight_decay={s.train.weight_decay}  grad_accum={s.train.grad_accum}"),
+            ("loop", f"epochs={s.train.epochs}  steps/epoch={steps}  max_steps={s.train.max_steps}  "
+                     f"eval each epoch on {len(self.dataset.val_files) or 'no'} held-out images"),
+            ("measure", f"warm-up {s.measure.warmup_steps} steps excluded  windows of {s.measure.window} steps"),
+        ]
+        lines = ["fastpipe training graph"] + [f"  {i + 1:>2}. {name:<10} {text}" for i, (name, text) in enumerate(rows)]
+        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+
+
+def resolve_channels_last(setting, model: nn.Module, device: torch.device) -> bool:
+    if setting == "auto":
+        return device.type == "cuda" and is_conv_net(model)
+    return bool(setting)
+
+
+def wrap_data_parallel(model: nn.Module, runtime: Runtime) -> nn.Module:
+    """DistributedDataParallel when several processes train; the model itself otherwise."""
+    if runtime.dist.world_size == 1:
+        return model
+    ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+
+
+def build(settings, runtime: Runtime, warnings: List[str], progress: bool = False) -> TrainingGraph:
+    """Build every stage for ``settings`` (a Config) on ``runtime``."""
+    device = runtime.device
+    dataset = resolve_dataset(settings.dataset, runtime.cache_root, progress=progress)
+    model = build_model(settings.model._target_, settings.model.kwargs, dataset.num_classes)
+    if settings.model.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    channels_last = resolve_channels_last(settings.runtime.channels_last, model, device)
+    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    train_module = wrap_data_parallel(model, runtime)
+    precision = build_precision(settings.precision, device)
+    compiled = build_compiled(settings.compile, train_module, device, warnings)
+    optimizer = build_optimizer(settings.train, model.parameters(), device)
+    loader_args = (settings.data, dataset, runtime.dist, device, settings.train.batch_size, settings.seed)
+    train_loader = build_loader(*loader_args, train=True, channels_last=channels_last)
+    eval_loader = build_loader(*loader_args, train=False, channels_last=channels_last)
+    if len(train_loader) < settings.train.grad_accum:
+        raise ConfigError(f"train.grad_accum={settings.train.grad_accum} exceeds the {len(train_loader)} "
+                          "batches of an epoch; lower it or train.batch_size")
+    return TrainingGraph(settings, runtime, dataset, model, train_module, precision, compiled, optimizer,
+                         train_loader, eval_loader, channels_last)

@@ -1,0 +1,103 @@
+"""The training loop: one plain function (forward under autocast, scaled backward, step, measure)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from fastpipe.errors import TrainingError
+from fastpipe.optim import step_unless
+
+
+@dataclass
+class LoopResult:
+    steps: int = 0
+    final_loss: Optional[float] = None
+    accuracy: Optional[float] = None
+    val_loss: Optional[float] = None
+    nonfinite_steps: int = 0
+    epoch_times_s: List[float] = field(default_factory=list)
+    loss_history: List[tuple] = field(default_factory=list)  # (step, loss) at window edges
+
+
+@torch.no_grad()
+def evaluate(g) -> tuple:
+    """Held-out top-1 accuracy and mean loss over the whole split (summed over ranks)."""
+    if g.eval_loader is None:
+        return None, None
+    model = g.eval_module
+    model.eval()
+    totals = torch.zeros(3, device=g.device)  # correct, count, loss sum: one all-reduce for all three
+    for images, labels in g.eval_loader:
+        with g.precision.autocast():
+            logits = model(images)
+        totals[0] += (logits.argmax(1) == labels).sum()
+        totals[1] += labels.numel()
+        totals[2] += F.cross_entropy(logits.float(), labels, reduction="sum")
+    model.train()
+    correct, count, loss_sum = g.all_reduce_sum(totals).tolist()
+    return (correct / count, loss_sum / count) if count else (None, None)
+
+
+def train(g, cfg, meter, recorder, warnings: List[str], progress: bool) -> LoopResult:
+    """Train ``g`` (a TrainingGraph) per ``cfg`` (TrainConfig), feeding ``meter`` and ``recorder``."""
+    res, accum = LoopResult(), cfg.grad_accum
+    steps_per_epoch = len(g.train_loader) // accum
+    total = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
+    samples_per_step = g.batch_size * accum
+    streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
+    worst = torch.zeros((), device=g.device)
+    bad_total = torch.zeros((), device=g.device)
+    bar = tqdm(total=total, disable=not progress, unit="step", dynamic_ncols=True)
+
+    def forward_backward(module, images, labels, last_micro):
+        with g.sync_context(last_micro), g.precision.autocast():
+            loss = F.cross_entropy(module(images), labels) / accum
+        g.precision.scaler.scale(loss).backward()
+        return loss.detach()
+
+    for epoch in range(cfg.epochs):
+        g.train_loader.set_epoch(epoch)
+        batches, epoch_start = iter(g.train_loader), meter.clock()
+        for _ in range(steps_per_epoch):
+            loss = torch.zeros((), device=g.device)
+            for micro in range(accum):
+                t0 = meter.before_fetch()
+                images, labels = next(batches)
+                meter.after_fetch(t0)
+                loss += g.compiled.call(lambda m: forward_backward(m, images, labels, micro == accum - 1), warnings)
+            bad = ~torch.isfinite(loss)
+            step_unless(g.optimizer, g.precision.scaler, bad)
+            g.optimizer.zero_grad(set_to_none=True)
+            streak = (streak + 1) * bad
+            worst = torch.maximum(worst, streak)
+            bad_total += bad
+            res.steps += 1
+            bar.update(1)
+            if meter.after_step(samples_per_step):  # a window edge: the host is synced, reading is free
+                res.final_loss = loss.item()
+                res.loss_history.append((res.steps, res.final_loss))
+                recorder.scalars(res.steps, {"train/loss": res.final_loss, **meter.last_window_scalars()})
+                bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
+                if worst.item() >= cfg.max_nonfinite_steps:
+                    raise TrainingError(f"the loss was non-finite for {int(worst.item())} steps in a row "
+                                        f"(train.max_nonfinite_steps={cfg.max_nonfinite_steps}); lower "
+                                        "train.lr, or use precision=fp32 to rule out overflow")
+            if res.steps >= total:
+                break
+        meter.close_window()
+        res.epoch_times_s.append(meter.clock() - epoch_start)
+        res.accuracy, res.val_loss = evaluate(g)
+        res.final_loss = loss.item()
+        recorder.scalars(res.steps, {"val/accuracy": res.accuracy, "val/loss": res.val_loss,
+                                     "train/epoch_time_s": res.epoch_times_s[-1]})
+        if res.steps >= total:
+            break
+    bar.close()
+    res.nonfinite_steps = int(bad_total.item())
+    if worst.item() >= cfg.max_nonfinite_steps:
+        raise TrainingError(f"the loss was non-finite for the last {int(worst.item())} steps; lower train.lr")
+    return res

@@ -1,0 +1,30 @@
+"""The optimizer, and a step that skips non-finite updates without a host synchronisation."""
+from __future__ import annotations
+
+import torch
+
+
+def build_optimizer(cfg, params, device: torch.device) -> torch.optim.Optimizer:
+    """SGD (momentum) or AdamW, fused: one kernel per step, and device-side skipping (below)."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                               fused=True)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+
+
+def step_unless(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, skip: torch.Tensor) -> None:
+    """Apply the update unless ``skip`` (a 0-d bool tensor) is true, deciding on the device.
+
+    Fused optimizers read ``found_inf`` and leave parameters and state untouched when it is 1 (the
+    protocol GradScaler uses), so the step needs no ``.item()``. With fp16 the GradScaler does the
+    same for overflowing gradients, which a non-finite loss produces.
+    """
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+        scaler.update()
+        return
+    optimizer.found_inf = skip.float()
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf

@@ -1,0 +1,1 @@
+"""Reporting: the only code that writes files (run folder artefacts, sweep reports)."""

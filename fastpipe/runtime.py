@@ -1,0 +1,102 @@
+"""Runtime setup: the one place that reads the environment and sets torch's global switches.
+
+Stages receive the resulting ``Runtime`` (device, process-group position, cache folder) and never
+read ``os.environ``, ``torch.backends`` or the process group themselves.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from fastpipe.errors import EnvironmentProblem
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place among the training processes (all 0/1 for a single process)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    dist: Dist
+    cache_root: Path
+
+
+def dist_from_env() -> Dist:
+    """The position torchrun / the elastic agent / srun gave this process (defaults: single)."""
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", 1))
+    return Dist(int(env.get("RANK", 0)), world, int(env.get("LOCAL_RANK", 0)),
+                int(env.get("LOCAL_WORLD_SIZE", world)))
+
+
+def started_by_torchrun() -> bool:
+    """True when an external launcher (torchrun, srun with torch env vars) started this process."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def cache_root() -> Path:
+    """Where generated datasets and packs live: $FASTPIPE_CACHE, else ~/.cache/fastpipe."""
+    base = os.environ.get("FASTPIPE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastpipe"
+    return Path(base).expanduser()
+
+
+def resolve_device(requested: str, dist: Dist) -> torch.device:
+    if requested == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", dist.local_rank % torch.cuda.device_count())
+    if requested == "cuda":
+        raise EnvironmentProblem("device=cuda was asked for but CUDA is not available on this machine "
+                                 f"(torch {torch.__version__}, cuda build {torch.version.cuda}); use "
+                                 "device=auto or device=cpu, or install a CUDA build of torch")
+    return torch.device("cpu")
+
+
+def setup_runtime(settings) -> Runtime:
+    """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per process."""
+    if settings.runtime.cuda_alloc_conf:
+        # Must be set before the CUDA caching allocator initialises, i.e. before any CUDA call.
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = settings.runtime.cuda_alloc_conf
+    dist = dist_from_env()
+    device = resolve_device(settings.device, dist)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = settings.runtime.cudnn_benchmark
+    tf32 = settings.precision.name == "fp32" and settings.precision.tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
+    torch.backends.cudnn.allow_tf32 = tf32
+    seed = settings.seed + dist.rank  # each rank its own stream (augmentation, dropout)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return Runtime(device, dist, cache_root())
+
+
+def environment(device: Optional[torch.device], world_size: int) -> dict:
+    """Versions and hardware, for metrics.json and the report header (device None: not set up yet)."""
+    env = {"torch": torch.__version__, "python": platform.python_version(),
+           "device": None if device is None else str(device),
+           "device_name": platform.processor() or platform.machine(), "cuda": torch.version.cuda,
+           "world_size": world_size, "host": platform.node(), "cpu_count": os.cpu_count()}
+    if device is not None and device.type == "cuda":
+        env["device_name"] = torch.cuda.get_device_name(device)
+        env["cudnn"] = torch.backends.cudnn.version()
+    return env
