@@ -1,6 +1,7 @@
 """data=default: torch.utils.data.DataLoader over the image files, decoded with PIL in workers."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 import torch
@@ -61,11 +62,14 @@ def build_default_loader(cfg, spec, dist, device: torch.device, batch_size: int,
     workers = resolve_workers(cfg.num_workers, dist.local_world_size)
     pin = device.type == "cuda" if cfg.pin_memory == "auto" else cfg.pin_memory
     generator = torch.Generator().manual_seed(seed)
+    # The training process is itself spawned, so its default start method is spawn, which re-imports
+    # torch in every worker (seconds per epoch start). Workers never touch CUDA: fork is safe.
+    context = "fork" if workers > 0 and "fork" in multiprocessing.get_all_start_methods() else None
     loader = DataLoader(
         dataset, batch_size=batch_size, shuffle=train and sampler is None, sampler=sampler,
         num_workers=workers, pin_memory=pin, drop_last=cfg.drop_last and train, generator=generator,
         persistent_workers=cfg.persistent_workers and workers > 0,
-        prefetch_factor=cfg.prefetch_factor if workers > 0 else None)
+        prefetch_factor=cfg.prefetch_factor if workers > 0 else None, multiprocessing_context=context)
     if train and len(loader) == 0:
         raise DataError(f"{len(dataset)} training images give no full batch of {batch_size}; lower "
                         "train.batch_size or set data.drop_last=false")
