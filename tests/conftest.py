@@ -1,0 +1,71 @@
+"""Shared fixtures: compose fastpipe's configs the way the entry point does, and tiny run settings."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO / "conf"
+
+# Generated datasets and packs go to a per-session cache, inherited by subprocesses too.
+os.environ.setdefault("FASTPIPE_CACHE", tempfile.mkdtemp(prefix="fastpipe-test-cache-"))
+
+# Small and fast: a few hundred 16x16 images, few steps, short windows, no progress bar.
+TINY = [
+    "dataset.num_images=240", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=12",
+    "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0",
+]
+
+
+def compose(overrides=()):
+    """The composed DictConfig for ``overrides`` (Hydra's compose API over the repo's conf/)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    from fastpipe.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def make_settings(overrides=()):
+    """Composed and converted settings (dataclasses), with choices filled as the entry point does."""
+    from fastpipe.config import to_settings
+
+    cfg = compose(overrides)
+    settings = to_settings(cfg)
+    settings.overrides = list(overrides)
+    settings.choices = {g: _choice(g, overrides) for g in ("data", "precision", "compile", "launcher", "model", "dataset")}
+    return settings
+
+
+def _choice(group, overrides):
+    defaults = {"data": "default", "precision": "fp32", "compile": "off", "launcher": "single",
+                "model": "tiny_cnn", "dataset": "shapes"}
+    for o in overrides:
+        if o.startswith(f"{group}="):
+            return o.split("=", 1)[1]
+    return defaults[group]
+
+
+def run_in_process(run_dir, overrides=()):
+    """Train in this process (no fresh worker) and return metrics.json's content."""
+    from fastpipe.job import run_training
+
+    return run_training(make_settings(list(overrides)), Path(run_dir))
+
+
+def run_cli(args, cwd=None, timeout=300):
+    """``python -m fastpipe ARGS`` in a subprocess; returns the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=cwd or REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def tiny():
+    return list(TINY)

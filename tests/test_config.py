@@ -1,0 +1,95 @@
+"""Composition: every choice of every group composes and builds; schemas reject bad values."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import CONF_DIR, TINY, compose, make_settings, run_cli
+from fastpipe.errors import ConfigError
+
+GROUPS = ("dataset", "model", "data", "precision", "compile", "launcher")
+
+
+def all_choices():
+    for group in GROUPS:
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            yield group, path.stem
+
+
+@pytest.mark.parametrize("group,choice", list(all_choices()))
+def test_every_choice_composes_and_builds(group, choice, tmp_path):
+    from fastpipe import graph
+    from fastpipe.runtime import setup_runtime
+
+    overrides = TINY + [f"{group}={choice}"]
+    if choice == "imagefolder":
+        from fastpipe.data.datasets import resolve_dataset
+        from fastpipe.runtime import cache_root
+
+        shapes = resolve_dataset(make_settings(TINY).dataset, cache_root())
+        overrides += [f"dataset.root={shapes.root}", "dataset.image_size=16"]
+    if choice == "synthetic":
+        overrides += ["dataset.num_images=64", "dataset.num_classes=10"]
+    if group == "model" and choice.startswith("resnet"):
+        overrides += ["dataset.image_size=32"]
+    settings = make_settings(overrides)
+    assert getattr(settings, group).name if hasattr(getattr(settings, group), "name") else True
+    g = graph.build(settings, setup_runtime(settings), warnings=[])
+    text = g.describe()
+    assert "fastpipe training graph" in text and len(g.train_loader) > 0
+    images, labels = next(iter(g.train_loader))
+    size = settings.dataset.image_size
+    assert images.shape == (settings.train.batch_size, 3, size, size) and images.dtype == torch.float32
+    assert labels.dtype == torch.int64 and int(labels.max()) < g.dataset.num_classes
+
+
+def test_compile_choices_map_to_torch_compile_modes():
+    for choice, mode in [("off", None), ("default", "default"), ("reduce-overhead", "reduce-overhead"),
+                         ("max-autotune", "max-autotune")]:
+        assert make_settings([f"compile={choice}"]).compile.mode == mode
+
+
+def _full_message(excinfo) -> str:
+    return f"{excinfo.value} {excinfo.value.__cause__}"
+
+
+def test_wrong_type_fails_with_omegaconf_message():
+    with pytest.raises(Exception) as excinfo:
+        compose(["train.batch_size=abc"])
+    assert "Value 'abc' of type 'str' could not be converted to Integer" in _full_message(excinfo)
+
+
+def test_unknown_key_fails():
+    with pytest.raises(Exception) as excinfo:
+        compose(["data.no_such_key=1"])
+    assert "Key 'no_such_key' not in 'DefaultLoaderConfig'" in _full_message(excinfo)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.optimizer=lamb", "train.optimizer='lamb' is not valid; use one of sgd, adamw"),
+    ("precision.dtype=fp8", "precision.dtype='fp8' is not valid"),
+    ("device=tpu", "device='tpu' is not valid"),
+    ("data.num_workers=-1", "data.num_workers=-1 is not valid"),
+    ("train.grad_accum=0", "train.grad_accum=0 must be >= 1"),
+])
+def test_schema_validation_names_key_and_fix(override, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_settings([override])
+
+
+def test_imagefolder_without_root_is_a_clear_error():
+    with pytest.raises(ConfigError, match="dataset.root=/path/to/images"):
+        make_settings(["dataset=imagefolder", "dataset.root=null"])
+
+
+def test_unknown_choice_lists_valid_ones_on_the_command_line():
+    proc = run_cli(["precision=fp64"])
+    assert proc.returncode != 0
+    assert "precision/fp64" in proc.stderr and "fp32" in proc.stderr and "amp" in proc.stderr
+
+
+def test_help_and_cfg_job_keep_hydra_conventions():
+    help_out = run_cli(["--help"])
+    assert help_out.returncode == 0 and "precision: amp, fp32" in help_out.stdout
+    cfg = run_cli(["--cfg", "job", "precision=amp"])
+    assert cfg.returncode == 0 and "name: amp" in cfg.stdout and "batch_size: 64" in cfg.stdout
