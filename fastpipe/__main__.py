@@ -31,6 +31,7 @@ register_configs()
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launcher import launch
+    from fastpipe.report.repeats import finished_metrics, launch_repeats
     from fastpipe.report.run import empty_metrics, write_json_atomic
     from fastpipe.runtime import environment
 
@@ -41,7 +42,12 @@ def run(cfg: DictConfig):
     try:
         settings = to_settings(cfg)
         settings.choices, settings.overrides = choices, overrides
-        metrics = launch(settings, run_dir)
+        if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
+            done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
+            if done is not None:
+                print(f"fastpipe: sweep.resume: {run_dir} finished ok earlier; skipped", flush=True)
+                return done
+        metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work: a failed row, one clear line
         metrics = empty_metrics(choices, overrides, environment(None, 1))
         metrics["reason"] = str(exc)

@@ -159,6 +159,29 @@ class MeasureConfig:
 
 
 @dataclass
+class ReportConfig:
+    """How a sweep's report compares its jobs (fastpipe/report/sweep.py)."""
+
+    # null = the job with the first listed value of every swept key; or overrides naming the job,
+    # "precision=amp,compile=off" (quoted for Hydra: 'report.baseline="precision=amp,compile=off"'),
+    # or a job number.
+    baseline: Optional[str] = None
+    parity_tol: float = 0.01  # accuracy may fall this much (absolute, 0..1) below the baseline's
+    repeats: int = 1  # measure each combination this many times; the report shows median and spread
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.parity_tol <= 1.0:
+            raise ConfigError(f"report.parity_tol={self.parity_tol} must lie in [0, 1] (accuracy is 0..1)")
+        if self.repeats < 1:
+            raise ConfigError(f"report.repeats={self.repeats} must be >= 1")
+
+
+@dataclass
+class SweepConfig:
+    resume: bool = False  # skip jobs whose metrics.json in this sweep folder says they finished ok
+
+
+@dataclass
 class Config:
     dataset: Any = MISSING
     model: Any = MISSING
@@ -171,6 +194,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     # Filled by the entry point from Hydra's runtime, for the record (metrics.json, reports):
     overrides: List[str] = field(default_factory=list)
     choices: Dict[str, str] = field(default_factory=dict)

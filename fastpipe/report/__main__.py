@@ -1,0 +1,61 @@
+"""``python -m fastpipe.report DIR [--save-best PATH]``: (re)write a sweep folder's report.
+
+The settings default to the sweep's own (``report.*`` in DIR/multirun.yaml); the flags override
+them. Exit code 0, or 2 with one line naming the problem.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from fastpipe.errors import EXIT_CODE, FastpipeError
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m fastpipe.report",
+        description="Write report.md, report.csv, report.png, hparams/ and best.yaml into a sweep folder.")
+    parser.add_argument("sweep_dir", type=Path, help="the sweep folder, e.g. outputs/multirun/DATE/TIME")
+    parser.add_argument("--save-best", type=Path, metavar="PATH",
+                        help="also write the winner as a Hydra experiment config, e.g. conf/experiment/NAME.yaml")
+    parser.add_argument("--baseline", metavar="SPEC",
+                        help='the baseline job: overrides ("precision=amp,compile=off") or a job number; '
+                             "default: the sweep's report.baseline, else the first value of every swept key")
+    parser.add_argument("--parity-tol", type=float, metavar="TOL",
+                        help="accuracy drop (absolute, 0..1) still counted as parity; default: the sweep's report.parity_tol")
+    parser.add_argument("--quiet", action="store_true", help="do not print report.md")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point; returns the exit code."""
+    from fastpipe.report.publish import write_report
+    from fastpipe.report.sweep import load_spec
+    from fastpipe.report.winner import experiment_hint
+
+    args = parse_args(argv)
+    try:
+        spec = load_spec(args.sweep_dir) if args.sweep_dir.is_dir() else None
+        if spec is not None and args.baseline is not None:
+            spec.baseline = args.baseline
+        if spec is not None and args.parity_tol is not None:
+            if not 0.0 <= args.parity_tol <= 1.0:
+                raise FastpipeError(f"--parity-tol={args.parity_tol} must lie in [0, 1] (accuracy is 0..1)")
+            spec.parity_tol = args.parity_tol
+        result = write_report(args.sweep_dir, spec, save_best=args.save_best)
+    except FastpipeError as exc:
+        print(f"fastpipe.report: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CODE
+    if not args.quiet:
+        print((args.sweep_dir / "report.md").read_text(), end="")
+    print(f"wrote report.md, report.csv, report.png, hparams/{', best.yaml' if result.best else ''} "
+          f"in {args.sweep_dir}")
+    if args.save_best is not None:
+        print(f"saved the winner (job {result.best['job']}) to {args.save_best}; run it: {experiment_hint(args.save_best)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

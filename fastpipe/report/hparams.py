@@ -1,0 +1,61 @@
+"""TensorBoard HParams for a sweep: one experiment, one session per job.
+
+Written with the HParams plugin's own protos (``tensorboard.plugins.hparams.summary_v2``, which
+needs no TensorFlow for its ``*_pb`` builders) through torch's SummaryWriter:
+``<sweep>/hparams/`` holds the experiment (every hparam with its values, every metric), and
+``<sweep>/hparams/job-N/`` each job's session: its choices and status as hparams, its
+measurements as scalars. ``tensorboard --logdir <sweep>/hparams`` shows the table in HPARAMS.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Dict
+
+from fastpipe.report.sweep import SweepResult
+
+# metric tag -> (row key, description)
+METRICS = {
+    "throughput": ("throughput", "training samples/s, steady state"),
+    "speedup": ("speedup", "throughput / the baseline's"),
+    "epoch_time_s": ("epoch_time_s", "last epoch's training wall time (s)"),
+    "warmup_s": ("warmup_s", "warm-up and compilation (s)"),
+    "data_wait_pct": ("data_wait_pct", "% of the steady state waiting for data"),
+    "gpu_util_pct": ("gpu_util_pct", "mean NVML GPU utilisation (%)"),
+    "peak_mem_gb": ("peak_mem_gb", "peak memory (GB)"),
+    "accuracy": ("accuracy", "held-out top-1 (0..1)"),
+}
+
+
+def session_hparams(row: dict, result: SweepResult) -> Dict[str, object]:
+    """A job's hparams: every group choice, every swept key, its status and job number."""
+    hparams: Dict[str, object] = {k: str(v) for k, v in row["choices"].items()}
+    hparams.update({k: str(row["swept"][k]) for k in result.columns})
+    hparams.update(status=row["status"], parity=row["parity"], job=float(row["job"]))
+    return hparams
+
+
+def write_hparams(result: SweepResult, folder: Path) -> None:
+    """(Re)write ``folder`` with the sweep's HParams experiment and one session per job."""
+    from tensorboard.plugins.hparams import summary_v2 as hp
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)  # a rebuilt report (resume) must not list old sessions twice
+    sessions = [(row, session_hparams(row, result)) for row in sorted(result.rows, key=lambda r: r["job"])]
+    domains: Dict[str, set] = {}
+    for _, hparams in sessions:
+        for name, value in hparams.items():
+            domains.setdefault(name, set()).add(value)
+    declared = [hp.HParam(name, hp.Discrete(sorted(values)) if name != "job" else None)
+                for name, values in domains.items()]
+    metrics = [hp.Metric(tag, display_name=tag, description=desc) for tag, (_, desc) in METRICS.items()]
+    with SummaryWriter(str(folder)) as writer:  # the experiment: a top-level run of its own
+        writer.file_writer.add_summary(hp.hparams_config_pb(hparams=declared, metrics=metrics))
+    for row, hparams in sessions:
+        with SummaryWriter(str(folder / f"job-{row['job']}")) as writer:
+            writer.file_writer.add_summary(hp.hparams_pb(hparams, trial_id=f"job-{row['job']}"))
+            for tag, (key, _) in METRICS.items():
+                if row[key] is not None:
+                    writer.add_scalar(tag, float(row[key]), 0)

@@ -1,0 +1,52 @@
+"""report.png: throughput of every job as a bar, the speed-up written on it, failed jobs marked."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastpipe.report.sweep import SweepResult
+
+COLOURS = {"best": "#2ca02c", "baseline": "#7f7f7f", "ok": "#1f77b4", "parity": "#ff7f0e", "failed": "#d62728"}
+
+
+def _label(r: dict, columns) -> str:
+    return f"#{r['job']} " + (" ".join(f"{k}={r['swept'][k]}" for k in columns) or "")
+
+
+def write_plot(result: SweepResult, path: Path) -> None:
+    """Horizontal bars, fastest on top; a job without a throughput gets a hatched stub and its status."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    rows = result.rows
+    top = max([r["throughput"] for r in rows if r["throughput"] is not None] or [1.0])
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
+    for y, r in enumerate(rows):
+        if r["throughput"] is None:  # failed / missing / unmeasured: a stub bar and the reason
+            ax.barh(y, top * 0.02, color="white", edgecolor=COLOURS["failed"], hatch="///")
+            ax.text(top * 0.03, y, f"{r['status'].upper()}: {str(r['reason'])[:70]}", va="center",
+                    fontsize=8, color=COLOURS["failed"])
+            continue
+        kind = ("best" if r["best"] else "baseline" if r["baseline"] else
+                "parity" if r["parity"] == "FAIL" else "failed" if r["status"] != "ok" else "ok")
+        err = None
+        if r["throughput_min"] is not None and r["repeats"] > 1:  # min..max over the repeats
+            err = [[r["throughput"] - r["throughput_min"]], [r["throughput_max"] - r["throughput"]]]
+        ax.barh(y, r["throughput"], color=COLOURS[kind], xerr=err, capsize=3,
+                hatch="//" if r["status"] != "ok" else None)
+        speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        note = {"best": "  best", "baseline": "  baseline", "parity": "  accuracy FAIL"}.get(kind, "")
+        if r["status"] != "ok":
+            note = f"  {r['status']}"
+        ax.text(r["throughput"], y, f" {speed}{note}", va="center", fontsize=9)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([_label(r, result.columns) for r in rows], fontsize=8)
+    ax.invert_yaxis()  # fastest on top, as in report.md
+    ax.set_xlim(0, top * 1.3)
+    ax.set_xlabel("throughput (samples/s, steady state)")
+    ax.set_title(f"fastpipe sweep: {result.sweep_dir.name} (speed-up vs the baseline on each bar)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

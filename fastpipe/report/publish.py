@@ -1,0 +1,55 @@
+"""Write a sweep folder's report: report.md, report.csv, report.png, hparams/, best.yaml.
+
+Called by the Hydra callback when a ``-m`` sweep ends and by ``python -m fastpipe.report DIR``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from fastpipe.errors import ConfigError
+from fastpipe.report import hparams, plots, tables, winner
+from fastpipe.report.sweep import SweepResult, SweepSpec, aggregate, load_jobs, load_spec
+
+ARTEFACTS = ("report.md", "report.csv", "report.png", "hparams/", "best.yaml")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a report."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_report(sweep_dir: Path, spec: Optional[SweepSpec] = None, save_best: Optional[Path] = None) -> SweepResult:
+    """Aggregate every job under ``sweep_dir`` and write all artefacts there.
+
+    ``spec`` defaults to the sweep's ``multirun.yaml``. ``save_best`` additionally writes the
+    winner to that path (a project's conf/experiment/NAME.yaml); ConfigError if there is none.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ConfigError(f"sweep folder {sweep_dir} does not exist")
+    jobs = load_jobs(sweep_dir)
+    if not jobs:
+        raise ConfigError(f"{sweep_dir} holds no sweep jobs (no */.hydra/overrides.yaml); give the "
+                          "folder of a `python -m fastpipe -m ...` run (outputs/multirun/DATE/TIME)")
+    result = aggregate(sweep_dir, jobs, spec if spec is not None else load_spec(sweep_dir))
+    write_text_atomic(sweep_dir / "report.md", tables.markdown(result))
+    write_text_atomic(sweep_dir / "report.csv", tables.csv_text(result))
+    plots.write_plot(result, sweep_dir / "report.png")
+    hparams.write_hparams(result, sweep_dir / "hparams")
+    best_path = sweep_dir / "best.yaml"
+    if result.best is not None:
+        write_text_atomic(best_path, winner.winner_text(result.best, result, best_path))
+    elif best_path.exists():
+        best_path.unlink()  # a stale winner from an earlier report would mislead
+    if save_best is not None:
+        if result.best is None:
+            raise ConfigError(f"--save-best: no job of {sweep_dir} qualifies (none is ok with its accuracy "
+                              "held); see report.md")
+        save_best = Path(save_best)
+        save_best.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(save_best, winner.winner_text(result.best, result, save_best))
+    return result

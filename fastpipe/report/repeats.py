@@ -1,0 +1,92 @@
+"""How one sweep job is measured: ``report.repeats`` launches, or skipped under ``sweep.resume``.
+
+With ``report.repeats=N`` (N > 1) the job trains N times, each in its own fresh process and
+sub-folder ``repeat-K/`` (a complete run folder), and the job's own ``metrics.json`` holds the
+median of every measurement plus a ``repeats`` record (each repeat's throughput, min, max, spread).
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from fastpipe.report.run import read_metrics, write_json_atomic
+
+# Measurements summarised by their median over the repeats.
+MEDIAN_KEYS = ("throughput", "epoch_time_s", "warmup_s", "data_wait_frac", "gpu_util", "accuracy",
+               "final_loss", "val_loss")
+
+
+def override_key(override: str) -> str:
+    """The key (or group) an override sets: ``'+train.lr=0.1'`` -> ``'train.lr'``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def is_sweep_setting(override: str) -> bool:
+    """True for overrides that steer the sweep or its report rather than what a job measures."""
+    key = override_key(override)
+    return key == "sweep" or key.startswith("sweep.") or key in ("report.baseline", "report.parity_tol")
+
+
+def measured_overrides(overrides) -> List[str]:
+    """A job's overrides without the sweep/report settings: what identifies the measurement."""
+    return [o for o in overrides or [] if not is_sweep_setting(o)]
+
+
+def finished_metrics(run_dir: Path, overrides) -> Optional[dict]:
+    """The job's metrics if ``run_dir`` already holds an ok run of the same overrides, else None.
+
+    Comparing the overrides guards against a changed command line, where Hydra's job numbers (and
+    so the folders) would point at different combinations.
+    """
+    metrics = read_metrics(Path(run_dir))
+    if not metrics or metrics.get("status") != "ok":
+        return None
+    if measured_overrides(metrics.get("overrides")) != measured_overrides(overrides):
+        return None
+    return metrics
+
+
+def launch_repeats(launch: Callable, settings, run_dir: Path) -> dict:
+    """Run ``launch(settings, dir)`` ``settings.report.repeats`` times; return the combined metrics."""
+    run_dir = Path(run_dir)
+    n = settings.report.repeats
+    if n == 1:
+        return launch(settings, run_dir)
+    runs, names = [], []
+    for k in range(n):
+        names.append(f"repeat-{k}")
+        runs.append(launch(settings, run_dir / names[-1]))
+        if runs[-1].get("status") != "ok":
+            break  # a failed repeat (bad input, crash) would fail again: stop measuring
+    metrics = combine_repeats(runs, names, n)
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    return metrics
+
+
+def combine_repeats(runs: List[dict], names: List[str], n: int) -> dict:
+    """One metrics dict for N repeats: medians, the max peak memory, and a ``repeats`` record."""
+    throughputs = [m.get("throughput") for m in runs]
+    record = {"n": n, "dirs": names, "throughput": throughputs, "min": None, "max": None, "spread": None}
+    failed = next((i for i, m in enumerate(runs) if m.get("status") != "ok"), None)
+    if failed is not None:
+        metrics = dict(runs[failed])
+        metrics["reason"] = f"repeat {failed + 1} of {n}: {metrics.get('reason')}"
+        metrics["repeats"] = record
+        return metrics
+    measured = [t for t in throughputs if t is not None]
+    centre = statistics.median(measured) if measured else None
+    # The representative repeat (closest to the median) supplies step times, steps and env.
+    rep = min(range(len(runs)), key=lambda i: abs((throughputs[i] or 0.0) - (centre or 0.0)))
+    metrics = dict(runs[rep])
+    for key in MEDIAN_KEYS:
+        values = [m[key] for m in runs if m.get(key) is not None]
+        metrics[key] = statistics.median(values) if values else None
+    peaks = [m["peak_mem_gb"] for m in runs if m.get("peak_mem_gb") is not None]
+    metrics["peak_mem_gb"] = max(peaks) if peaks else None
+    metrics["warnings"] = list(dict.fromkeys(w for m in runs for w in m.get("warnings") or []))
+    metrics["compile_fallback"] = next((m["compile_fallback"] for m in runs if m.get("compile_fallback")), None)
+    if measured:
+        record.update(min=min(measured), max=max(measured), spread=(max(measured) - min(measured)) / centre)
+    metrics["repeats"] = record
+    return metrics

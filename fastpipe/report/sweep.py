@@ -1,0 +1,233 @@
+"""Sweep aggregation: read a sweep folder's jobs, pick the baseline, judge parity, pick the winner.
+
+Pure logic (no files written here); ``write_report`` hands the result to the writers in
+tables.py, plots.py, hparams.py and winner.py.
+
+- Baseline: the job with the first listed value of every swept key (Hydra's BasicSweeper runs the
+  cartesian product in that order, so it is normally job 0), or the job ``report.baseline`` names.
+- Parity: a job whose accuracy is more than ``report.parity_tol`` below the baseline's is
+  ``FAIL``ed and never chosen. A missing accuracy (dataset=synthetic, a failed baseline) gives
+  ``n/a``, which does not disqualify: there is nothing to compare.
+- Best: the fastest job with status ok (no compile fall-back) whose parity did not fail.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from fastpipe.errors import ConfigError
+from fastpipe.report.repeats import is_sweep_setting, measured_overrides, override_key
+from fastpipe.report.run import read_metrics
+
+
+@dataclass
+class SweepSpec:
+    """What the report needs from the sweep's own config (multirun.yaml or the callback's)."""
+
+    task_overrides: List[str] = field(default_factory=list)  # the -m command line, sweeps included
+    params: Dict[str, str] = field(default_factory=dict)  # hydra.sweeper.params (preset sweeps)
+    baseline: Optional[str] = None  # report.baseline
+    parity_tol: float = 0.01  # report.parity_tol
+
+
+@dataclass
+class Job:
+    num: int
+    dir: Path
+    overrides: List[str]
+    metrics: Optional[dict]
+
+    def values(self) -> Dict[str, str]:
+        """Everything that identifies the job: group choices, then its overrides (key -> value)."""
+        values = {k: str(v) for k, v in ((self.metrics or {}).get("choices") or {}).items()}
+        for o in measured_overrides(self.overrides):
+            if "=" in o and not o.startswith("~"):
+                values[override_key(o)] = _unquote(o.split("=", 1)[1])
+        return values
+
+
+def _unquote(value: str) -> str:
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def spec_from_config(cfg: DictConfig) -> SweepSpec:
+    """The SweepSpec of a composed multirun config (the callback's, or a saved multirun.yaml)."""
+    plain = OmegaConf.to_container(cfg, resolve=False)  # unresolved: ${now:...} must stay as it is
+    hydra = plain.get("hydra") or {}
+    task = (hydra.get("overrides") or {}).get("task") or []
+    params = (hydra.get("sweeper") or {}).get("params") or {}
+    report = plain.get("report") or {}
+    tol = report.get("parity_tol")
+    return SweepSpec([str(o) for o in task], {str(k): str(v) for k, v in params.items()},
+                     report.get("baseline"), 0.01 if tol is None else float(tol))
+
+
+def load_spec(sweep_dir: Path) -> SweepSpec:
+    """The spec saved by Hydra's sweeper in ``multirun.yaml`` (defaults if the file is absent)."""
+    path = Path(sweep_dir) / "multirun.yaml"
+    return spec_from_config(OmegaConf.load(path)) if path.is_file() else SweepSpec()
+
+
+def load_jobs(sweep_dir: Path) -> List[Job]:
+    """Every job folder under ``sweep_dir`` (found by its ``.hydra/overrides.yaml``), by job number."""
+    jobs = []
+    for path in sorted(Path(sweep_dir).glob("**/.hydra/overrides.yaml")):
+        job_dir = path.parent.parent
+        hydra_yaml = path.parent / "hydra.yaml"
+        num = OmegaConf.load(hydra_yaml).hydra.job.num if hydra_yaml.is_file() else None
+        if num is None:
+            num = int(job_dir.name) if job_dir.name.isdigit() else len(jobs)
+        overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
+        jobs.append(Job(int(num), job_dir, overrides, read_metrics(job_dir)))
+    return sorted(jobs, key=lambda j: j.num)
+
+
+def first_values(spec: SweepSpec) -> List[str]:
+    """``key=first value`` of every swept key, combined as Hydra's BasicSweeper combines them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [f"{k}={v}" for k, v in spec.params.items()] + list(spec.task_overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+    except Exception:  # e.g. glob() needs Hydra's config loader: fall back to the lowest job
+        return []
+    final: Dict[str, Optional[str]] = {}
+    for o in parsed:  # a later plain override of the same key replaces a sweep, as in the sweeper
+        sweep = o.is_sweep_override() and o.is_discrete_sweep()
+        final[o.get_key_element()] = next(iter(o.sweep_string_iterator())) if sweep else None
+    return [f"{k}={v}" for k, v in final.items() if v is not None]
+
+
+def parse_baseline(text: str) -> Dict[str, str]:
+    """``"precision=amp,compile=off"`` (commas or spaces) -> ``{"precision": "amp", "compile": "off"}``."""
+    pairs = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+    if not pairs or any("=" not in p for p in pairs):
+        raise ConfigError(f"report.baseline={text!r}: name the job by its overrides, e.g. "
+                          "'report.baseline=\"precision=amp,compile=off\"', or give a job number")
+    return {override_key(p): _unquote(p.split("=", 1)[1]) for p in pairs}
+
+
+def pick_baseline(jobs: List[Job], spec: SweepSpec) -> Optional[Job]:
+    """The baseline job: ``spec.baseline`` if given, else the first value of every swept key."""
+    if not jobs:
+        return None
+    firsts = first_values(spec)
+    default = [j for j in jobs if set(firsts) <= set(j.overrides)] if firsts else jobs[:1]
+    if spec.baseline in (None, ""):
+        return default[0] if default else None
+    text = str(spec.baseline).strip()
+    if text.isdigit():
+        found = [j for j in jobs if j.num == int(text)]
+        if not found:
+            raise ConfigError(f"report.baseline={text}: no job {text} in this sweep "
+                              f"(jobs {', '.join(str(j.num) for j in jobs)})")
+        return found[0]
+    wanted = parse_baseline(text)
+    matches = [j for j in jobs if all(j.values().get(k) == v for k, v in wanted.items())]
+    if not matches:
+        raise ConfigError(f"report.baseline={text!r} matches no job of this sweep")
+    # Keys the user left out: prefer the job that has the default (first) value for them.
+    return sorted(matches, key=lambda j: (j not in default, j.num))[0]
+
+
+def parity(accuracy: Optional[float], base_accuracy: Optional[float], tol: float) -> str:
+    """``ok`` when accuracy held within ``tol`` of the baseline's, ``FAIL`` if not, ``n/a`` if unknown."""
+    if accuracy is None or base_accuracy is None:
+        return "n/a"
+    return "ok" if accuracy >= base_accuracy - tol - 1e-12 else "FAIL"
+
+
+def job_status(metrics: Optional[dict]):
+    """(status, reason): ok | failed (or the run's own status) | fallback (compile ran eager) | unmeasured | missing."""
+    if metrics is None:
+        return "missing", "no metrics.json: the job did not finish (interrupted sweep?)"
+    if metrics.get("status") != "ok":  # failed, or another state a run can end in (preempted)
+        return str(metrics.get("status") or "failed"), metrics.get("reason") or "unknown"
+    if metrics.get("compile_fallback"):
+        return "fallback", f"compile fell back to eager: {metrics['compile_fallback']}"
+    if metrics.get("throughput") is None:
+        return "unmeasured", next(iter(metrics.get("warnings") or []), "no steady-state steps")
+    return "ok", None
+
+
+def swept_columns(jobs: List[Job]) -> List[str]:
+    """The keys whose value differs between jobs (overrides' keys first, then group choices)."""
+    keys: List[str] = []
+    for j in jobs:
+        keys += [override_key(o) for o in measured_overrides(j.overrides) if override_key(o) not in keys]
+    for j in jobs:
+        keys += [k for k in j.values() if k not in keys]
+    return [k for k in keys if len({j.values().get(k) for j in jobs}) > 1]
+
+
+def pick_best(rows: List[dict]) -> Optional[dict]:
+    """The fastest row with status ok whose accuracy held (parity not FAIL)."""
+    eligible = [r for r in rows if r["status"] == "ok" and r["parity"] != "FAIL" and r["throughput"] is not None]
+    return max(eligible, key=lambda r: r["throughput"]) if eligible else None
+
+
+def _row(job: Job, columns: List[str]) -> dict:
+    m = job.metrics or {}
+    status, reason = job_status(job.metrics)
+    rep, step = m.get("repeats") or {}, m.get("step_time_ms") or {}
+    pct = lambda v: None if v is None else 100.0 * v  # noqa: E731
+    values = job.values()
+    return {
+        "job": job.num, "dir": str(job.dir), "swept": {k: values.get(k, "") for k in columns},
+        "overrides": measured_overrides(job.overrides), "choices": dict(m.get("choices") or {}),
+        "status": status, "reason": reason, "throughput": m.get("throughput"),
+        "throughput_min": rep.get("min"), "throughput_max": rep.get("max"), "repeats": rep.get("n", 1),
+        "speedup": None, "epoch_time_s": m.get("epoch_time_s"), "warmup_s": m.get("warmup_s"),
+        "data_wait_pct": pct(m.get("data_wait_frac")), "gpu_util_pct": m.get("gpu_util"),
+        "peak_mem_gb": m.get("peak_mem_gb"), "peak_mem_kind": m.get("peak_mem_kind"),
+        "accuracy": m.get("accuracy"), "accuracy_delta": None, "parity": "n/a",
+        "step_time_median_ms": step.get("median"), "step_time_p90_ms": step.get("p90"),
+        "final_loss": m.get("final_loss"), "env": m.get("env"), "baseline": False, "best": False,
+    }
+
+
+@dataclass
+class SweepResult:
+    sweep_dir: Path
+    spec: SweepSpec
+    rows: List[dict]  # sorted: fastest first, rows without a throughput last
+    columns: List[str]  # the swept keys
+    baseline: Optional[dict]
+    best: Optional[dict]
+    notes: List[str]
+
+
+def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
+    """Rows with speed-ups and parity verdicts, the baseline row and the winner."""
+    columns = swept_columns(jobs)
+    rows = [_row(j, columns) for j in jobs]
+    base_job, notes = pick_baseline(jobs, spec), []
+    base = next((r for r in rows if base_job is not None and r["job"] == base_job.num), None)
+    if base is None:
+        notes.append("no baseline job found (the first-value job is not in this folder): no speed-ups")
+    else:
+        base["baseline"] = True
+        if base["throughput"] is None:
+            notes.append(f"the baseline (job {base['job']}) has no throughput ({base['status']}): no speed-ups")
+        if base["accuracy"] is None:
+            notes.append("the baseline has no accuracy (dataset=synthetic or not ok): parity is n/a")
+    for r in rows:
+        if base is not None and base["throughput"] and r["throughput"] is not None:
+            r["speedup"] = r["throughput"] / base["throughput"]
+        base_acc = None if base is None else base["accuracy"]
+        if r["accuracy"] is not None and base_acc is not None:
+            r["accuracy_delta"] = r["accuracy"] - base_acc
+        r["parity"] = parity(r["accuracy"], base_acc, spec.parity_tol)
+        if r is base and r["accuracy"] is not None:
+            r["parity"] = "baseline"
+    best = pick_best(rows)
+    if best is not None:
+        best["best"] = True
+    else:
+        notes.append("no job qualifies as best (none is ok with its accuracy held)")
+    rows.sort(key=lambda r: (r["throughput"] is None, -(r["throughput"] or 0.0), r["job"]))
+    return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes)

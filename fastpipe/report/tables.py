@@ -1,0 +1,128 @@
+"""report.md and report.csv: one row per job, fastest first, with the machine on top."""
+from __future__ import annotations
+
+import csv
+import io
+import platform
+from importlib import metadata
+from typing import List, Optional
+
+from fastpipe.report.sweep import SweepResult
+
+CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throughput_max", "repeats",
+              "speedup", "epoch_time_s", "warmup_s", "data_wait_pct", "gpu_util_pct", "peak_mem_gb",
+              "peak_mem_kind", "accuracy", "accuracy_delta", "parity", "step_time_median_ms",
+              "step_time_p90_ms", "final_loss", "baseline", "best", "overrides", "dir")
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "n/a"
+
+
+def machine_lines(result: SweepResult) -> List[str]:
+    """The machine and versions the jobs ran on (from their metrics.json ``env``)."""
+    envs = [r["env"] for r in result.rows if r.get("env")]
+    ran = [e for e in envs if e.get("device")] or envs  # jobs that got as far as picking a device
+    if not ran:
+        return ["- machine: unknown (no job recorded its environment)"]
+    e = ran[0]
+    device = e.get("device") or "?"
+    lines = [f"- machine: {e.get('host')} · {e.get('cpu_count')} CPU cores · device {device} "
+             f"({e.get('device_name')}) · world size {e.get('world_size')}",
+             f"- versions: torch {e.get('torch')} · CUDA {e.get('cuda') or 'none'}"
+             + (f" · cuDNN {e['cudnn']}" if e.get("cudnn") else "")
+             + f" · python {e.get('python')} · hydra {_version('hydra-core')} · fastpipe {_version('fastpipe')}"
+             + f" · report written on {platform.node()}"]
+    hosts = sorted({str(x.get("host")) for x in ran} | {str(x.get("device_name")) for x in ran})
+    if len({(x.get("host"), x.get("device_name")) for x in ran}) > 1:
+        lines.append(f"- WARNING: the jobs ran on different machines/devices ({', '.join(hosts)}): not comparable")
+    return lines
+
+
+def _num(value: Optional[float], spec: str, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _cell(text: str, limit: int = 0) -> str:
+    text = " ".join(str(text).split())  # one line per cell
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def _throughput(r: dict) -> str:
+    text = _num(r["throughput"], ",.1f")
+    if r["repeats"] > 1 and r["throughput_min"] is not None and r["throughput"]:
+        half = (r["throughput_max"] - r["throughput_min"]) / 2 / r["throughput"]
+        text += f" ±{100 * half:.1f}% (n={r['repeats']})"
+    return text
+
+
+def _parity(r: dict) -> str:
+    if r["parity"] == "FAIL":
+        return f"**FAIL** ({100 * r['accuracy_delta']:+.1f} pp)"
+    return r["parity"]
+
+
+def _status(r: dict) -> str:
+    return "ok" if r["status"] == "ok" else _cell(f"{r['status']}: {r['reason']}", 140)
+
+
+def _label(r: dict, columns: List[str]) -> str:
+    return " ".join(f"{k}={r['swept'][k]}" for k in columns) or f"job {r['job']}"
+
+
+def markdown(result: SweepResult) -> str:
+    """The whole report.md text."""
+    rows, cols = result.rows, result.columns
+    ok = sum(r["status"] == "ok" for r in rows)
+    base, best = result.baseline, result.best
+    kinds = sorted({r["peak_mem_kind"] for r in rows if r.get("peak_mem_kind")})
+    out = ["# fastpipe sweep report", "",
+           f"- sweep: `{result.sweep_dir}` · {len(rows)} jobs, {ok} ok, {len(rows) - ok} not ok"]
+    out += machine_lines(result)
+    how = "named by report.baseline" if result.spec.baseline not in (None, "") else "the first listed value of every swept key"
+    out.append(f"- baseline: job {base['job']} ({_label(base, cols)}), {how}" if base else "- baseline: none")
+    out.append(f"- parity: accuracy may fall at most {100 * result.spec.parity_tol:.1f} pp below the "
+               f"baseline's (report.parity_tol={result.spec.parity_tol:g}); n/a = no accuracy to compare")
+    if best:
+        speed = f", {best['speedup']:.2f}x the baseline" if best["speedup"] is not None else ""
+        out.append(f"- best: job {best['job']} ({_label(best, cols)}): {_num(best['throughput'], ',.1f')} "
+                   f"samples/s{speed} → `best.yaml`")
+    out += [f"- note: {n}" for n in result.notes]
+    if kinds:
+        out.append(f"- peak memory: {', '.join(kinds)}")
+    out.append("")
+    head = ["job"] + cols + ["throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)",
+                             "data-wait", "GPU util", "peak mem (GB)", "accuracy", "parity", "status"]
+    out += ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        mark = " (best)" if r["best"] else " (baseline)" if r["baseline"] else ""
+        acc = None if r["accuracy"] is None else 100 * r["accuracy"]
+        cells = [f"{r['job']}{mark}"] + [_cell(r["swept"][k], 60) for k in cols] + [
+            _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
+            _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
+            _num(r["peak_mem_gb"], ".3f"), _num(acc, ".1f", " %"), _parity(r), _status(r)]
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
+            "warm-up/compile); speed-up = throughput / the baseline's. Every job's folder holds its "
+            "metrics.json, graph.txt and TensorBoard scalars; the sweep's HParams are in `hparams/` "
+            "(`tensorboard --logdir <sweep>/hparams`)."]
+    return "\n".join(out) + "\n"
+
+
+def csv_text(result: SweepResult) -> str:
+    """report.csv: the same rows, every number at full precision, the swept keys as columns."""
+    buf = io.StringIO()
+    fields = ["job"] + result.columns + list(CSV_FIELDS[1:])
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in result.rows:
+        row = {k: r.get(k) for k in CSV_FIELDS}
+        row.update(r["swept"])
+        row["overrides"] = " ".join(r["overrides"])
+        writer.writerow({k: ("" if v is None else repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+    return buf.getvalue()

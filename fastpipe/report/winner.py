@@ -1,0 +1,80 @@
+"""The winner as a Hydra config: best.yaml in the sweep folder, ``--save-best`` into a project.
+
+The file is an experiment config (Hydra's "configuring experiments" pattern)::
+
+    # @package _global_
+    defaults:
+      - override /precision: amp     # every group choice of the winning job, pinned
+      ...
+    train:
+      max_steps: 12                  # its key overrides, as nested keys
+
+Put it in a project's ``conf/experiment/NAME.yaml`` and run
+``python -m fastpipe --config-dir conf +experiment=NAME``.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Dict, List
+
+from omegaconf import OmegaConf
+
+from fastpipe.report.repeats import override_key
+
+# Overrides that select a preset sweep or a ladder step: the step's group choices are pinned
+# instead (ladder steps only choose groups, so nothing is lost).
+FOLDED_GROUPS = ("sweep", "ladder")
+SKIPPED_PREFIXES = ("sweep.", "report.")
+
+
+def winner_yaml(overrides: List[str], choices: Dict[str, str], comments: List[str]) -> str:
+    """The experiment config that reproduces a job from its overrides and group choices."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    added, dropped, keys = [], [], OmegaConf.create({})
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        key = o.key_or_group
+        if key in FOLDED_GROUPS or key.startswith(SKIPPED_PREFIXES) or key in choices:
+            continue  # sweep machinery, report settings, or a group pinned below
+        if o.is_delete():
+            dropped.append(o.input_line)
+        elif o.is_add() and "." not in key:  # +group=option: a config group the job added
+            added.append(f"  - /{key}: {json.dumps(str(o.value()))}")
+        else:
+            OmegaConf.update(keys, key, o.value(), force_add=True)  # "a.b=1" -> a: {b: 1}
+    lines = ["# @package _global_"] + [f"# {c}" if c else "#" for c in comments]
+    lines += [f"# not expressible here, dropped: {d}" for d in dropped]
+    lines += ["defaults:"] + added
+    lines += [f"  - override /{g}: {json.dumps(str(c))}" for g, c in choices.items() if c not in (None, "None")]
+    if len(keys):
+        lines.append(OmegaConf.to_yaml(keys).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def command_line(overrides: List[str]) -> str:
+    """The job as a one-line ``python -m fastpipe ...`` command (shell-quoted)."""
+    kept = [o for o in overrides if override_key(o) not in FOLDED_GROUPS
+            and not override_key(o).startswith(SKIPPED_PREFIXES)]
+    return " ".join(["python -m fastpipe"] + [shlex.quote(o) for o in kept])
+
+
+def experiment_hint(path: Path) -> str:
+    """How to run a saved winner: by name when it sits in an ``experiment/`` folder."""
+    path = Path(path)
+    if path.parent.name == "experiment":
+        return f"python -m fastpipe --config-dir {path.parent.parent} +experiment={path.stem}"
+    return (f"save it as <your conf>/experiment/NAME.yaml (python -m fastpipe.report {path.parent} "
+            "--save-best conf/experiment/NAME.yaml), then: python -m fastpipe --config-dir conf +experiment=NAME")
+
+
+def winner_text(best: dict, result, path: Path) -> str:
+    """best.yaml / --save-best content for the winning row at ``path``, with where it came from."""
+    speed = "" if best["speedup"] is None else f", {best['speedup']:.2f}x the baseline (job {result.baseline['job']})"
+    acc = "n/a" if best["accuracy"] is None else f"{100 * best['accuracy']:.2f} %"
+    comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}",
+                f"{best['throughput']:,.1f} samples/s{speed}; accuracy {acc} (parity {best['parity']})",
+                f"run it:  {experiment_hint(path)}",
+                f"same as: {command_line(best['overrides'])}", ""]
+    return winner_yaml(best["overrides"], best["choices"], comments)
