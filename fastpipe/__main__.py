@@ -10,7 +10,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fastpipe.config import register_configs, to_settings
-from fastpipe.errors import EXIT_CODE, FastpipeError
+from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError
 
 GROUPS = ("data", "precision", "compile", "launcher", "model", "dataset")
 
@@ -55,7 +55,7 @@ def run(cfg: DictConfig):
     if metrics.get("status") != "ok":
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
         if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
-            sys.exit(EXIT_CODE)
+            sys.exit(EXIT_PREEMPTED if metrics.get("status") == "preempted" else EXIT_CODE)
     return metrics
 
 

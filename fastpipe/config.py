@@ -113,6 +113,25 @@ class SingleLauncherConfig:
     fresh_process: bool = True
 
 
+# ---------------------------------------------------------------- profile
+@dataclass
+class ProfileConfig:
+    name: str = "off"  # off | on
+    skip_first: int = 0  # steps before the schedule starts
+    wait: int = 5  # steps idle per cycle (past warm-up and compilation)
+    warmup: int = 2  # steps traced but discarded (the profiler's own start-up cost)
+    active: int = 5  # steps recorded per cycle
+    repeat: int = 1  # cycles (each writes one trace file)
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+
+    def __post_init__(self) -> None:
+        _one_of("profile.name", self.name, ("off", "on"))
+        if min(self.skip_first, self.wait, self.warmup) < 0 or min(self.active, self.repeat) < 1:
+            raise ConfigError("profile.skip_first/wait/warmup must be >= 0, profile.active/repeat >= 1")
+
+
 # ---------------------------------------------------------------- top level
 @dataclass
 class TrainConfig:
@@ -125,14 +144,21 @@ class TrainConfig:
     weight_decay: float = 5e-4
     grad_accum: int = 1  # micro-batches per optimizer step
     max_nonfinite_steps: int = 20  # stop after this many non-finite losses in a row
+    checkpoint_every: Optional[int] = 0  # steps between checkpoints in <run>/checkpoints; 0/null = off
+    keep_checkpoints: int = 3  # the newest K checkpoints are kept
+    resume: Optional[str] = None  # auto (newest good checkpoint of this run folder) | PATH | null
 
     def __post_init__(self) -> None:
         _one_of("train.optimizer", self.optimizer, ("sgd", "adamw"))
-        for key in ("epochs", "batch_size", "grad_accum", "max_nonfinite_steps"):
+        for key in ("epochs", "batch_size", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError("train.max_steps must be >= 1 (or null for no cap)")
+        if self.checkpoint_every is not None and self.checkpoint_every < 0:
+            raise ConfigError("train.checkpoint_every must be >= 0 (steps; 0 or null = off)")
+        if self.resume in ("", "null", "none", "off", "false"):
+            self.resume = None
 
 
 @dataclass
@@ -189,6 +215,7 @@ class Config:
     precision: Any = MISSING
     compile: Any = MISSING
     launcher: Any = MISSING
+    profile: Any = None  # a ProfileConfig (profile=off|on); None = off
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -211,6 +238,7 @@ SCHEMAS = {
     "precision": {"precision": PrecisionConfig},
     "compile": {"compile": CompileConfig},
     "launcher": {"single": SingleLauncherConfig},
+    "profile": {"profile": ProfileConfig},
 }
 
 

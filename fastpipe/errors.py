@@ -24,3 +24,22 @@ class EnvironmentProblem(FastpipeError):
 
 class TrainingError(FastpipeError):
     """Training cannot go on (e.g. the loss stayed non-finite)."""
+
+    def __init__(self, message: str, metrics: dict = None) -> None:
+        super().__init__(message)
+        self.metrics = metrics or {}  # merged into the failed metrics.json (steps, nonfinite_steps, ...)
+
+
+# sysexits.h EX_TEMPFAIL, "try again later": a requeue script resumes with train.resume=auto.
+EXIT_PREEMPTED = 75
+
+
+class Preempted(TrainingError):
+    """SIGTERM/SIGUSR1 stopped training at a step boundary, after a checkpoint was written."""
+
+    exit_code = EXIT_PREEMPTED
+    status = "preempted"
+
+
+class OutOfMemory(FastpipeError):
+    """The device ran out of memory; the message lists the settings that lower it."""

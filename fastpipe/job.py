@@ -4,12 +4,17 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
+import torch
+
 from fastpipe import graph as training_graph
-from fastpipe.errors import FastpipeError
+from fastpipe.checkpoint import Checkpointer
+from fastpipe.errors import FastpipeError, OutOfMemory
 from fastpipe.loop import train
 from fastpipe.measure import StepMeter
+from fastpipe.profiling import build_profiler
 from fastpipe.report.run import RunRecorder, empty_metrics, format_summary
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
+from fastpipe.signals import stop_on_signals
 
 
 def run_training(settings, run_dir: Path) -> dict:
@@ -33,7 +38,10 @@ def run_training(settings, run_dir: Path) -> dict:
         recorder.write_text("graph.txt", description)
         meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
                           settings.measure.gpu_util_interval_s, world_size=dist.world_size)
-        result = train(g, settings.train, meter, recorder, warnings, progress=show)
+        ckpt = Checkpointer(settings.train, run_dir, dist)
+        profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main, warnings)
+        with stop_on_signals(), profile as profiler:  # SIGTERM/SIGUSR1: checkpoint, then exit 75
+            result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
         measured = meter.summary()
         if measured["throughput"] is None:
             warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
@@ -44,14 +52,19 @@ def run_training(settings, run_dir: Path) -> dict:
             accuracy=None if g.dataset.is_synthetic else result.accuracy, val_loss=result.val_loss,
             nonfinite_steps=result.nonfinite_steps, epoch_times_s=result.epoch_times_s,
             epoch_time_s=result.epoch_times_s[-1] if result.epoch_times_s else None,
-            compile_fallback=g.compiled.fallback_reason)
+            compile_fallback=g.compiled.fallback_reason, checkpoint=ckpt.latest and str(ckpt.latest))
         recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
         recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
     except BaseException as exc:
+        oom = _out_of_memory(settings, exc) if isinstance(exc, torch.OutOfMemoryError) else None
+        failure = oom or exc  # out of memory is a setting to change, not a crash: name the fixes
         metrics["status"] = "failed"
-        metrics["reason"] = str(exc) if isinstance(exc, FastpipeError) else _short(exc)
-        if not isinstance(exc, FastpipeError):
+        metrics["reason"] = str(failure) if isinstance(failure, FastpipeError) else _short(failure)
+        metrics.update(getattr(failure, "metrics", None) or {})  # e.g. status=preempted, steps so far
+        if not isinstance(failure, FastpipeError):
             metrics["traceback"] = traceback.format_exc()
+        if oom is not None:
+            raise oom from exc
         raise
     finally:
         recorder.write_metrics(metrics)
@@ -59,6 +72,14 @@ def run_training(settings, run_dir: Path) -> dict:
     if dist.is_main:
         print(format_summary(metrics), flush=True)
     return metrics
+
+
+def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
+                       f"(precision={settings.precision.name}, model={settings.model._target_}): lower "
+                       "train.batch_size (train.grad_accum keeps the effective batch), use precision=amp, or "
+                       f"model.activation_checkpointing=true [{first}]")
 
 
 def _short(exc: BaseException) -> str:

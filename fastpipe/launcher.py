@@ -14,6 +14,7 @@ from pathlib import Path
 from fastpipe.errors import EXIT_CODE, FastpipeError
 from fastpipe.report.run import empty_metrics, read_metrics, write_json_atomic
 from fastpipe.runtime import environment
+from fastpipe.signals import forwarded_to
 
 
 def _single_worker(settings, run_dir: str) -> None:
@@ -22,8 +23,8 @@ def _single_worker(settings, run_dir: str) -> None:
 
     try:
         run_training(settings, Path(run_dir))
-    except FastpipeError:
-        sys.exit(EXIT_CODE)  # the reason is in metrics.json; the parent prints it once
+    except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
+        sys.exit(getattr(exc, "exit_code", EXIT_CODE))  # EXIT_PREEMPTED after a stop signal
     except BaseException:
         traceback.print_exc()
         sys.exit(1)
@@ -68,5 +69,6 @@ def launch(settings, run_dir: Path) -> dict:
     process = multiprocessing.get_context("spawn").Process(
         target=_single_worker, args=(settings, str(run_dir)), name="fastpipe-train")
     process.start()
-    process.join()
+    with forwarded_to(process.pid):  # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints
+        process.join()
     return collect(run_dir, process.exitcode, settings)

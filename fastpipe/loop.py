@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from fastpipe.errors import TrainingError
-from fastpipe.optim import step_unless
+from fastpipe.checkpoint import Checkpointer, Position, epoch_batches
+from fastpipe.optim import nonfinite_error, step_unless
+from fastpipe.profiling import NoProfiler
 
 
 @dataclass
@@ -42,16 +43,19 @@ def evaluate(g) -> tuple:
     return (correct / count, loss_sum / count) if count else (None, None)
 
 
-def train(g, cfg, meter, recorder, warnings: List[str], progress: bool) -> LoopResult:
-    """Train ``g`` (a TrainingGraph) per ``cfg`` (TrainConfig), feeding ``meter`` and ``recorder``."""
-    res, accum = LoopResult(), cfg.grad_accum
+def train(g, cfg, meter, recorder, warnings: List[str], progress: bool, ckpt=None, profiler=None) -> LoopResult:
+    """Train ``g`` (a TrainingGraph) per ``cfg`` (TrainConfig), feeding ``meter`` and ``recorder``;
+    ``ckpt`` (a Checkpointer) restores, saves and stops on signals; ``profiler`` steps each step."""
+    ckpt, profiler, accum = ckpt or Checkpointer(cfg), profiler or NoProfiler(), cfg.grad_accum
     steps_per_epoch = len(g.train_loader) // accum
     total = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
+    start = ckpt.restore(g, steps_per_epoch, warnings)  # step 0, or where a checkpoint left off
+    res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
     samples_per_step = g.batch_size * accum
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
-    bad_total = torch.zeros((), device=g.device)
-    bar = tqdm(total=total, disable=not progress, unit="step", dynamic_ncols=True)
+    bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
+    bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
 
     def forward_backward(module, images, labels, last_micro):
         with g.sync_context(last_micro), g.precision.autocast():
@@ -59,10 +63,10 @@ def train(g, cfg, meter, recorder, warnings: List[str], progress: bool) -> LoopR
         g.precision.scaler.scale(loss).backward()
         return loss.detach()
 
-    for epoch in range(cfg.epochs):
-        g.train_loader.set_epoch(epoch)
-        batches, epoch_start = iter(g.train_loader), meter.clock()
-        for _ in range(steps_per_epoch):
+    for epoch in range(start.epoch, cfg.epochs):
+        skip = start.step_in_epoch if epoch == start.epoch else 0
+        batches, epoch_start, loss = epoch_batches(g.train_loader, epoch, skip * accum), meter.clock(), None
+        for step_in_epoch in range(skip + 1, min(steps_per_epoch, skip + total - res.steps) + 1):
             loss = torch.zeros((), device=g.device)
             for micro in range(accum):
                 t0 = meter.before_fetch()
@@ -77,21 +81,22 @@ def train(g, cfg, meter, recorder, warnings: List[str], progress: bool) -> LoopR
             bad_total += bad
             res.steps += 1
             bar.update(1)
-            if meter.after_step(samples_per_step):  # a window edge: the host is synced, reading is free
+            profiler.step()
+            edge = meter.after_step(samples_per_step)
+            if edge:  # a window edge: the host is synced, reading is free
                 res.final_loss = loss.item()
                 res.loss_history.append((res.steps, res.final_loss))
                 recorder.scalars(res.steps, {"train/loss": res.final_loss, **meter.last_window_scalars()})
                 bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
                 if worst.item() >= cfg.max_nonfinite_steps:
-                    raise TrainingError(f"the loss was non-finite for {int(worst.item())} steps in a row "
-                                        f"(train.max_nonfinite_steps={cfg.max_nonfinite_steps}); lower "
-                                        "train.lr, or use precision=fp32 to rule out overflow")
-            if res.steps >= total:
-                break
+                    raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
+            pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss)
+            if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
+                raise ckpt.preempted(pos)
         meter.close_window()
         res.epoch_times_s.append(meter.clock() - epoch_start)
         res.accuracy, res.val_loss = evaluate(g)
-        res.final_loss = loss.item()
+        res.final_loss = res.final_loss if loss is None else loss.item()
         recorder.scalars(res.steps, {"val/accuracy": res.accuracy, "val/loss": res.val_loss,
                                      "train/epoch_time_s": res.epoch_times_s[-1]})
         if res.steps >= total:
@@ -99,5 +104,7 @@ def train(g, cfg, meter, recorder, warnings: List[str], progress: bool) -> LoopR
     bar.close()
     res.nonfinite_steps = int(bad_total.item())
     if worst.item() >= cfg.max_nonfinite_steps:
-        raise TrainingError(f"the loss was non-finite for the last {int(worst.item())} steps; lower train.lr")
+        raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
+    ckpt.finish(g, pos, streak)
     return res
+

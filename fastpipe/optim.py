@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from fastpipe.errors import TrainingError
+
 
 def build_optimizer(cfg, params, device: torch.device) -> torch.optim.Optimizer:
     """SGD (momentum) or AdamW, fused: one kernel per step, and device-side skipping (below)."""
@@ -28,3 +30,16 @@ def step_unless(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, 
         optimizer.step()
     finally:
         del optimizer.found_inf
+
+
+def nonfinite_error(worst: torch.Tensor, total: torch.Tensor, steps: int, cfg, checkpoint=None) -> TrainingError:
+    """The error that stops a run whose loss stayed NaN/inf for ``train.max_nonfinite_steps`` steps.
+
+    Checkpoints are never written during a non-finite streak, so ``checkpoint`` is the last good one.
+    """
+    kept = f"; the last good checkpoint is {checkpoint}" if checkpoint else ""
+    return TrainingError(f"the loss was non-finite for {int(worst.item())} steps in a row "
+                         f"(train.max_nonfinite_steps={cfg.max_nonfinite_steps}); lower train.lr, or use "
+                         f"precision=fp32 to rule out overflow{kept}",
+                         metrics={"steps": steps, "nonfinite_steps": int(total.item()),
+                                  "checkpoint": None if checkpoint is None else str(checkpoint)})

@@ -5,11 +5,12 @@ import multiprocessing
 import os
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
 from fastpipe.data.device import DeviceLoader, Normalizer
+from fastpipe.data.sampler import ResumableSampler
 from fastpipe.errors import DataError
 
 
@@ -41,11 +42,11 @@ def image_transform(image_size: int, augment: bool):
 
 
 def resolve_workers(num_workers, local_world_size: int) -> int:
-    """``auto`` = min(8, this process's share of the CPU cores)."""
+    """``auto`` = min(16, this process's share of the CPU cores)."""
     if num_workers != "auto":
         return int(num_workers)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(8, cores // max(1, local_world_size)))
+    return max(1, min(16, cores // max(1, local_world_size)))
 
 
 def build_default_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int,
@@ -54,10 +55,9 @@ def build_default_loader(cfg, spec, dist, device: torch.device, batch_size: int,
     files, labels = (spec.train_files, spec.train_labels) if train else (spec.val_files, spec.val_labels)
     dataset = ImageFiles(files, labels, image_transform(spec.image_size, spec.augment and train))
     sampler = None
-    if train and dist.world_size > 1:
-        sampler = DistributedSampler(dataset, dist.world_size, dist.rank, shuffle=True, seed=seed,
-                                     drop_last=cfg.drop_last)
-    elif not train and dist.world_size > 1:
+    if train:  # order = f(seed, epoch) on every rank count, and resumable part-way (checkpoints)
+        sampler = ResumableSampler(dataset, dist.world_size, dist.rank, seed=seed, drop_last=cfg.drop_last)
+    elif dist.world_size > 1:
         dataset = Subset(dataset, range(dist.rank, len(dataset), dist.world_size))  # each sample once
     workers = resolve_workers(cfg.num_workers, dist.local_world_size)
     pin = device.type == "cuda" if cfg.pin_memory == "auto" else cfg.pin_memory

@@ -53,6 +53,13 @@ class DeviceLoader:
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
+    def skip_next(self, batches: int) -> bool:
+        """Resume: the next epoch starts ``batches`` in, unread. False: the sampler cannot skip."""
+        if not hasattr(self.sampler, "skip_next"):
+            return False
+        self.sampler.skip_next(batches * self.loader.batch_size)
+        return True
+
     def _prepare(self, batch) -> Tuple[torch.Tensor, torch.Tensor]:
         images, labels = batch
         return self.normalize(images), labels.to(self.normalize.device, non_blocking=True)

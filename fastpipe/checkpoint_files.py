@@ -1,0 +1,127 @@
+"""Checkpoint files: atomic writes, a size + SHA-256 sidecar, verification, listing, rotation.
+
+``step-NNNNNNNN.pt`` (torch.save) is written to a temporary file, fsynced and renamed; then its
+sidecar ``step-NNNNNNNN.json`` (size, SHA-256, position) the same way. A checkpoint counts as
+complete only when its sidecar exists and matches, so an interrupted or damaged file is never loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+
+from fastpipe.errors import ConfigError
+
+FORMAT = 1
+NAME = re.compile(r"^step-(\d{8})\.pt$")
+
+
+def _before_publish(tmp: Path) -> None:
+    """Called when a checkpoint's temporary file is durable, just before its rename (a test seam)."""
+
+
+def _write_durably(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        write(fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if path.suffix == ".pt":
+        _before_publish(tmp)
+    os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checkpoint(folder: Path, state: dict) -> Path:
+    """Write ``state`` as ``folder/step-N.pt`` + sidecar, atomically; returns the .pt path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step-{state['position']['step']:08d}.pt"
+    path.with_suffix(".json").unlink(missing_ok=True)  # rewriting a step: incomplete until the new sidecar
+    _write_durably(path, lambda fh: torch.save(state, fh))
+    sidecar = {"format": FORMAT, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path),
+               "position": state["position"]}
+    _write_durably(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(sidecar, indent=2).encode()))
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the renames themselves survive a power cut
+    finally:
+        os.close(fd)
+    return path
+
+
+def checkpoints_in(folder: Path) -> List[Path]:
+    """Checkpoint files in ``folder`` (complete or not), newest step first."""
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if NAME.match(p.name)), reverse=True)
+
+
+def verify(path: Path, need_sidecar: bool = True) -> Optional[str]:
+    """None when ``path`` is a complete checkpoint; otherwise why not."""
+    sidecar = path.with_suffix(".json")
+    if not sidecar.is_file():
+        return "no sidecar .json: its write was interrupted" if need_sidecar else None
+    try:
+        meta = json.loads(sidecar.read_text())
+    except ValueError as exc:
+        return f"unreadable sidecar ({exc})"
+    if path.stat().st_size != meta.get("bytes"):
+        return f"{path.stat().st_size} bytes, the sidecar recorded {meta.get('bytes')}: truncated"
+    if _sha256(path) != meta.get("sha256"):
+        return "SHA-256 differs from the sidecar's: corrupt"
+    return None
+
+
+def load_verified(candidates: List[Path], log) -> tuple:
+    """The first candidate that verifies and loads: (path, state); (None, None) when none does."""
+    for i, path in enumerate(candidates):
+        problem = verify(path, need_sidecar=NAME.match(path.name) is not None)  # a user's own file: load it
+        if problem is None:
+            try:
+                return path, torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as exc:  # a pickle/zip error: unusable whatever the sidecar says
+                problem = f"torch.load failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        rest = "falling back to the previous one" if i + 1 < len(candidates) else "no older checkpoint left"
+        log(f"checkpoint {path} is not loadable: {problem}; {rest}")
+    return None, None
+
+
+def resolve_candidates(resume: str, folder: Path) -> List[Path]:
+    """``train.resume`` -> the checkpoints to try, newest first (auto: this run's folder)."""
+    if resume == "auto":
+        return checkpoints_in(folder)
+    path = Path(resume).expanduser()
+    if path.is_dir():  # a run folder or its checkpoints/ folder
+        return checkpoints_in(path / "checkpoints") or checkpoints_in(path)
+    if not path.is_file():
+        raise ConfigError(f"train.resume={resume!r}: no such file or folder; use train.resume=auto "
+                          "(the newest checkpoint of this run folder) or the path of a step-*.pt file")
+    older = [p for p in checkpoints_in(path.parent) if p.name < path.name]
+    return [path] + older  # a bad given file falls back to the older ones beside it
+
+
+def rotate(folder: Path, keep: int) -> List[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints (and leftovers of interrupted writes)."""
+    complete = [p for p in checkpoints_in(folder) if p.with_suffix(".json").is_file()]
+    removed = []
+    for path in complete[keep:]:
+        for stale in (path, path.with_suffix(".json")):
+            stale.unlink(missing_ok=True)
+            removed.append(stale)
+    for tmp in folder.glob(".step-*.tmp-*"):  # a process killed mid-write left it; never loaded
+        if not tmp.name.endswith(f".tmp-{os.getpid()}"):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed

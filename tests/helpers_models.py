@@ -1,0 +1,48 @@
+"""Models for tests, named by ``model._target_=helpers_models.X`` (tests/ is on the import path).
+
+Each wraps the built-in TinyCNN and misbehaves on purpose: a NaN loss after some steps, a slow
+step (so a test can signal or kill a process mid-training), an out-of-memory error.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from fastpipe.models import TinyCNN
+
+
+class NaNAfter(TinyCNN):
+    """TinyCNN whose training forward returns NaN logits from call ``after + 1`` on."""
+
+    def __init__(self, num_classes: int = 10, after: int = 5) -> None:
+        super().__init__(num_classes)
+        self.after, self.calls = after, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        if self.training:
+            self.calls += 1
+            if self.calls > self.after:
+                return out * float("nan")
+        return out
+
+
+class Slow(TinyCNN):
+    """TinyCNN that sleeps ``sleep_s`` per training forward: a long run that costs no CPU."""
+
+    def __init__(self, num_classes: int = 10, sleep_s: float = 0.2) -> None:
+        super().__init__(num_classes)
+        self.sleep_s = sleep_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            time.sleep(self.sleep_s)
+        return super().forward(x)
+
+
+class OutOfMemoryNet(TinyCNN):
+    """TinyCNN whose forward raises the error a CUDA allocation failure raises."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
