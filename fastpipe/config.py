@@ -79,6 +79,32 @@ class DefaultLoaderConfig:
             raise ConfigError("data.prefetch_factor must be >= 1")
 
 
+@dataclass
+class MmapLoaderConfig:
+    name: str = "mmap"
+    path: Optional[str] = None  # a pack to read; null = pack the dataset once into the cache
+    stored_size: Any = None  # int or [height, width] to store; null = auto (image_size, 8/7 of it with augment)
+    num_threads: Any = "auto"  # reader threads copying batches out of the map; auto = min(4, cores/process)
+    prefetch: int = 4  # batches read ahead of the training step
+    pin_memory: Any = "auto"  # auto = on when training on CUDA
+    drop_last: bool = True  # training: constant batch shape
+    verify: bool = True  # check every chunk checksum when the pack is opened
+    pack_threads: Any = "auto"  # decoding threads when packing the cache; auto = cores/process
+
+    def __post_init__(self) -> None:
+        size = self.stored_size
+        sizes = [size] if isinstance(size, int) else list(size) if isinstance(size, (list, tuple)) else None
+        if size is not None and (not sizes or len(sizes) > 2 or any(isinstance(s, bool) or not isinstance(s, int)
+                                                                   or s < 8 for s in sizes)):
+            raise ConfigError(f"data.stored_size={size!r}: use null (auto), N or [height, width], each >= 8")
+        _auto_or_int("data.num_threads", self.num_threads, minimum=1)
+        _auto_or_int("data.pack_threads", self.pack_threads, minimum=1)
+        if self.prefetch < 1:
+            raise ConfigError("data.prefetch must be >= 1")
+        if self.pin_memory != "auto" and not isinstance(self.pin_memory, bool):
+            raise ConfigError(f"data.pin_memory={self.pin_memory!r}: use auto, true or false")
+
+
 # ---------------------------------------------------------------- precision
 @dataclass
 class PrecisionConfig:
@@ -234,7 +260,7 @@ class Config:
 SCHEMAS = {
     "dataset": {"dataset": DatasetConfig},
     "model": {"model": ModelConfig},
-    "data": {"default": DefaultLoaderConfig},
+    "data": {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig},
     "precision": {"precision": PrecisionConfig},
     "compile": {"compile": CompileConfig},
     "launcher": {"single": SingleLauncherConfig},

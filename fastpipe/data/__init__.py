@@ -18,5 +18,8 @@ def build_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: i
     if cfg.name == "default":
         from fastpipe.data.default import build_default_loader
         return build_default_loader(cfg, spec, dist, device, batch_size, seed, train, channels_last)
+    if cfg.name == "mmap":
+        from fastpipe.data.mmap import build_mmap_loader
+        return build_mmap_loader(cfg, spec, dist, device, batch_size, seed, train, channels_last)
     raise ConfigError(f"data={cfg.name} is not a known loader")
 
