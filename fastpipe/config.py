@@ -139,6 +139,38 @@ class SingleLauncherConfig:
     fresh_process: bool = True
 
 
+@dataclass
+class DdpLauncherConfig:
+    """launcher=ddp: DistributedDataParallel workers started by torch's elastic launcher."""
+
+    name: str = "ddp"
+    nproc_per_node: Any = "auto"  # processes on this machine; auto = visible GPUs, or 2 on a CPU
+    nnodes: int = 1  # machines; each runs `python -m fastpipe launcher=ddp ...` (or torchrun)
+    node_rank: int = 0  # rdzv_backend=static only: this machine's index (c10d assigns it itself)
+    rdzv_backend: str = "c10d"
+    rdzv_endpoint: Optional[str] = None  # HOST:PORT on node 0; null (one node) = localhost, free port
+    rdzv_id: str = "fastpipe"  # names the job at the endpoint: the same on every node of one job
+    backend: str = "auto"  # auto = nccl on CUDA, gloo on CPU
+    max_restarts: int = 0  # restarts of all workers after a failure (0: a failure ends the job)
+    # Seconds for the rendezvous and for any one collective: a rank that hangs or vanishes ends the
+    # job with an error after this long instead of blocking the others forever.
+    timeout_s: int = 600
+    # Workers are always fresh processes (one elastic launch per job); false is refused unless
+    # fastpipe itself runs under torchrun/srun, where the Hydra process is the rank.
+    fresh_process: bool = True
+
+    def __post_init__(self) -> None:
+        _auto_or_int("launcher.nproc_per_node", self.nproc_per_node, minimum=1)
+        _one_of("launcher.backend", self.backend, ("auto", "nccl", "gloo"))
+        _one_of("launcher.rdzv_backend", self.rdzv_backend, ("c10d", "static", "etcd", "etcd-v2"))
+        if self.nnodes < 1 or self.max_restarts < 0 or self.timeout_s < 1 or self.node_rank < 0:
+            raise ConfigError("launcher.nnodes and launcher.timeout_s must be >= 1, launcher.max_restarts "
+                              "and launcher.node_rank >= 0")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError(f"launcher.nnodes={self.nnodes} needs launcher.rdzv_endpoint=HOST:PORT "
+                              "(a port on node 0 that every node can reach)")
+
+
 # ---------------------------------------------------------------- profile
 @dataclass
 class ProfileConfig:
@@ -263,7 +295,7 @@ SCHEMAS = {
     "data": {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig},
     "precision": {"precision": PrecisionConfig},
     "compile": {"compile": CompileConfig},
-    "launcher": {"single": SingleLauncherConfig},
+    "launcher": {"single": SingleLauncherConfig, "ddp": DdpLauncherConfig},
     "profile": {"profile": ProfileConfig},
 }
 

@@ -60,6 +60,14 @@ class TrainingGraph:
             torch.distributed.all_reduce(tensor)
         return tensor
 
+    def gather(self, value) -> list:
+        """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+        if self.runtime.dist.world_size == 1:
+            return [value]
+        values = [None] * self.runtime.dist.world_size
+        torch.distributed.all_gather_object(values, value)
+        return values
+
     def describe(self) -> str:
         s, d = self.settings, self.runtime.dist
         params = sum(p.numel() for p in self.model.parameters())

@@ -10,7 +10,7 @@ from fastpipe import graph as training_graph
 from fastpipe.checkpoint import Checkpointer
 from fastpipe.errors import FastpipeError, OutOfMemory
 from fastpipe.loop import train
-from fastpipe.measure import StepMeter
+from fastpipe.measure import StepMeter, combine_ranks
 from fastpipe.profiling import build_profiler
 from fastpipe.report.run import RunRecorder, empty_metrics, format_summary
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
@@ -42,7 +42,7 @@ def run_training(settings, run_dir: Path) -> dict:
         profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main, warnings)
         with stop_on_signals(), profile as profiler:  # SIGTERM/SIGUSR1: checkpoint, then exit 75
             result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
-        measured = meter.summary()
+        measured = combine_ranks(g.gather(meter.summary()))  # job-level: throughput summed over ranks
         if measured["throughput"] is None:
             warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
                             "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")

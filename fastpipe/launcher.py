@@ -2,18 +2,26 @@
 
 single: one fresh process per job (spawned), so sweep jobs never share CUDA, compile or worker
 state, and a crash (segfault, OOM kill) becomes a failed job instead of the end of a sweep.
+
+ddp: ``nproc_per_node`` DistributedDataParallel workers per job, started by torch.distributed's
+elastic launcher (torchrun's engine); a failed rank becomes a failed job naming the rank. When
+fastpipe itself runs under torchrun/srun, the Hydra process is a rank and joins that group instead.
 """
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import traceback
+import uuid
 from pathlib import Path
+from typing import Optional
 
-from fastpipe.errors import EXIT_CODE, FastpipeError
+from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.report.run import empty_metrics, read_metrics, write_json_atomic
-from fastpipe.runtime import environment
+from fastpipe.runtime import (broadcast_from_main, dist_from_env, environment, init_distributed,
+                              shutdown_distributed, started_by_torchrun, visible_gpus)
 from fastpipe.signals import forwarded_to
 
 
@@ -55,10 +63,146 @@ def collect(run_dir: Path, exitcode: int, settings) -> dict:
     return metrics
 
 
+# ---------------------------------------------------------------- ddp
+def _ddp_worker(settings, run_dir: str) -> Optional[dict]:
+    """Entry point of each elastic worker: join the group, train, leave. Rank 0 returns the metrics.
+
+    Exceptions propagate: the agent records each in the rank's error file and stops the other ranks.
+    """
+    from fastpipe.job import run_training
+
+    dist = init_distributed(settings)
+    metrics = run_training(settings, Path(run_dir))
+    shutdown_distributed()  # after success only: a failing rank just exits (a dead peer could block it)
+    return metrics if dist.is_main else None
+
+
+def resolve_nproc(cfg, device_setting: str) -> int:
+    """Processes on this machine: ``auto`` = one per visible GPU, or 2 on a CPU."""
+    gpus = visible_gpus(device_setting)
+    if cfg.nproc_per_node == "auto":
+        return gpus or 2
+    if gpus and cfg.nproc_per_node > gpus:
+        raise ConfigError(f"launcher.nproc_per_node={cfg.nproc_per_node} but {gpus} GPU(s) are visible; DDP "
+                          "runs one process per GPU: lower it, or use launcher.nproc_per_node=auto")
+    return cfg.nproc_per_node
+
+
+def elastic_config(cfg, nproc: int):
+    """torchrun's LaunchConfig for ``cfg`` (a DdpLauncherConfig)."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    rdzv_configs = {"timeout": cfg.timeout_s}
+    if cfg.rdzv_backend == "static":
+        rdzv_configs["rank"] = cfg.node_rank
+    return LaunchConfig(
+        min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=nproc,
+        # One node: a private rendezvous on a free port (torchrun --standalone), so concurrent jobs
+        # never meet; several nodes: the shared endpoint and id every node was given.
+        run_id=cfg.rdzv_id if cfg.nnodes > 1 else uuid.uuid4().hex,
+        rdzv_endpoint=cfg.rdzv_endpoint or "localhost:0", rdzv_backend=cfg.rdzv_backend,
+        rdzv_configs=rdzv_configs, max_restarts=cfg.max_restarts, monitor_interval=0.1, start_method="spawn")
+
+
+# Texts of the errors a rank gets when a peer dies: symptoms, never the root cause.
+PEER_LOST = ("DistBackendError", "DistNetworkError", "DistStoreError", "Connection closed by peer",
+             "Connection reset by peer", "Broken pipe", "ProcessGroup", "NCCL error", "Gloo", "timed out")
+
+
+def _failure_text(failure) -> str:
+    """One line for a worker failure: its exception, or how the process ended."""
+    if not os.path.isfile(failure.error_file):  # no error file: a signal, os._exit or a hard crash
+        return exit_reason(failure.exitcode)
+    message = failure.message
+    if isinstance(message, dict):  # @record's format: {"message": "Type: text", "extraInfo": {...}}
+        message = message.get("message", "")
+    first = (str(message).strip().splitlines() or [""])[0][:500]
+    return first or exit_reason(failure.exitcode)
+
+
+def root_failure(failures: dict) -> tuple:
+    """(rank, failure) most likely to have caused the rest: an exception before a killed process,
+    both before a lost-peer error (a rank's death breaks its peers' collectives), then the earliest."""
+    def order(item):
+        rank, failure = item
+        text = _failure_text(failure).lower()
+        kind = 2 if any(m.lower() in text for m in PEER_LOST) else 0 if os.path.isfile(failure.error_file) else 1
+        return kind, failure.timestamp, rank
+
+    return min(failures.items(), key=order)
+
+
+def failure_reason(failures: dict, world_size: int) -> tuple:
+    """``(reason, traceback or None)`` for a ChildFailedError's ``failures`` ({rank: ProcessFailure})."""
+    rank, failure = root_failure(failures)
+    others = sorted(r for r in failures if r != rank)
+    also = f" (also failed: rank {', '.join(map(str, others))})" if others else ""
+    data = failure.error_file_data.get("message") if isinstance(failure.error_file_data, dict) else None
+    trace = data.get("extraInfo", {}).get("py_callstack") if isinstance(data, dict) else None
+    return f"rank {rank} of {world_size} failed: {_failure_text(failure)}{also}", trace
+
+
+def _failed(run_dir: Path, settings, reason: str, trace: Optional[str], world_size: int) -> dict:
+    """Write the job's failed metrics.json (keeping what rank 0 recorded) and return it."""
+    metrics = read_metrics(run_dir)
+    if metrics is None or metrics.get("status") == "ok":
+        metrics = empty_metrics(settings.choices, settings.overrides, environment(None, world_size))
+    metrics.update(status="failed", reason=reason)
+    if trace:
+        metrics["traceback"] = trace
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    return metrics
+
+
+def _launch_ddp(settings, run_dir: Path) -> dict:
+    """launcher=ddp from a plain process: one elastic launch of fresh workers for this job."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+    from torch.distributed.launcher.api import elastic_launch
+
+    cfg = settings.launcher
+    if not cfg.fresh_process:
+        raise ConfigError("launcher=ddp always trains in fresh worker processes; launcher.fresh_process=false "
+                          "works with launcher=single (or start fastpipe under torchrun: each rank trains in place)")
+    nproc = resolve_nproc(cfg, settings.device)
+    world = nproc * cfg.nnodes
+    try:
+        elastic_launch(elastic_config(cfg, nproc), _ddp_worker)(settings, str(run_dir))
+    except ChildFailedError as exc:
+        return _failed(run_dir, settings, *failure_reason(exc.failures, world), world)
+    except RendezvousError as exc:
+        return _failed(run_dir, settings, f"launcher=ddp: rendezvous at {cfg.rdzv_endpoint or 'localhost'} failed "
+                       f"within launcher.timeout_s={cfg.timeout_s}: {type(exc).__name__}: {exc}", None, world)
+    metrics = read_metrics(run_dir)
+    if metrics is None:  # rank 0 ran on another node: its run folder holds the job's metrics.json
+        return {"status": "ok", "reason": None, "note": "rank 0 ran on another node; see its run folder"}
+    return metrics
+
+
+def _join_torchrun(settings, run_dir: Path) -> dict:
+    """Started by torchrun/srun: this process is a rank. Train here, recording in rank 0's folder."""
+    from fastpipe.job import run_training
+
+    dist = init_distributed(settings)
+    run_dir = Path(broadcast_from_main(str(run_dir)))  # each rank's Hydra chose a folder: use rank 0's
+    try:
+        metrics = run_training(settings, run_dir)
+    except FastpipeError as exc:  # bad input: a failed job, exit code 2 from the entry point
+        return (read_metrics(run_dir) if dist.is_main else None) or dict(
+            empty_metrics(settings.choices, settings.overrides, environment(None, dist.world_size)), reason=str(exc))
+    shutdown_distributed()
+    return metrics
+
+
 def launch(settings, run_dir: Path) -> dict:
     """Run the job per ``settings.launcher`` and return its metrics (status ok or failed)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if settings.launcher.name == "ddp":
+        return _join_torchrun(settings, run_dir) if started_by_torchrun() else _launch_ddp(settings, run_dir)
+    if started_by_torchrun() and dist_from_env().world_size > 1:
+        raise ConfigError(f"fastpipe runs as one of {dist_from_env().world_size} torchrun/srun processes but "
+                          f"launcher={settings.launcher.name}; use launcher=ddp so the ranks train together")
     if not settings.launcher.fresh_process:
         from fastpipe.job import run_training
 

@@ -82,7 +82,7 @@ class StepMeter:
     warmup_steps: int
     window: int
     gpu_util_interval_s: float = 0.1
-    world_size: int = 1  # throughput is per job: this process's rate times the process count
+    world_size: int = 1  # per-window TensorBoard throughput: this rank's rate x ranks (no collective)
     steps: int = 0
     warmup_s: Optional[float] = None
     windows: List[Window] = field(default_factory=list)
@@ -158,7 +158,7 @@ class StepMeter:
         self._open = None
 
     def summary(self) -> dict:
-        """The measured numbers (this process's; throughput is scaled by ``world_size``)."""
+        """This process's measured numbers; ``combine_ranks`` turns every rank's into the job's."""
         self.close_window()
         self.util.close()
         full = [w for w in self.windows if w.steps >= self.window] or self.windows
@@ -166,7 +166,7 @@ class StepMeter:
         seconds = sum(w.seconds for w in self.windows)
         samples = sum(w.samples for w in self.windows)
         return {
-            "throughput": samples / seconds * self.world_size if seconds else None,
+            "throughput": samples / seconds if seconds else None,
             "step_time_ms": {
                 "median": statistics.median(per_step_ms) if per_step_ms else None,
                 "p90": per_step_ms[min(len(per_step_ms) - 1, int(0.9 * len(per_step_ms)))] if per_step_ms else None,
@@ -188,3 +188,31 @@ def peak_memory(device: torch.device) -> dict:
                 "peak_mem_kind": "cuda_max_memory_allocated_after_warmup"}
     return {"peak_mem_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
             "peak_mem_kind": "cpu_max_rss_process"}
+
+
+PER_RANK_KEYS = ("throughput", "data_wait_frac", "peak_mem_gb", "gpu_util", "warmup_s")
+
+
+def combine_ranks(summaries: List[dict]) -> dict:
+    """The job's numbers from every rank's ``StepMeter.summary()``, in rank order.
+
+    Throughput is the sum of the ranks' own rates (null if any rank measured none); data-wait, peak
+    memory and warm-up take the worst rank as the headline value; GPU utilisation is the ranks'
+    mean; step time is the slowest rank's (DDP ranks step together). ``per_rank`` keeps the lists.
+    """
+    def values(key: str) -> list:
+        return [s.get(key) for s in summaries]
+
+    def worst(key: str):
+        known = [v for v in values(key) if v is not None]
+        return max(known) if known else None
+
+    job = dict(summaries[0])
+    rates = values("throughput")
+    utils = [u for u in values("gpu_util") if u is not None]
+    job.update(throughput=sum(rates) if None not in rates else None, data_wait_frac=worst("data_wait_frac"),
+               peak_mem_gb=worst("peak_mem_gb"), warmup_s=worst("warmup_s"),
+               gpu_util=round(statistics.fmean(utils), 1) if utils else None,
+               step_time_ms=max(summaries, key=lambda s: s["step_time_ms"]["median"] or 0.0)["step_time_ms"],
+               per_rank={key: values(key) for key in PER_RANK_KEYS})
+    return job

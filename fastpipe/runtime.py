@@ -9,13 +9,14 @@ import os
 import platform
 import random
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 
-from fastpipe.errors import EnvironmentProblem
+from fastpipe.errors import ConfigError, EnvironmentProblem
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,66 @@ def setup_runtime(settings) -> Runtime:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+    if device.type == "cpu" and dist.local_world_size > 1:
+        torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
     return Runtime(device, dist, cache_root())
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def visible_gpus(requested_device: str) -> int:
+    """CUDA devices training would use: 0 with device=cpu or without CUDA."""
+    if requested_device == "cpu" or not torch.cuda.is_available():
+        return 0
+    return torch.cuda.device_count()
+
+
+def resolve_backend(requested: str, device: torch.device) -> str:
+    """The process-group backend: ``auto`` is nccl on CUDA, gloo on the CPU."""
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested == "nccl" and device.type != "cuda":
+        raise ConfigError("launcher.backend=nccl needs CUDA devices but training runs on the CPU; "
+                          "use launcher.backend=auto or gloo")
+    return requested
+
+
+def init_distributed(settings) -> Dist:
+    """Join the process group the environment describes (elastic workers, torchrun/srun ranks).
+
+    Binds this process to its GPU (LOCAL_RANK) first, then ``init_process_group`` with the resolved
+    backend and ``launcher.timeout_s``, so a rank that vanishes fails the others' collectives
+    instead of hanging them. A no-op for one process or when the group exists already.
+    """
+    dist = dist_from_env()
+    if dist.world_size == 1 or torch.distributed.is_initialized():
+        return dist
+    device = resolve_device(settings.device, dist)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = resolve_backend(settings.launcher.backend, device)
+    timeout = timedelta(seconds=settings.launcher.timeout_s)
+    device_id = device if backend == "nccl" else None  # NCCL: bind the communicator to this GPU now
+    torch.distributed.init_process_group(backend, timeout=timeout, device_id=device_id)
+    return dist
+
+
+def broadcast_from_main(value):
+    """Rank 0's ``value`` on every rank (a picklable object); the value itself for one process."""
+    if not torch.distributed.is_initialized():
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group (after a successful job; a failing process just exits)."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def environment(device: Optional[torch.device], world_size: int) -> dict:
