@@ -20,6 +20,7 @@ BASE = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16"
         "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0",
         "train.checkpoint_every=3"]
 TOTAL = 14  # ends mid-epoch 2; half of it (7) is mid-epoch 1
+SLOW = ["model._target_=helpers_models.Slow", "+model.kwargs={sleep_s: 0.15}"]  # time to act mid-run
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +126,8 @@ def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pat
 
 
 def _start(run_dir: Path, extra, code=None) -> subprocess.Popen:
-    """``python -m fastpipe`` (or a driver ``code``) training in one process, in ``run_dir``."""
-    args = BASE + [f"train.max_steps={TOTAL}", "launcher.fresh_process=false", f"hydra.run.dir={run_dir}", *extra]
+    """``python -m fastpipe`` (or a driver ``code``) training in ``run_dir``, stderr piped."""
+    args = BASE + [f"train.max_steps={TOTAL}", f"hydra.run.dir={run_dir}", *extra]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
     command = [sys.executable, "-m", "fastpipe"] if code is None else [sys.executable, "-c", code]
     return subprocess.Popen(command + args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -142,7 +143,7 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> No
 
 def test_sigkill_while_training_then_resume_completes(straight, tmp_path):
     _, reference = straight
-    process = _start(tmp_path, ["model._target_=helpers_models.Slow", "+model.kwargs={sleep_s: 0.15}"])
+    process = _start(tmp_path, ["launcher.fresh_process=false", *SLOW])
     _wait_for(tmp_path / "checkpoints" / "step-00000006.json", process)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
@@ -168,7 +169,7 @@ main()
 
 def test_sigkill_while_writing_a_checkpoint_never_loads_the_partial_one(straight, tmp_path):
     _, reference = straight
-    process = _start(tmp_path, [], code=KILL_IN_WRITE)
+    process = _start(tmp_path, ["launcher.fresh_process=false"], code=KILL_IN_WRITE)
     _wait_for(tmp_path / "writing", process)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
