@@ -80,6 +80,25 @@ class DefaultLoaderConfig:
 
 
 @dataclass
+class DaliLoaderConfig:
+    name: str = "dali"
+    decoder: str = "auto"  # auto = mixed (GPU decode) when training on CUDA, else cpu
+    num_threads: Any = "auto"  # DALI CPU threads per process; auto = this process's share of cores
+    prefetch_queue_depth: int = 2  # batches DALI prepares ahead
+    hw_decoder_load: float = 0.65  # mixed only: share of JPEGs sent to the hardware JPEG decoder
+    jpeg_fancy_upsampling: bool = True  # mixed only: chroma upsampling as libjpeg/PIL do (parity)
+    drop_last: bool = True  # training: constant batch shape
+
+    def __post_init__(self) -> None:
+        _one_of("data.decoder", self.decoder, ("auto", "cpu", "mixed"))
+        _auto_or_int("data.num_threads", self.num_threads, minimum=1)
+        if self.prefetch_queue_depth < 1:
+            raise ConfigError("data.prefetch_queue_depth must be >= 1")
+        if not 0.0 <= self.hw_decoder_load <= 1.0:
+            raise ConfigError(f"data.hw_decoder_load={self.hw_decoder_load} must lie in [0, 1]")
+
+
+@dataclass
 class MmapLoaderConfig:
     name: str = "mmap"
     path: Optional[str] = None  # a pack to read; null = pack the dataset once into the cache
@@ -292,7 +311,7 @@ class Config:
 SCHEMAS = {
     "dataset": {"dataset": DatasetConfig},
     "model": {"model": ModelConfig},
-    "data": {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig},
+    "data": {"default": DefaultLoaderConfig, "dali": DaliLoaderConfig, "mmap": MmapLoaderConfig},
     "precision": {"precision": PrecisionConfig},
     "compile": {"compile": CompileConfig},
     "launcher": {"single": SingleLauncherConfig, "ddp": DdpLauncherConfig},

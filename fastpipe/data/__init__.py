@@ -18,6 +18,9 @@ def build_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: i
     if cfg.name == "default":
         from fastpipe.data.default import build_default_loader
         return build_default_loader(cfg, spec, dist, device, batch_size, seed, train, channels_last)
+    if cfg.name == "dali":
+        from fastpipe.data.dali import build_dali_loader
+        return build_dali_loader(cfg, spec, dist, device, batch_size, seed, train, channels_last)
     if cfg.name == "mmap":
         from fastpipe.data.mmap import build_mmap_loader
         return build_mmap_loader(cfg, spec, dist, device, batch_size, seed, train, channels_last)

@@ -1,0 +1,151 @@
+"""data=dali: NVIDIA DALI pipelines over the dataset's image files.
+
+``fn.readers.file`` reads this rank's shard, the JPEGs are decoded on the GPU (``mixed``: nvJPEG
+and the hardware JPEG engine) when training runs on CUDA, or by DALI's CPU threads otherwise
+(a CPU-only pipeline, ``device_id=None``), resized (or randomly cropped and flipped per
+``dataset.augment``) and normalised by ``fn.crop_mirror_normalize`` with the ImageNet statistics
+every loader uses, and handed to PyTorch by DALI's own ``DALIGenericIterator``.
+"""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import torch
+
+from fastpipe.data.device import MEAN, STD
+from fastpipe.errors import ConfigError, DataError, EnvironmentProblem
+
+READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
+INSTALL_HINT = ('pip install "fastpipe[dali]" (it brings nvidia-dali-cuda130, for CUDA 13 drivers; on a '
+                'CUDA 12 setup install nvidia-dali-cuda120 instead), or choose another loader: data=default')
+
+
+def import_dali() -> SimpleNamespace:
+    """DALI's modules, or an EnvironmentProblem that names the package to install."""
+    try:
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    except ImportError as exc:
+        raise EnvironmentProblem(f"data=dali needs NVIDIA DALI, which cannot be imported here ({exc}); "
+                                 f"install it: {INSTALL_HINT}") from exc
+    return SimpleNamespace(fn=fn, pipeline_def=pipeline_def, types=types,
+                           Iterator=DALIGenericIterator, LastBatchPolicy=LastBatchPolicy)
+
+
+def resolve_decoder(setting: str, device: torch.device) -> str:
+    """``auto`` = ``mixed`` (GPU decode) when training on CUDA, ``cpu`` otherwise."""
+    if setting == "auto":
+        return "mixed" if device.type == "cuda" else "cpu"
+    if setting == "mixed" and device.type != "cuda":
+        raise ConfigError(f"data.decoder=mixed decodes on the GPU, but training runs on {device}; "
+                          "use data.decoder=auto or data.decoder=cpu")
+    return setting
+
+
+def resolve_threads(num_threads, local_world_size: int) -> int:
+    """``auto`` = this process's share of the CPU cores (DALI threads decode; more is better)."""
+    if num_threads != "auto":
+        return int(num_threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, local_world_size))
+
+
+def _graph(dali, files, labels, shard_id, num_shards, train, augment, size, decoder, on_gpu, cfg, layout):
+    """The pipeline body: read -> decode (+ random crop) -> resize -> crop_mirror_normalize."""
+    fn, types = dali.fn, dali.types
+    jpegs, labels = fn.readers.file(
+        files=files, labels=labels, shard_id=shard_id, num_shards=num_shards, name=READER,
+        random_shuffle=train,
+        pad_last_batch=train,  # equal shard lengths: every rank runs the same number of steps
+        stick_to_shard=not train)  # held-out: each rank always reads its own slice, once
+    decode = {"device": decoder, "output_type": types.RGB}
+    if decoder == "mixed":
+        decode.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling)
+    mirror = 0
+    if augment:  # torchvision RandomResizedCrop's defaults; only the crop window is decoded
+        images = fn.decoders.image_random_crop(jpegs, random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3],
+                                               num_attempts=10, **decode)
+        mirror = fn.random.coin_flip(probability=0.5)
+    else:
+        images = fn.decoders.image(jpegs, **decode)
+    # Linear + antialias: the triangle filter PIL's bilinear Resize (data=default) uses.
+    images = fn.resize(images, resize_x=size, resize_y=size, interp_type=types.INTERP_LINEAR, antialias=True)
+    if on_gpu and decoder == "cpu":
+        images = images.gpu()  # uint8 over PCIe (4x fewer bytes than float); normalise there
+    images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout=layout, mirror=mirror,
+                                      mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
+    return images, labels.gpu() if on_gpu else labels
+
+
+class DaliLoader:
+    """DALIGenericIterator -> (float NCHW images, int64 labels) on the training device."""
+
+    def __init__(self, iterator, hwc: bool, description: str) -> None:
+        self.iterator, self.hwc, self.description = iterator, hwc, description
+        self.epoch = 0
+        self._open = False  # an epoch was started and not read to its end
+
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def describe(self) -> str:
+        return self.description
+
+    def set_epoch(self, epoch: int) -> None:
+        """Recorded only: DALI's reader moves to its next shuffle (and shard) at each epoch end."""
+        self.epoch = epoch
+
+    def _drain(self) -> None:
+        # DALI cannot reset mid-epoch; read out the rest (e.g. batches left over by grad_accum).
+        try:
+            while True:
+                next(self.iterator)
+        except StopIteration:
+            pass  # auto_reset: the next epoch is ready
+
+    def __iter__(self):
+        if self._open:
+            self._drain()
+        self._open = True
+        for outputs in self.iterator:
+            images, labels = outputs[0]["images"], outputs[0]["labels"]
+            if labels.numel() == 0:  # PARTIAL: a shorter shard can end on an empty batch
+                continue
+            if self.hwc:  # NHWC memory seen as NCHW: channels_last without a copy
+                images = images.permute(0, 3, 1, 2)
+            yield images, labels.view(-1).long()
+        self._open = False
+
+
+def build_dali_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int, train: bool,
+                      channels_last: bool) -> DaliLoader:
+    """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader."""
+    dali = import_dali()
+    files, labels = (spec.train_files, spec.train_labels) if train else (spec.val_files, spec.val_labels)
+    decoder = resolve_decoder(cfg.decoder, device)
+    on_gpu = device.type == "cuda"
+    threads = resolve_threads(cfg.num_threads, dist.local_world_size)
+    shard = len(files) // dist.world_size  # the smallest shard
+    if not train:  # PARTIAL: the last batch is short; each held-out sample is counted exactly once
+        policy = dali.LastBatchPolicy.PARTIAL
+        batch_size = max(1, min(batch_size, -(-len(files) // dist.world_size)))
+    else:
+        policy = dali.LastBatchPolicy.DROP if cfg.drop_last else dali.LastBatchPolicy.PARTIAL
+        if cfg.drop_last and shard < batch_size:
+            raise DataError(f"{len(files)} training images give no full batch of {batch_size} per process "
+                            f"over {dist.world_size} process(es); lower train.batch_size or set data.drop_last=false")
+    layout = "HWC" if channels_last else "CHW"
+    pipe = dali.pipeline_def(_graph)(
+        dali, [str(f) for f in files], [int(x) for x in labels], dist.rank, dist.world_size, train,
+        spec.augment and train, spec.image_size, decoder, on_gpu, cfg, layout,
+        batch_size=batch_size, num_threads=threads, device_id=(device.index or 0) if on_gpu else None,
+        seed=(seed + dist.rank) % 2**31,  # each rank its own augmentation stream
+        prefetch_queue_depth=cfg.prefetch_queue_depth)
+    iterator = dali.Iterator([pipe], ["images", "labels"], reader_name=READER, last_batch_policy=policy,
+                             auto_reset=True)
+    where = "GPU (mixed: nvJPEG + HW decoder)" if decoder == "mixed" else "CPU"
+    description = (f"dali  decode={decoder} on {where}  num_threads={threads}  "
+                   f"prefetch_queue_depth={cfg.prefetch_queue_depth}  shard={dist.rank}/{dist.world_size}  "
+                   f"last_batch={policy.name}" + (f"  hw_decoder_load={cfg.hw_decoder_load}" if decoder == "mixed" else ""))
+    return DaliLoader(iterator, channels_last, description)
