@@ -83,8 +83,8 @@ class PackBatches:
     """Host side: this rank's batches of (uint8 N x C x H x W, int64 labels), read ahead by threads."""
 
     def __init__(self, pack: PackReader, indices: np.ndarray, batch_size: int, dist, seed: int, train: bool,
-                 drop_last: bool, threads: int, prefetch: int, pin: bool) -> None:
-        self.pack, self.indices, self.batch_size, self.dist = pack, indices, batch_size, dist
+                 drop_last: bool, threads: int, prefetch: int, pin: bool, device: torch.device) -> None:
+        self.pack, self.indices, self.batch_size, self.dist, self.device = pack, indices, batch_size, dist, device
         self.seed, self.train, self.drop_last = seed, train, drop_last
         self.threads, self.prefetch, self.pin = threads, prefetch, pin
         self.epoch, self._skip = 0, 0
@@ -126,7 +126,10 @@ class PackBatches:
     def __iter__(self):
         batches = iter(self.epoch_batches()[self._skip:])
         self._skip = 0
-        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastpipe-mmap")
+        # Pinning in a fresh thread would touch the current device, GPU 0, unless told this rank's GPU.
+        bind = dict(initializer=torch.cuda.set_device, initargs=(self.device,)) \
+            if self.pin and self.device.type == "cuda" else {}
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastpipe-mmap", **bind)
         pending = deque(pool.submit(self.read, idx) for idx in islice(batches, self.prefetch))
         try:
             while pending:
@@ -204,7 +207,7 @@ def build_mmap_loader(cfg, spec, dist, device: torch.device, batch_size: int, se
     threads = min(4, resolve_workers(cfg.num_threads, dist.local_world_size)) if cfg.num_threads == "auto" \
         else cfg.num_threads
     host = PackBatches(reader, reader.indices(TRAIN if train else VAL), batch_size, dist, seed, train,
-                       cfg.drop_last and train, threads, cfg.prefetch, pin)
+                       cfg.drop_last and train, threads, cfg.prefetch, pin, device)
     if train and len(host) == 0:
         raise DataError(f"{len(host.indices)} training images give no full batch of {batch_size} per process; "
                         "lower train.batch_size or set data.drop_last=false")
