@@ -1,6 +1,7 @@
 """One training job inside a worker process: runtime -> graph -> loop -> metrics and files."""
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def run_training(settings, run_dir: Path) -> dict:
         oom = _out_of_memory(settings, exc) if isinstance(exc, torch.OutOfMemoryError) else None
         failure = oom or exc  # out of memory is a setting to change, not a crash: name the fixes
         metrics["status"] = "failed"
-        metrics["reason"] = str(failure) if isinstance(failure, FastpipeError) else _short(failure)
+        metrics["reason"] = _fixable(failure) if isinstance(failure, FastpipeError) else _short(failure)
         metrics.update(getattr(failure, "metrics", None) or {})  # e.g. status=preempted, steps so far
         if not isinstance(failure, FastpipeError):
             metrics["traceback"] = traceback.format_exc()
@@ -72,6 +73,14 @@ def run_training(settings, run_dir: Path) -> dict:
     if dist.is_main:
         print(format_summary(metrics), flush=True)
     return metrics
+
+
+def _fixable(exc: FastpipeError) -> str:
+    """The message; raised in a DataLoader worker, the original one (the last line of the wrapper's)."""
+    text = str(exc)
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        text = re.sub(r"^[\w.]+: ", "", text.strip().splitlines()[-1])  # drop "fastpipe.errors.DataError: "
+    return text
 
 
 def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:

@@ -1,4 +1,4 @@
-"""Models for tests, named by ``model._target_=helpers_models.X`` (tests/ is on the import path).
+"""Models for tests, named by ``model._target_=fault_models.X`` (tests/ is on the import path).
 
 Each wraps the built-in TinyCNN and misbehaves on purpose: a NaN loss after some steps, a slow
 step (so a test can signal or kill a process mid-training), an out-of-memory error.
