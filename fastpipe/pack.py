@@ -73,7 +73,8 @@ def pack_spec(spec, out, shape: Tuple[int, int], threads: int = 1, progress: boo
     decoded = _ordered_map(lambda i: images[i][0].permute(1, 2, 0).numpy(), range(len(files)), threads)
     if progress:
         from tqdm import tqdm
-        decoded = tqdm(decoded, total=len(files), desc=f"packing {Path(out).name}", unit="img")
+        decoded = tqdm(decoded, total=len(files), desc=f"packing {Path(out).name}", unit="img",
+                       disable=None)  # None: no bar when stderr is not a terminal (logs, tests)
     with PackWriter(out, shape[0], shape[1], spec.classes, labels, split, meta, chunk_images) as writer:
         for image in decoded:
             writer.write(image)
@@ -93,8 +94,9 @@ def cache_key(spec, shape: Tuple[int, int], chunk_images: int) -> str:
 
 
 def ensure_cached_pack(spec, cache_root: Path, shape: Tuple[int, int], threads: int = 1, progress: bool = False,
-                       chunk_images: int = DEFAULT_CHUNK_IMAGES) -> Tuple[Path, bool]:
-    """The cached pack of ``spec`` at ``shape`` under ``cache_root/packs``: (path, whether built now).
+                       chunk_images: int = DEFAULT_CHUNK_IMAGES) -> Tuple[Path, str]:
+    """The cached pack of ``spec`` at ``shape`` under ``cache_root/packs``: (path, how it was found:
+    "reused", "packed now", or "packed by another process" that held the lock).
 
     A file lock lets one process (e.g. one DDP rank) pack while the others wait, then reuse it.
     """
@@ -103,13 +105,13 @@ def ensure_cached_pack(spec, cache_root: Path, shape: Tuple[int, int], threads: 
     folder = Path(cache_root) / "packs"
     path = folder / f"{spec.name}-{shape[0]}x{shape[1]}-{cache_key(spec, shape, chunk_images)}.fppack"
     if path.is_file():
-        return path, False
+        return path, "reused"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if path.is_file():  # another process packed it while this one waited
-            return path, False
-        return pack_spec(spec, path, shape, threads, progress, chunk_images), True
+            return path, "packed by another process"
+        return pack_spec(spec, path, shape, threads, progress, chunk_images), "packed now"
 
 
 def resolve_source(src: str, overrides: list, cache_root: Path, progress: bool):

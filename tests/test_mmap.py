@@ -147,6 +147,31 @@ def test_cache_is_packed_once_and_keyed_by_the_pack_settings(tmp_path, monkeypat
     assert len(list((tmp_path / "packs").glob("*.fppack"))) == 2
 
 
+def test_one_process_packs_while_the_others_wait_for_it(tmp_path, monkeypatch):
+    import fcntl
+    import threading
+
+    from fastpipe.pack import ensure_cached_pack, pack_spec
+
+    monkeypatch.setenv("FASTPIPE_CACHE", str(tmp_path))
+    spec = resolve_dataset(make_settings(TINY_MMAP).dataset, cache_root())
+    path, how = ensure_cached_pack(spec, tmp_path / "a", (16, 16))
+    assert how == "packed now" and ensure_cached_pack(spec, tmp_path / "a", (16, 16)) == (path, "reused")
+    target = tmp_path / "b" / "packs" / path.name
+    target.parent.mkdir(parents=True)
+    real_flock, waiting = fcntl.flock, threading.Event()
+    with open(target.parent / f".{path.name}.lock", "w") as lock:  # "another rank" holds the lock
+        real_flock(lock, fcntl.LOCK_EX)
+        monkeypatch.setattr(fcntl, "flock", lambda f, op: (waiting.set(), real_flock(f, op))[1])
+        result = []
+        waiter = threading.Thread(target=lambda: result.append(ensure_cached_pack(spec, tmp_path / "b", (16, 16))))
+        waiter.start()
+        assert waiting.wait(30)  # the waiter found no pack and now blocks on the lock
+        pack_spec(spec, target, (16, 16))
+    waiter.join(30)
+    assert result == [(target, "packed by another process")]
+
+
 def test_held_out_batches_equal_data_default_and_augment_changes_shapes_per_epoch():
     mm, ref = build(train=False), build(["data.num_workers=0", *TINY_MMAP[1:]], train=False, data="default")
     (a, la), (b, lb) = next(iter(mm)), next(iter(ref))

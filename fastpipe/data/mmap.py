@@ -181,8 +181,8 @@ def resolve_pack(cfg, spec, dist):
     else:
         shape = stored_shape(cfg.stored_size, spec.image_size, spec.augment)
         threads = resolve_workers(cfg.pack_threads, dist.local_world_size)
-        path, built = ensure_cached_pack(spec, cache_root(), shape, threads, progress=dist.is_main)
-        reader, how = open_pack(path, cfg.verify), "cache, packed now" if built else "cache, reused"
+        path, how = ensure_cached_pack(spec, cache_root(), shape, threads, progress=dist.is_main)
+        reader, how = open_pack(path, cfg.verify), f"cache, {how}"
     counts = (len(reader.indices(TRAIN)), len(reader.indices(VAL)))
     if reader.classes != spec.classes or counts != (len(spec.train_files), len(spec.val_files)):
         raise DataError(f"pack {reader.path} holds {counts[0]} train / {counts[1]} val images of classes "

@@ -227,7 +227,7 @@ class PackReader:
         chunks = range(self.num_chunks)
         if progress:
             from tqdm import tqdm
-            chunks = tqdm(chunks, desc=f"verifying {self.path.name}", unit="chunk", leave=False)
+            chunks = tqdm(chunks, desc=f"verifying {self.path.name}", unit="chunk", leave=False, disable=None)
         return [c for c in chunks
                 if zlib.crc32(self._map[self.chunk_range(c).start:self.chunk_range(c).stop]) != self.checksums[c]]
 
