@@ -44,7 +44,10 @@ def test_world_size_scales_throughput(monkeypatch):
         meter.after_fetch(meter.before_fetch())
         clock.now += 1.0
         meter.after_step(samples=10)
-    assert meter.summary()["throughput"] == pytest.approx(20.0)
+    assert meter.last_window_scalars()["train/throughput"] == pytest.approx(20.0)  # per-window estimate
+    summary = meter.summary()
+    assert summary["throughput"] == pytest.approx(10.0)  # this rank's own rate...
+    assert measure.combine_ranks([summary, summary])["throughput"] == pytest.approx(20.0)  # ...summed by the job
 
 
 def test_too_short_run_reports_no_throughput():
