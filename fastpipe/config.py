@@ -108,7 +108,7 @@ class MmapLoaderConfig:
     pin_memory: Any = "auto"  # auto = on when training on CUDA
     drop_last: bool = True  # training: constant batch shape
     verify: bool = True  # check every chunk checksum when the pack is opened
-    pack_threads: Any = "auto"  # decoding threads when packing the cache; auto = cores/process
+    pack_threads: Any = "auto"  # threads packing the cache and verifying checksums; auto = cores/process
 
     def __post_init__(self) -> None:
         size = self.stored_size

@@ -151,7 +151,8 @@ def _parse(argv: Optional[list]) -> argparse.Namespace:
     p.add_argument("--size", type=int, nargs="+", metavar="N",
                    help="stored size: N (square) or HEIGHT WIDTH; default: dataset.image_size, 8/7 of it "
                         "with dataset.augment=true (the same rule as data=mmap's cache)")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="decoding threads (default: CPU cores)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="decoding (or --verify checksum) threads (default: CPU cores)")
     p.add_argument("--chunk-images", type=int, default=DEFAULT_CHUNK_IMAGES, help="images per checksum chunk")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -163,7 +164,7 @@ def main(argv: Optional[list] = None) -> int:
     try:
         if args.verify:
             reader = PackReader(args.verify)
-            reader.verify(progress=not args.no_progress)
+            reader.verify(progress=not args.no_progress, threads=args.threads)
             print(f"ok  {reader.describe()}")
             return 0
         if not args.src or not args.out:

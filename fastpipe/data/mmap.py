@@ -152,20 +152,20 @@ class MmapLoader(DeviceLoader):
 
 
 @lru_cache(maxsize=8)
-def _open(path: str, verify: bool, stamp: tuple) -> PackReader:
+def _open(path: str, verify: bool, threads: int, stamp: tuple) -> PackReader:
     reader = PackReader(path)
     if verify:
-        reader.verify()
+        reader.verify(threads=threads)
     return reader
 
 
-def open_pack(path, verify: bool) -> PackReader:
-    """Open (and verify) a pack once per process: the train and eval loaders share it."""
+def open_pack(path, verify: bool, threads: int = 1) -> PackReader:
+    """Open (and verify, over ``threads``) a pack once per process: the train and eval loaders share it."""
     try:
         st = Path(path).stat()
     except FileNotFoundError:
         return PackReader(path)  # raises its DataError naming the file
-    return _open(str(path), verify, (st.st_ino, st.st_size, st.st_mtime_ns))
+    return _open(str(path), verify, threads, (st.st_ino, st.st_size, st.st_mtime_ns))
 
 
 def resolve_pack(cfg, spec, dist):
@@ -173,16 +173,16 @@ def resolve_pack(cfg, spec, dist):
     from fastpipe.pack import ensure_cached_pack, stored_shape
     from fastpipe.runtime import cache_root
 
+    threads = resolve_workers(cfg.pack_threads, dist.local_world_size)
     if cfg.path:
-        reader, how = open_pack(Path(cfg.path).expanduser(), cfg.verify), "given"
+        reader, how = open_pack(Path(cfg.path).expanduser(), cfg.verify, threads), "given"
         if cfg.stored_size is not None and stored_shape(cfg.stored_size, 0, False) != reader.shape[:2]:
             raise ConfigError(f"data.stored_size={cfg.stored_size} but the pack {reader.path} stores "
                               f"{reader.height}x{reader.width}; drop data.stored_size (it sizes the cache)")
     else:
         shape = stored_shape(cfg.stored_size, spec.image_size, spec.augment)
-        threads = resolve_workers(cfg.pack_threads, dist.local_world_size)
         path, how = ensure_cached_pack(spec, cache_root(), shape, threads, progress=dist.is_main)
-        reader, how = open_pack(path, cfg.verify), f"cache, {how}"
+        reader, how = open_pack(path, cfg.verify, threads), f"cache, {how}"
     counts = (len(reader.indices(TRAIN)), len(reader.indices(VAL)))
     if reader.classes != spec.classes or counts != (len(spec.train_files), len(spec.val_files)):
         raise DataError(f"pack {reader.path} holds {counts[0]} train / {counts[1]} val images of classes "
