@@ -180,3 +180,23 @@ def test_sigkill_while_writing_a_checkpoint_never_loads_the_partial_one(straight
     assert any("step-00000003.pt at step 3" in w for w in resumed["warnings"])
     assert not list(folder.glob(".step-*"))  # the interrupted write was cleaned up
     assert_same_run(resumed, reference)
+
+
+@pytest.mark.slow
+def test_ddp_resume_continues_on_every_rank(tmp_path):
+    """launcher=ddp, 2 CPU processes (gloo): stop at step 7, resume to 14 from rank 0's checkpoint."""
+    from conftest import make_settings
+    from fastpipe.launcher import launch
+
+    ddp = BASE + ["launcher=ddp", "launcher.nproc_per_node=2", "train.batch_size=8"]  # 9 steps/epoch/rank
+    first = launch(make_settings(ddp + ["train.max_steps=7"]), tmp_path)
+    assert first["status"] == "ok" and first["steps"] == 7 and first["env"]["world_size"] == 2
+    state = torch.load(tmp_path / "checkpoints" / "step-00000007.pt", weights_only=True)
+    assert len(state["rng"]) == 2 and state["meta"]["world_size"] == 2  # every rank's RNG states
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
+    resumed = launch(make_settings(ddp + [f"train.max_steps={TOTAL}", "train.resume=auto"]), tmp_path)
+    assert resumed["status"] == "ok" and resumed["steps"] == TOTAL and resumed["env"]["world_size"] == 2
+    assert any("resuming from" in w and "at step 7 (epoch 1, step 7 of 9)" in w for w in resumed["warnings"])
+    assert resumed["accuracy"] is not None and resumed["nonfinite_steps"] == 0
+    final = torch.load(tmp_path / "checkpoints" / "step-00000014.pt", weights_only=True)
+    assert final["position"]["step"] == TOTAL and final["position"]["epoch"] == 1
