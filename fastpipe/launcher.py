@@ -95,7 +95,10 @@ def elastic_config(cfg, nproc: int):
     rdzv_configs = {"timeout": cfg.timeout_s}
     if cfg.rdzv_backend == "static":
         rdzv_configs["rank"] = cfg.node_rank
-    return LaunchConfig(
+    # The agent passes these on to every worker; SIGUSR1 too (Slurm's warning): the ranks checkpoint.
+    extra = ({"signals_to_handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"}
+             if "signals_to_handle" in LaunchConfig.__dataclass_fields__ else {})  # torch >= 2.7
+    return LaunchConfig(**extra,
         min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=nproc,
         # One node: a private rendezvous on a free port (torchrun --standalone), so concurrent jobs
         # never meet; several nodes: the shared endpoint and id every node was given.
@@ -156,6 +159,7 @@ def _failed(run_dir: Path, settings, reason: str, trace: Optional[str], world_si
 
 def _launch_ddp(settings, run_dir: Path) -> dict:
     """launcher=ddp from a plain process: one elastic launch of fresh workers for this job."""
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
@@ -168,8 +172,16 @@ def _launch_ddp(settings, run_dir: Path) -> dict:
     world = nproc * cfg.nnodes
     try:
         elastic_launch(elastic_config(cfg, nproc), _ddp_worker)(settings, str(run_dir))
-    except ChildFailedError as exc:
-        return _failed(run_dir, settings, *failure_reason(exc.failures, world), world)
+    except (ChildFailedError, SignalException) as exc:
+        recorded = read_metrics(run_dir)
+        if recorded is not None and recorded.get("status") == "preempted":  # a stop signal: rank 0 checkpointed
+            return recorded
+        if isinstance(exc, ChildFailedError):
+            return _failed(run_dir, settings, *failure_reason(exc.failures, world), world)
+        if exc.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from exc  # Ctrl-C ends a sweep, as it does with launcher=single
+        return _failed(run_dir, settings, f"launcher=ddp stopped by {exc.sigval.name} before the ranks "
+                       "checkpointed", None, world)
     except RendezvousError as exc:
         return _failed(run_dir, settings, f"launcher=ddp: rendezvous at {cfg.rdzv_endpoint or 'localhost'} failed "
                        f"within launcher.timeout_s={cfg.timeout_s}: {type(exc).__name__}: {exc}", None, world)
