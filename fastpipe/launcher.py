@@ -123,26 +123,32 @@ def _failure_text(failure) -> str:
     return first or exit_reason(failure.exitcode)
 
 
+def _peer_lost(text: str) -> bool:
+    return any(m.lower() in text.lower() for m in PEER_LOST)
+
+
 def root_failure(failures: dict) -> tuple:
     """(rank, failure) most likely to have caused the rest: an exception before a killed process,
     both before a lost-peer error (a rank's death breaks its peers' collectives), then the earliest."""
     def order(item):
         rank, failure = item
-        text = _failure_text(failure).lower()
-        kind = 2 if any(m.lower() in text for m in PEER_LOST) else 0 if os.path.isfile(failure.error_file) else 1
+        kind = 2 if _peer_lost(_failure_text(failure)) else 0 if os.path.isfile(failure.error_file) else 1
         return kind, failure.timestamp, rank
 
     return min(failures.items(), key=order)
 
 
-def failure_reason(failures: dict, world_size: int) -> tuple:
+def failure_reason(failures: dict, world_size: int, timeout_s: Optional[int] = None) -> tuple:
     """``(reason, traceback or None)`` for a ChildFailedError's ``failures`` ({rank: ProcessFailure})."""
     rank, failure = root_failure(failures)
+    text = _failure_text(failure)
+    if timeout_s and _peer_lost(text):  # only symptoms: a peer hung (or died without a trace)
+        text += f" [a peer rank stopped answering: hung or dead; launcher.timeout_s={timeout_s}]"
     others = sorted(r for r in failures if r != rank)
     also = f" (also failed: rank {', '.join(map(str, others))})" if others else ""
     data = failure.error_file_data.get("message") if isinstance(failure.error_file_data, dict) else None
     trace = data.get("extraInfo", {}).get("py_callstack") if isinstance(data, dict) else None
-    return f"rank {rank} of {world_size} failed: {_failure_text(failure)}{also}", trace
+    return f"rank {rank} of {world_size} failed: {text}{also}", trace
 
 
 def _failed(run_dir: Path, settings, reason: str, trace: Optional[str], world_size: int) -> dict:
@@ -177,7 +183,7 @@ def _launch_ddp(settings, run_dir: Path) -> dict:
         if recorded is not None and recorded.get("status") == "preempted":  # a stop signal: rank 0 checkpointed
             return recorded
         if isinstance(exc, ChildFailedError):
-            return _failed(run_dir, settings, *failure_reason(exc.failures, world), world)
+            return _failed(run_dir, settings, *failure_reason(exc.failures, world, cfg.timeout_s), world)
         if exc.sigval == signal.SIGINT:
             raise KeyboardInterrupt from exc  # Ctrl-C ends a sweep, as it does with launcher=single
         return _failed(run_dir, settings, f"launcher=ddp stopped by {exc.sigval.name} before the ranks "

@@ -6,6 +6,7 @@ other ranks wait in a collective: what a crashed GPU or a bug on one node looks 
 from __future__ import annotations
 
 import os
+import time
 
 from fastpipe.models import TinyCNN
 
@@ -24,5 +25,8 @@ class CrashOnRank(TinyCNN):
         if self.crashes and self.training and self.calls == self.at_call:
             if self.how == "exit":  # a hard crash: no exception, no error file (like a segfault)
                 os._exit(3)
+            if self.how == "hang":  # alive but stuck: the others wait in a collective until the timeout
+                while True:
+                    time.sleep(1)
             raise RuntimeError(f"injected failure on rank {os.environ.get('RANK')}")
         return super().forward(x)

@@ -223,6 +223,14 @@ def test_failure_reason_names_the_root_cause_rank(tmp_path):
     assert "ValueError: bad batch" in trace
 
 
+def test_failure_reason_when_a_peer_hung(tmp_path):
+    # A hung rank fails nothing itself: its peers time out in a collective. Say so.
+    timeout = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms for recv"
+    reason, _ = failure_reason({0: _failure(tmp_path, 0, 1, timeout)}, 2, timeout_s=15)
+    assert reason.startswith("rank 0 of 2 failed: RuntimeError: [gloo")
+    assert reason.endswith("[a peer rank stopped answering: hung or dead; launcher.timeout_s=15]")
+
+
 def test_failure_reason_for_a_killed_rank(tmp_path):
     reason, trace = failure_reason({3: _failure(tmp_path, 3, -9)}, 4)
     assert reason.startswith("rank 3 of 4 failed: training process killed by SIGKILL") and trace is None
