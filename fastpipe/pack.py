@@ -142,8 +142,9 @@ def resolve_source(src: str, overrides: list, cache_root: Path, progress: bool):
 
 
 def _parse(argv: Optional[list]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fastpipe.pack", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    doc = __doc__.replace("``", "").split("\n\n")
+    p = argparse.ArgumentParser(prog="python -m fastpipe.pack", description=doc[0].split(": ", 1)[1],
+                                epilog="\n\n".join(doc[1:3]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src", nargs="?", help="ImageFolder path, or a built-in dataset name (shapes)")
     p.add_argument("out", nargs="?", help="the pack file to write (written atomically)")
     p.add_argument("overrides", nargs="*", help="dataset.KEY=VALUE settings (as on fastpipe's command line)")
