@@ -57,8 +57,10 @@ def _graph(dali, files, labels, shard_id, num_shards, train, augment, size, deco
     jpegs, labels = fn.readers.file(
         files=files, labels=labels, shard_id=shard_id, num_shards=num_shards, name=READER,
         random_shuffle=train,
-        pad_last_batch=train,  # equal shard lengths: every rank runs the same number of steps
-        stick_to_shard=not train)  # held-out: each rank always reads its own slice, once
+        # Shards padded to whole batches: every rank runs the same number of steps, and each epoch
+        # starts at its shard's start (PARTIAL then cuts the padding off the held-out split).
+        pad_last_batch=True,
+        stick_to_shard=not train)  # held-out: each rank always reads its own slice
     decode = {"device": decoder, "output_type": types.RGB}
     if decoder == "mixed":
         decode.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling)

@@ -1,0 +1,158 @@
+"""data=dali on CPU-only DALI pipelines: training, batch format, sharding, and the clear errors."""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, make_settings, run_in_process
+from fastpipe.config import DaliLoaderConfig, DatasetConfig
+from fastpipe.data import build_loader
+from fastpipe.data.datasets import resolve_dataset
+from fastpipe.data.device import MEAN, STD
+from fastpipe.errors import ConfigError, EnvironmentProblem
+from fastpipe.runtime import Dist, cache_root
+
+CPU = torch.device("cpu")
+CFG = DaliLoaderConfig(num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def spec():
+    """120 shapes of 40x30 pixels (so resizing to 24x24 really happens)."""
+    cfg = DatasetConfig(name="shapes", image_size=24, num_images=120, source_size=[40, 30])
+    return resolve_dataset(cfg, cache_root())
+
+
+def indexed(spec, augment=False):
+    """The same files, each labelled with its own index: a batch says which samples it holds."""
+    n_train, n_val = len(spec.train_files), len(spec.val_files)
+    return dataclasses.replace(spec, augment=augment, classes=[str(i) for i in range(n_train + n_val)],
+                               train_labels=list(range(n_train)), val_labels=list(range(n_val)))
+
+
+def loader(spec, train, batch=8, dist=Dist(), channels_last=False, cfg=CFG):
+    return build_loader(cfg, spec, dist, CPU, batch, 0, train=train, channels_last=channels_last)
+
+
+def test_dali_cpu_training_reaches_the_default_loader_band(tmp_path):
+    """The README's default run (shapes, tiny_cnn, 3 epochs, seed 0): data=default ends at 93.5 %
+    held-out accuracy here (93.7 % with data=dali); the band asserted is >= 85 %."""
+    m = run_in_process(tmp_path, ["data=dali", "data.num_threads=1", "runtime.progress=false"])
+    assert m["status"] == "ok" and m["choices"]["data"] == "dali"
+    assert m["accuracy"] >= 0.85 and m["final_loss"] < 0.5
+    assert 0.0 <= m["data_wait_frac"] < 1.0 and m["throughput"] > 0
+    assert "data=dali  decode=cpu on CPU" in (tmp_path / "graph.txt").read_text()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_augment_off_batches_are_normalised_nchw_and_repeatable(spec, channels_last):
+    dl = loader(indexed(spec), train=True, channels_last=channels_last)
+    assert len(dl) == len(spec.train_files) // 8 and "dali  decode=cpu" in dl.describe()
+    epochs = []
+    for epoch in range(2):
+        dl.set_epoch(epoch)
+        batches = list(dl)
+        assert len(batches) == len(dl)
+        epochs.append({int(i): img for x, y in batches for i, img in zip(y, x)})
+    images, labels = batches[0]
+    assert images.shape == (8, 3, 24, 24) and images.dtype == torch.float32 and images.device == CPU
+    assert labels.shape == (8,) and labels.dtype == torch.int64
+    assert images.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    low = min((0 - m) / s for m, s in zip(MEAN, STD))
+    high = max((1 - m) / s for m, s in zip(MEAN, STD))
+    assert low - 1e-4 <= float(images.min()) and float(images.max()) <= high + 1e-4
+    assert list(epochs[0]) != list(epochs[1]), "training order is reshuffled each epoch"
+    common = set(epochs[0]) & set(epochs[1])
+    assert all(torch.equal(epochs[0][i], epochs[1][i]) for i in common), "no augmentation: same pixels"
+
+
+def test_augment_on_crops_and_flips_differently_each_epoch(spec):
+    dl = loader(indexed(spec, augment=True), train=True)
+    seen = []
+    for epoch in range(2):
+        dl.set_epoch(epoch)
+        seen.append({int(i): img for x, y in dl for i, img in zip(y, x)})
+        assert all(img.shape == (3, 24, 24) and img.dtype == torch.float32 for img in seen[-1].values())
+    common = set(seen[0]) & set(seen[1])
+    differ = sum(not torch.allclose(seen[0][i], seen[1][i]) for i in common)
+    assert differ >= 0.9 * len(common), "random-resized-crop + flip give new pixels each epoch"
+
+
+def test_held_out_split_is_read_exactly_once_over_ranks(spec):
+    s = indexed(spec)
+    world = 3  # 27 held-out images do not split evenly into batches of 4
+    got = []
+    for rank in range(world):
+        dl = loader(s, train=False, batch=4, dist=Dist(rank, world, rank, world))
+        first, second = ([int(i) for _, y in dl for i in y] for _ in range(2))
+        assert first == second  # every epoch: the same shard, in file order
+        got += first
+    assert sorted(got) == list(range(len(s.val_files)))
+
+
+def test_training_shards_are_disjoint_and_equally_long(spec):
+    s, world = indexed(spec), 2
+    loaders = [loader(s, train=True, batch=8, dist=Dist(r, world, r, world)) for r in range(world)]
+    assert len({len(dl) for dl in loaders}) == 1  # DDP: every rank runs the same number of steps
+    per_rank = [[int(i) for _, y in dl for i in y] for dl in loaders]
+    assert all(len(p) == len(loaders[0]) * 8 for p in per_rank)
+    assert not set(per_rank[0]) & set(per_rank[1]) and len(set(per_rank[0])) == len(per_rank[0])
+
+
+def test_abandoned_epoch_is_finished_before_the_next(spec):
+    dl = loader(indexed(spec), train=True)
+    it = iter(dl)
+    next(it)  # the loop stops early when grad_accum leaves batches over
+    assert len(list(dl)) == len(dl)
+
+
+def test_missing_dali_names_the_extra(spec, monkeypatch, tmp_path):
+    real_import = builtins.__import__
+
+    def no_dali(name, *args, **kwargs):
+        if name.startswith("nvidia.dali"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    for mod in [m for m in sys.modules if m.startswith("nvidia.dali")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setattr(builtins, "__import__", no_dali)
+    with pytest.raises(EnvironmentProblem) as exc:
+        loader(spec, train=True)
+    message = str(exc.value)
+    assert 'pip install "fastpipe[dali]"' in message and "nvidia-dali-cuda130" in message
+    assert "nvidia-dali-cuda120" in message and "data=default" in message
+    with pytest.raises(EnvironmentProblem):  # a whole run: failed metrics.json with the same reason
+        run_in_process(tmp_path, ["data=dali", "dataset.num_images=120", "runtime.progress=false"])
+    assert 'pip install "fastpipe[dali]"' in json.loads((tmp_path / "metrics.json").read_text())["reason"]
+
+
+def test_synthetic_dataset_and_gpu_decoder_on_cpu_are_clear_errors(spec):
+    from fastpipe import graph
+    from fastpipe.runtime import setup_runtime
+
+    settings = make_settings(["data=dali", "dataset=synthetic", "dataset.num_images=64"])
+    with pytest.raises(ConfigError, match="dataset=synthetic is generated on the device .* data=dali"):
+        graph.build(settings, setup_runtime(settings), warnings=[])
+    with pytest.raises(ConfigError, match="data.decoder=mixed decodes on the GPU, but training runs on cpu"):
+        loader(spec, train=True, cfg=DaliLoaderConfig(decoder="mixed"))
+
+
+@pytest.mark.slow
+def test_loader_benchmark_smoke(tmp_path):
+    """benchmarks/loaders.py --smoke: all three loaders, tiny, on the CPU; the table has a row each."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "loaders.py"), "--out", str(tmp_path),
+                           "--smoke"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (tmp_path / "loaders.md").read_text()
+    for name in ("default", "mmap", "dali"):
+        row = next(line for line in table.splitlines() if line.startswith(f"| {name} "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[-1] == "ok" and float(cells[1].replace(",", "")) > 0, row
+    assert "| loader | img/s | data-wait % | warm-up s | status |" in table
