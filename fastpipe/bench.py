@@ -46,7 +46,8 @@ def run_bench(size: Optional[int] = None, copy_mb: Optional[int] = None, repeats
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
         seconds = statistics.median(_times(lambda: torch.mm(a, b), repeats, device))
-        tf32 = "  (TF32 on)" if dtype is torch.float32 and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32 else ""
+        tf32_on = dtype is torch.float32 and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+        tf32 = "  (TF32 on)" if tf32_on else ""
         results.append({"label": f"{where} matmul {n}x{n} {name}{tf32}", "value": 2 * n**3 / seconds / 1e12,
                         "unit": "TFLOP/s", "median_s": seconds})
         del a, b

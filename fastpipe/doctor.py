@@ -177,14 +177,17 @@ def format_report(r: dict) -> str:
     rows += [(f"GPU {g['index']}", f"{g['name']}  {g['memory_gb']} GiB  sm_{g['capability'].replace('.', '')}")
              for g in r["gpus"]]
     n, d, c = r["nccl"], r["dali"], r["compile"]
-    rows += [("NCCL", f"{'yes ' + str(n['version'] or '') if n['available'] else 'no'}   gloo {'yes' if n['gloo'] else 'no'}"),
+    nccl_text = f"yes {n['version'] or ''}" if n["available"] else "no"
+    rows += [("NCCL", f"{nccl_text}   gloo {'yes' if n['gloo'] else 'no'}"),
              ("DALI", d["version"] or ("import fails" if d["installed"] else "not installed")),
              ("Hydra", r["hydra"]), ("OmegaConf", r["omegaconf"]),
              ("TF32", f"matmul {r['tf32']['matmul']}  cudnn {r['tf32']['cudnn']}  "
                       f"float32_matmul_precision={r['tf32']['float32_matmul_precision']}"),
-             ("compile", f"{'ok' if c['ok'] else 'FAILED'}  backend={c['backend']} on {c['device']} in {c['seconds']} s")]
+             ("compile", f"{'ok' if c['ok'] else 'FAILED'}  backend={c['backend']} on {c['device']} "
+                         f"in {c['seconds']} s")]
     lines = ["fastpipe doctor"] + [f"  {k:<12} {v}" for k, v in rows]
-    lines += [f"  {'bench':<12} {b['label']}: {b['value']:.4g} {b['unit']}" for b in r.get("bench", {}).get("results", [])]
+    for b in r.get("bench", {}).get("results", []):
+        lines.append(f"  {'bench':<12} {b['label']}: {b['value']:.4g} {b['unit']}")
     lines += [f"  problem      {p}" for p in r["problems"]] + [f"  note         {n}" for n in r["notes"]]
     lines.append("  status       " + ("ok" if r["ok"] else "BROKEN (see problems)"))
     return "\n".join(lines)
