@@ -144,15 +144,32 @@ def test_synthetic_dataset_and_gpu_decoder_on_cpu_are_clear_errors(spec):
         loader(spec, train=True, cfg=DaliLoaderConfig(decoder="mixed"))
 
 
+def _bench(tmp_path, *args):
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "loaders.py"), "--out", str(tmp_path),
+                           "--smoke", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def _rows(tmp_path) -> dict:
+    table = (tmp_path / "loaders.md").read_text()
+    assert "| loader | img/s | data-wait % | warm-up s | status |" in table
+    return {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
+                              for line in table.splitlines() if line.startswith("| ") and "---" not in line)}
+
+
 @pytest.mark.slow
 def test_loader_benchmark_smoke(tmp_path):
     """benchmarks/loaders.py --smoke: all three loaders, tiny, on the CPU; the table has a row each."""
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "loaders.py"), "--out", str(tmp_path),
-                           "--smoke"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = _bench(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    table = (tmp_path / "loaders.md").read_text()
+    rows = _rows(tmp_path)
     for name in ("default", "mmap", "dali"):
-        row = next(line for line in table.splitlines() if line.startswith(f"| {name} "))
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[-1] == "ok" and float(cells[1].replace(",", "")) > 0, row
-    assert "| loader | img/s | data-wait % | warm-up s | status |" in table
+        assert rows[name][-1] == "ok" and float(rows[name][1].replace(",", "")) > 0, rows[name]
+        assert 0 <= float(rows[name][2]) <= 100 and float(rows[name][3]) > 0
+        assert json.loads((tmp_path / name / "metrics.json").read_text())["choices"]["data"] == name
+    assert len((tmp_path / "loaders.jsonl").read_text().splitlines()) == 3
+
+
+def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path):
+    proc = _bench(tmp_path, "--loaders", "dali", "dali:data.no_such_key=1")
+    assert proc.returncode == 1
+    assert _rows(tmp_path)["dali"][-1].startswith("failed: ") and "not in 'DaliLoaderConfig'" in _rows(tmp_path)["dali"][-1]

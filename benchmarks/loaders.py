@@ -1,0 +1,184 @@
+"""Loader benchmark: data=default, mmap and dali feeding the same model from the same JPEG folder.
+
+Generates the dataset once (default: the shapes generator's 4,096 JPEGs of 500x375, cached in
+$FASTPIPE_CACHE), then runs one short `python -m fastpipe data=<loader> ...` per loader as its own
+subprocess (resnet50, 224 px with random-resized-crop + flip, bf16 autocast, channels_last, batch
+256, at most --steps steps), each into OUT/<loader>/, and reads every metrics.json into a table:
+loader, img/s, data-wait %, warm-up s, status. A loader that fails (DALI missing, a crash, a
+timeout) is a row that says why; the others still run. Writes OUT/loaders.md (the table),
+OUT/loaders.jsonl (one line per loader) and OUT/loaders.log (commands and output tails).
+
+    python benchmarks/loaders.py --out results/loaders                     # on a GPU machine
+    python benchmarks/loaders.py --out /tmp/l compile=default dali:data.num_threads=12
+    python benchmarks/loaders.py --out /tmp/l --smoke                      # CPU, tiny, for the tests
+
+Trailing arguments are Hydra overrides for every run; `LOADER:key=value` applies to one loader only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LOADERS = ("default", "mmap", "dali")
+
+# A short ImageNet-style measurement: train split shuffled and augmented, a small held-out split.
+GPU_RUN = ["model=resnet50", "dataset=shapes", "dataset.source_size=[500,375]", "dataset.num_images=4096",
+           "dataset.image_size=224", "dataset.augment=true", "dataset.val_fraction=0.05", "precision=amp",
+           "precision.dtype=bf16", "runtime.channels_last=true", "train.batch_size=256", "train.epochs=100",
+           "measure.warmup_steps=20", "measure.window=10", "runtime.progress=false"]
+SMOKE_RUN = ["device=cpu", "model=tiny_cnn", "dataset=shapes", "dataset.source_size=[48,36]", "dataset.num_images=240",
+             "dataset.image_size=32", "dataset.augment=true", "precision=fp32", "train.batch_size=16",
+             "train.epochs=1", "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false",
+             "launcher.fresh_process=false"]
+SMOKE_LOADER = {"default": ["data.num_workers=0"], "mmap": ["data.num_threads=1", "data.pack_threads=1"],
+                "dali": ["data.num_threads=1"]}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="output folder (runs, table, log)")
+    p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated subset of default,mmap,dali")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 200; smoke 10)")
+    p.add_argument("--timeout", type=int, default=480, help="seconds before a run counts as failed")
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny model, 32 px, a few steps: checks the script")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every run; LOADER:key=value for one loader")
+    a = p.parse_args(argv)
+    a.steps = a.steps or (10 if a.smoke else 200)
+    a.loaders = [name for name in a.loaders.split(",") if name]
+    unknown = set(a.loaders) - set(LOADERS)
+    if unknown:
+        p.error(f"unknown loader(s) {sorted(unknown)}; choose from {', '.join(LOADERS)}")
+    return a
+
+
+def overrides_for(loader: str, a) -> list:
+    """The full override list of one run: base settings, smoke knobs, then the user's."""
+    base = (SMOKE_RUN + SMOKE_LOADER[loader]) if a.smoke else list(GPU_RUN)
+    mine = []
+    for item in a.overrides:
+        scope, sep, rest = item.partition(":")
+        if sep and scope in LOADERS and "=" not in scope:
+            if scope == loader:
+                mine.append(rest)
+        else:
+            mine.append(item)
+    return [f"data={loader}"] + base + [f"train.max_steps={a.steps}"] + mine
+
+
+def generate_dataset(overrides: list, log) -> str:
+    """Build (if absent) the dataset the runs will read, so no run's clock includes generating it."""
+    sys.path.insert(0, str(REPO))
+    from hydra import compose, initialize_config_dir
+
+    from fastpipe.config import register_configs, to_settings
+    from fastpipe.data.datasets import resolve_dataset
+    from fastpipe.runtime import cache_root
+
+    start = time.perf_counter()
+    try:
+        register_configs()
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[o for o in overrides if o.startswith("dataset")])
+        spec = resolve_dataset(to_settings(cfg).dataset, cache_root(), progress=sys.stderr.isatty())
+        line = f"dataset: {spec.describe()}  ({time.perf_counter() - start:.1f} s to generate or find)"
+    except Exception as exc:  # each run then meets (and reports) the same problem itself
+        line = f"dataset: not prepared ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    log.write(line + "\n")
+    print(line, flush=True)
+    return line
+
+
+def run_one(loader: str, a, log) -> dict:
+    """One `python -m fastpipe` run; its metrics.json, or a failed row saying why."""
+    run_dir = a.out / loader
+    if (run_dir / "metrics.json").exists():  # a re-run must not read the previous run's numbers
+        (run_dir / "metrics.json").unlink()
+    cmd = [sys.executable, "-m", "fastpipe", *overrides_for(loader, a), f"hydra.run.dir={run_dir}"]
+    log.write("$ " + " ".join(cmd) + "\n")
+    log.flush()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=a.timeout)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out, err = None, _text(exc.stdout), _text(exc.stderr)
+    log.write(out[-4000:] + err[-4000:] + f"\n[{loader}: exit {code}, {time.perf_counter() - start:.0f} s]\n\n")
+    log.flush()
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        metrics = {"status": "failed"}
+    if code is None:
+        metrics = {"status": "failed", "reason": f"timed out after {a.timeout} s (--timeout)"}
+    elif metrics.get("status") != "ok" and not metrics.get("reason"):
+        metrics["reason"] = _reason(err, code)
+    return metrics
+
+
+def _reason(err: str, code) -> str:
+    """Why a run that wrote no metrics.json failed: a traceback's last line, or Hydra's message."""
+    lines = [line for line in err.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    if any(line.startswith("Traceback") for line in lines):
+        return lines[-1]
+    top = [line.strip() for line in lines if not line.startswith((" ", "\t"))]
+    return " ".join(top[:3]) if top else f"exit code {code}"
+
+
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+
+
+def row(loader: str, m: dict) -> dict:
+    """The numbers a table row shows (and the jsonl keeps)."""
+    st = m.get("step_time_ms") or {}
+    return {"loader": loader, "status": m.get("status", "failed"), "reason": m.get("reason"),
+            "throughput": m.get("throughput"), "data_wait_frac": m.get("data_wait_frac"),
+            "warmup_s": m.get("warmup_s"), "step_ms_median": st.get("median"), "gpu_util": m.get("gpu_util"),
+            "accuracy": m.get("accuracy"), "measured_steps": m.get("measured_steps"), "env": m.get("env")}
+
+
+def table(rows: list, header: str) -> str:
+    def num(value, spec, scale=1.0):
+        return "—" if value is None else format(value * scale, spec)
+
+    lines = [header, "", "| loader | img/s | data-wait % | warm-up s | status |", "| --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        status = "ok" if r["status"] == "ok" else "failed: " + str(r["reason"] or "?").replace("|", "/")[:300]
+        lines.append(f"| {r['loader']} | {num(r['throughput'], ',.0f')} | {num(r['data_wait_frac'], '.1f', 100)} "
+                     f"| {num(r['warmup_s'], '.1f')} | {status} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    a.out = a.out.resolve()
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with open(a.out / "loaders.log", "w") as log:
+        log.write(f"# benchmarks/loaders.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
+        dataset = generate_dataset(overrides_for(a.loaders[0], a), log)
+        for loader in a.loaders:
+            print(f"running data={loader} ...", flush=True)
+            rows.append(row(loader, run_one(loader, a, log)))
+    env = next((r["env"] for r in rows if r["env"] and r["env"].get("device")), {}) or {}
+    header = (f"Loaders, {'smoke (CPU, tiny_cnn, 32 px)' if a.smoke else 'resnet50 224 px bf16 channels_last batch 256'}"
+              f", at most {a.steps} steps; {dataset.split('  (')[0]}; device {env.get('device_name', '?')}, "
+              f"torch {env.get('torch', '?')}; overrides: {' '.join(a.overrides) or 'none'}")
+    text = table(rows, header)
+    (a.out / "loaders.md").write_text(text + "\n")
+    with open(a.out / "loaders.jsonl", "w") as jl:
+        for r in rows:
+            jl.write(json.dumps(r) + "\n")
+    print(text, flush=True)
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
