@@ -15,6 +15,10 @@ CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throug
               "step_time_p90_ms", "final_loss", "baseline", "best", "overrides", "dir")
 
 
+MEMORY_KINDS = {"cpu_max_rss_process": "the training process's peak RSS (CPU)",
+                "cuda_max_memory_allocated_after_warmup": "torch.cuda.max_memory_allocated after warm-up"}
+
+
 def _version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -94,7 +98,7 @@ def markdown(result: SweepResult) -> str:
                    f"samples/s{speed} → `best.yaml`")
     out += [f"- note: {n}" for n in result.notes]
     if kinds:
-        out.append(f"- peak memory: {', '.join(kinds)}")
+        out.append(f"- peak memory: {', '.join(MEMORY_KINDS.get(k, k) for k in kinds)}")
     out.append("")
     head = ["job"] + cols + ["throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)",
                              "data-wait", "GPU util", "peak mem (GB)", "accuracy", "parity", "status"]

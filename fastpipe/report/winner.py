@@ -53,11 +53,12 @@ def winner_yaml(overrides: List[str], choices: Dict[str, str], comments: List[st
     return "\n".join(lines) + "\n"
 
 
-def command_line(overrides: List[str]) -> str:
-    """The job as a one-line ``python -m fastpipe ...`` command (shell-quoted)."""
-    kept = [o for o in overrides if override_key(o) not in FOLDED_GROUPS
+def command_line(overrides: List[str], choices: Dict[str, str]) -> str:
+    """The same job as one ``python -m fastpipe ...`` command: pinned choices, then key overrides."""
+    kept = [o for o in overrides if override_key(o) not in FOLDED_GROUPS and override_key(o) not in choices
             and not override_key(o).startswith(SKIPPED_PREFIXES)]
-    return " ".join(["python -m fastpipe"] + [shlex.quote(o) for o in kept])
+    pinned = [f"{g}={c}" for g, c in choices.items() if c not in (None, "None")]
+    return " ".join(["python -m fastpipe"] + [shlex.quote(o) for o in pinned + kept])
 
 
 def experiment_hint(path: Path) -> str:
@@ -76,5 +77,5 @@ def winner_text(best: dict, result, path: Path) -> str:
     comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}",
                 f"{best['throughput']:,.1f} samples/s{speed}; accuracy {acc} (parity {best['parity']})",
                 f"run it:  {experiment_hint(path)}",
-                f"same as: {command_line(best['overrides'])}", ""]
+                f"same as: {command_line(best['overrides'], best['choices'])}", ""]
     return winner_yaml(best["overrides"], best["choices"], comments)
