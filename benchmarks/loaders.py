@@ -13,6 +13,8 @@ OUT/loaders.jsonl (one line per loader) and OUT/loaders.log (commands and output
     python benchmarks/loaders.py --out /tmp/l --smoke                      # CPU, tiny, for the tests
 
 Trailing arguments are Hydra overrides for every run; `LOADER:key=value` applies to one loader only.
+A call with --loaders replaces those loaders' rows in OUT and keeps the others' (split a long
+benchmark over several commands); the table is rewritten after each run.
 """
 from __future__ import annotations
 
@@ -156,28 +158,42 @@ def table(rows: list, header: str) -> str:
     return "\n".join(lines)
 
 
+def previous_rows(out: Path, rerun: list) -> dict:
+    """Rows of an earlier call into the same --out for loaders this call does not run (kept)."""
+    try:
+        rows = [json.loads(line) for line in (out / "loaders.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return {}
+    return {r["loader"]: r for r in rows if r.get("loader") in LOADERS and r["loader"] not in rerun}
+
+
+def write_results(a, rows: dict, dataset: str) -> str:
+    """loaders.md and loaders.jsonl from ``rows`` (rewritten after every run: a kill keeps the rest)."""
+    ordered = [rows[name] for name in LOADERS if name in rows]
+    env = next((r["env"] for r in ordered if r.get("env") and r["env"].get("device")), None) or {}
+    header = (f"Loaders, {'smoke (CPU, tiny_cnn, 32 px)' if a.smoke else 'resnet50 224 px bf16 channels_last batch 256'}"
+              f", at most {a.steps} steps; {dataset.split('  (')[0]}; device {env.get('device_name', '?')}, "
+              f"torch {env.get('torch', '?')}; overrides: {' '.join(a.overrides) or 'none'}")
+    text = table(ordered, header)
+    (a.out / "loaders.md").write_text(text + "\n")
+    (a.out / "loaders.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ordered))
+    return text
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    with open(a.out / "loaders.log", "w") as log:
+    rows = previous_rows(a.out, a.loaders)
+    with open(a.out / "loaders.log", "a") as log:
         log.write(f"# benchmarks/loaders.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
         dataset = generate_dataset(overrides_for(a.loaders[0], a), log)
         for loader in a.loaders:
             print(f"running data={loader} ...", flush=True)
-            rows.append(row(loader, run_one(loader, a, log)))
-    env = next((r["env"] for r in rows if r["env"] and r["env"].get("device")), {}) or {}
-    header = (f"Loaders, {'smoke (CPU, tiny_cnn, 32 px)' if a.smoke else 'resnet50 224 px bf16 channels_last batch 256'}"
-              f", at most {a.steps} steps; {dataset.split('  (')[0]}; device {env.get('device_name', '?')}, "
-              f"torch {env.get('torch', '?')}; overrides: {' '.join(a.overrides) or 'none'}")
-    text = table(rows, header)
-    (a.out / "loaders.md").write_text(text + "\n")
-    with open(a.out / "loaders.jsonl", "w") as jl:
-        for r in rows:
-            jl.write(json.dumps(r) + "\n")
+            rows[loader] = row(loader, run_one(loader, a, log))
+            text = write_results(a, rows, dataset)
     print(text, flush=True)
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(rows[name]["status"] == "ok" for name in a.loaders) else 1
 
 
 if __name__ == "__main__":
