@@ -44,6 +44,7 @@ def run_training(settings, run_dir: Path) -> dict:
         with stop_on_signals(), profile as profiler:  # SIGTERM/SIGUSR1: checkpoint, then exit 75
             result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
         measured = combine_ranks(g.gather(meter.summary()))  # job-level: throughput summed over ranks
+        metrics.update(model_flops(g, measured["throughput"], dist.world_size))
         if measured["throughput"] is None:
             warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
                             "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")
@@ -73,6 +74,17 @@ def run_training(settings, run_dir: Path) -> dict:
     if dist.is_main:
         print(format_summary(metrics), flush=True)
     return metrics
+
+
+def model_flops(g, throughput, world_size: int) -> dict:
+    """FLOPs per sample (torch.utils.flop_counter) and MFU against the device's table peak."""
+    from fastpipe import flops
+
+    per_sample = flops.training_flops_per_sample(g.model, g.dataset.image_size, g.device, g.channels_last)
+    name = torch.cuda.get_device_name(g.device) if g.device.type == "cuda" else ""
+    peak = flops.peak_tflops(name, flops.precision_kind(g.precision)) if name else None
+    return {"flops_per_sample": per_sample, "peak_tflops": peak,
+            "mfu": flops.utilisation(per_sample, throughput, peak, world_size)}
 
 
 def _fixable(exc: FastpipeError) -> str:

@@ -10,7 +10,7 @@ from typing import Dict, Optional
 METRIC_KEYS = ("status", "reason", "choices", "overrides", "throughput", "step_time_ms", "epoch_time_s",
                "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind", "gpu_util",
                "final_loss", "accuracy", "val_loss", "nonfinite_steps", "steps", "measured_steps",
-               "compile_fallback", "env", "warnings")
+               "compile_fallback", "flops_per_sample", "peak_tflops", "mfu", "env", "warnings")
 
 
 def empty_metrics(choices: Dict[str, str], overrides, env: dict) -> dict:
@@ -119,5 +119,9 @@ def format_summary(m: dict) -> str:
         f"   GPU util {_fmt(m['gpu_util'], '.0f', ' %')}   peak memory {_fmt(m['peak_mem_gb'], '.3f', ' GB')}",
         f"  accuracy     {_fmt(None if acc is None else 100 * acc, '.2f', ' %')} held-out   final loss {_fmt(m['final_loss'], '.4f')}",
     ]
+    if m.get("flops_per_sample"):
+        mfu = m.get("mfu")
+        lines.append(f"  model FLOPs  {m['flops_per_sample'] / 1e9:.3f} GFLOP/sample (fwd+bwd)   MFU "
+                     + (f"{100 * mfu:.1f} % of {m['peak_tflops']:.0f} TFLOP/s" if mfu is not None else "n/a (no peak for this device)"))
     lines += [f"  warning      {w}" for w in m.get("warnings") or []]
     return "\n".join(lines)

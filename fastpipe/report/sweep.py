@@ -184,6 +184,7 @@ def _row(job: Job, columns: List[str]) -> dict:
         "speedup": None, "epoch_time_s": m.get("epoch_time_s"), "warmup_s": m.get("warmup_s"),
         "data_wait_pct": pct(m.get("data_wait_frac")), "gpu_util_pct": m.get("gpu_util"),
         "peak_mem_gb": m.get("peak_mem_gb"), "peak_mem_kind": m.get("peak_mem_kind"),
+        "mfu_pct": pct(m.get("mfu")),
         "accuracy": m.get("accuracy"), "accuracy_delta": None, "parity": "n/a",
         "step_time_median_ms": step.get("median"), "step_time_p90_ms": step.get("p90"),
         "final_loss": m.get("final_loss"), "env": m.get("env"), "baseline": False, "best": False,

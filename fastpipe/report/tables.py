@@ -10,7 +10,7 @@ from typing import List, Optional
 from fastpipe.report.sweep import SweepResult
 
 CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throughput_max", "repeats",
-              "speedup", "epoch_time_s", "warmup_s", "data_wait_pct", "gpu_util_pct", "peak_mem_gb",
+              "speedup", "epoch_time_s", "warmup_s", "data_wait_pct", "gpu_util_pct", "mfu_pct", "peak_mem_gb",
               "peak_mem_kind", "accuracy", "accuracy_delta", "parity", "step_time_median_ms",
               "step_time_p90_ms", "final_loss", "baseline", "best", "overrides", "dir")
 
@@ -101,7 +101,7 @@ def markdown(result: SweepResult) -> str:
         out.append(f"- peak memory: {', '.join(MEMORY_KINDS.get(k, k) for k in kinds)}")
     out.append("")
     head = ["job"] + cols + ["throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)",
-                             "data-wait", "GPU util", "peak mem (GB)", "accuracy", "parity", "status"]
+                             "data-wait", "GPU util", "MFU", "peak mem (GB)", "accuracy", "parity", "status"]
     out += ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         mark = " (best)" if r["best"] else " (baseline)" if r["baseline"] else ""
@@ -109,10 +109,11 @@ def markdown(result: SweepResult) -> str:
         cells = [f"{r['job']}{mark}"] + [_cell(r["swept"][k], 60) for k in cols] + [
             _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
             _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
-            _num(r["peak_mem_gb"], ".3f"), _num(acc, ".1f", " %"), _parity(r), _status(r)]
+            _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), _num(acc, ".1f", " %"), _parity(r), _status(r)]
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
-            "warm-up/compile); speed-up = throughput / the baseline's. Every job's folder holds its "
+            "warm-up/compile); speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, "
+            "torch.utils.flop_counter) x samples/s over the GPU's dense datasheet peak for the precision. Every job's folder holds its "
             "metrics.json, graph.txt and TensorBoard scalars; the sweep's HParams are in `hparams/` "
             "(`tensorboard --logdir <sweep>/hparams`)."]
     return "\n".join(out) + "\n"
