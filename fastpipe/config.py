@@ -65,7 +65,7 @@ class ModelConfig:
 @dataclass
 class DefaultLoaderConfig:
     name: str = "default"
-    num_workers: Any = "auto"  # auto = min(8, CPU cores per process)
+    num_workers: Any = "auto"  # auto = min(16, CPU cores per process)
     pin_memory: Any = "auto"  # auto = on when training on CUDA
     persistent_workers: bool = True
     prefetch_factor: int = 2
@@ -215,7 +215,9 @@ class TrainConfig:
     epochs: int = 3
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run
     batch_size: int = 64  # per process
-    lr: float = 0.05
+    lr: float = 0.05  # peak learning rate
+    lr_schedule: str = "cosine"  # cosine (linear warm-up, then cosine decay to 0) | constant
+    lr_warmup_steps: int = 0
     optimizer: str = "sgd"  # sgd | adamw
     momentum: float = 0.9  # sgd only
     weight_decay: float = 5e-4
@@ -227,6 +229,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _one_of("train.optimizer", self.optimizer, ("sgd", "adamw"))
+        _one_of("train.lr_schedule", self.lr_schedule, ("cosine", "constant"))
+        if self.lr_warmup_steps < 0:
+            raise ConfigError(f"train.lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
         for key in ("epochs", "batch_size", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")

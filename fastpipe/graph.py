@@ -55,6 +55,14 @@ class TrainingGraph:
             return contextlib.nullcontext()
         return self.train_module.no_sync()
 
+    def any_rank(self, flag: torch.Tensor) -> torch.Tensor:
+        """True on every rank when ``flag`` is true on any (a device-side all-reduce; no host sync)."""
+        if self.runtime.dist.world_size == 1:
+            return flag
+        flag = flag.to(torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return flag.bool()
+
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.runtime.dist.world_size > 1:
             torch.distributed.all_reduce(tensor)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from fastpipe.checkpoint import Checkpointer, Position, epoch_batches
-from fastpipe.optim import nonfinite_error, step_unless
+from fastpipe.optim import learning_rate, nonfinite_error, set_learning_rate, step_unless
 from fastpipe.profiling import NoProfiler
 
 
@@ -73,7 +73,8 @@ def train(g, cfg, meter, recorder, warnings: List[str], progress: bool, ckpt=Non
                 images, labels = next(batches)
                 meter.after_fetch(t0)
                 loss += g.compiled.call(lambda m: forward_backward(m, images, labels, micro == accum - 1), warnings)
-            bad = ~torch.isfinite(loss)
+            bad = g.any_rank(~torch.isfinite(loss))  # all ranks skip together, or DDP replicas diverge
+            set_learning_rate(g.optimizer, learning_rate(cfg, res.steps, total))
             step_unless(g.optimizer, g.precision.scaler, bad)
             g.optimizer.zero_grad(set_to_none=True)
             streak = (streak + 1) * bad

@@ -1,6 +1,8 @@
 """The optimizer, and a step that skips non-finite updates without a host synchronisation."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fastpipe.errors import TrainingError
@@ -12,6 +14,25 @@ def build_optimizer(cfg, params, device: torch.device) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                                fused=True)
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+
+
+def learning_rate(cfg, step: int, total_steps: int) -> float:
+    """The learning rate for optimizer step ``step`` (0-based) of ``total_steps``.
+
+    A pure function of the step, so a resumed run continues the same schedule with no state to save.
+    ``cosine``: linear warm-up over ``lr_warmup_steps``, then cosine decay to zero; ``constant``: ``lr``.
+    """
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    if step < cfg.lr_warmup_steps:
+        return cfg.lr * (step + 1) / cfg.lr_warmup_steps
+    progress = (step - cfg.lr_warmup_steps) / max(1, total_steps - cfg.lr_warmup_steps)
+    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr  # a Python float: fused kernels take it as a scalar, no device sync
 
 
 def step_unless(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, skip: torch.Tensor) -> None:
