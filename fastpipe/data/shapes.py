@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw
 from fastpipe.errors import ConfigError
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond", "hbar", "vbar")
-GENERATOR_VERSION = 1  # bump when drawing changes, so cached folders are not reused
+GENERATOR_VERSION = 2  # bump when drawing changes, so cached folders are not reused
 
 
 def _polygon(kind: str, cx: float, cy: float, r: float):
@@ -33,12 +33,16 @@ def _polygon(kind: str, cx: float, cy: float, r: float):
 def draw_shape(kind: str, size: Tuple[int, int], rng: np.random.Generator) -> Image.Image:
     """One image of ``kind`` on a noisy background, with random position, size and colours."""
     w, h = size
-    background = rng.integers(0, 256, 3)
+    # Colours are random (they carry no class information) but the shape is always clearly brighter
+    # or darker than its background in every channel, so the class is the shape's outline alone.
+    dark = rng.integers(0, 96, 3)
+    light = rng.integers(160, 256, 3)
+    background, colour = (dark, light) if rng.random() < 0.5 else (light, dark)
     noise = rng.normal(0, 18, (h, w, 3))
     pixels = np.clip(background + noise, 0, 255).astype(np.uint8)
     image = Image.fromarray(pixels, "RGB")
     draw = ImageDraw.Draw(image)
-    colour = tuple(int(c) for c in (background + 96 + rng.integers(0, 64, 3)) % 256)
+    colour = tuple(int(c) for c in colour)
     side = min(w, h)
     r = side * rng.uniform(0.18, 0.32)
     cx = rng.uniform(r + 1, w - r - 1)
