@@ -47,6 +47,8 @@ def run(cfg: DictConfig):
             if done is not None:
                 print(f"fastpipe: sweep.resume: {run_dir} finished ok earlier; skipped", flush=True)
                 return done
+            if settings.train.resume is None and (run_dir / "checkpoints").is_dir():
+                settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
         metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work: a failed row, one clear line
         metrics = empty_metrics(choices, overrides, environment(None, 1))
@@ -54,8 +56,10 @@ def run(cfg: DictConfig):
         write_json_atomic(run_dir / "metrics.json", metrics)
     if metrics.get("status") != "ok":
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
+        if metrics.get("status") == "preempted":  # the stop signal was for the whole run or sweep
+            sys.exit(EXIT_PREEMPTED)
         if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
-            sys.exit(EXIT_PREEMPTED if metrics.get("status") == "preempted" else EXIT_CODE)
+            sys.exit(EXIT_CODE)
     return metrics
 
 

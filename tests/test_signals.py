@@ -33,3 +33,30 @@ def test_stop_signal_checkpoints_and_exits_then_resume_completes(sig, fresh_proc
     resumed = run_in_process(tmp_path, BASE + [f"train.max_steps={TOTAL}", "train.resume=auto"])
     assert resumed["status"] == "ok" and resumed["steps"] == TOTAL
     assert any(f"at step {step} " in w for w in resumed["warnings"])
+
+
+def test_stop_signal_ends_a_sweep_and_sweep_resume_continues_the_stopped_job(tmp_path):
+    """SIGTERM to a sweep checkpoints the running job and stops the sweep (exit 75), instead of going
+    on to the next job; re-running with sweep.resume=true continues that job from its checkpoint."""
+    import os
+    import subprocess
+    import sys
+
+    from test_checkpoint import HERE, REPO
+
+    args = ([sys.executable, "-m", "fastpipe", "-m"] + BASE + SLOW +
+            [f"train.max_steps={TOTAL}", "precision=fp32,amp", f"hydra.sweep.dir={tmp_path}"])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
+    sweep = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait_for(tmp_path / "0" / "tb", sweep)
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == EXIT_PREEMPTED, stderr.decode()[-2000:]
+    stopped = json.loads((tmp_path / "0" / "metrics.json").read_text())
+    assert stopped["status"] == "preempted" and not (tmp_path / "1").exists()  # the sweep did not go on
+    resumed = subprocess.run(args + ["sweep.resume=true"], cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    first = json.loads((tmp_path / "0" / "metrics.json").read_text())
+    assert first["status"] == "ok" and first["steps"] == TOTAL
+    assert any(f"at step {stopped['steps']} " in w for w in first["warnings"])
+    assert json.loads((tmp_path / "1" / "metrics.json").read_text())["status"] == "ok"
