@@ -46,11 +46,14 @@ case $phase in
   cat "$OUT/ddp.md" "$OUT/ac-report.md"
   ;;
 3|4)
+  # Phase 3 ran with `timeout 560`, which (before commit "A stop signal ends a whole sweep") only
+  # stopped the running job; phase 4 was then run with these shorter limits, to fit the lease.
   resume=$([[ $phase == 4 ]] && echo true || echo false)
-  timeout 560 $PY -m fastpipe -m "${JPEG[@]}" data=default,mmap,dali precision=fp32,amp compile=off,default \
+  limit=$([[ $phase == 4 ]] && echo 420 || echo 560)
+  timeout $limit $PY -m fastpipe -m "${JPEG[@]}" data=default,mmap,dali precision=fp32,amp compile=off,default \
       sweep.resume=$resume hydra.sweep.dir=$SWEEP > "$OUT/sweep-phase$phase.log" 2>&1
   echo "sweep exit $?"
-  $PY -m fastpipe.report $SWEEP > /dev/null 2>&1
+  timeout 45 $PY -m fastpipe.report $SWEEP > "$OUT/report-stdout.log" 2>&1
   tar czf "$OUT/jpeg-sweep.tgz" -C $SWEEP --exclude='tb' --exclude='*.png' --exclude='checkpoints' . 2>/dev/null
   cp $SWEEP/report.md $SWEEP/report.csv $SWEEP/report.png "$OUT/" 2>/dev/null
   cat "$OUT/report.md"
