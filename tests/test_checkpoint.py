@@ -18,7 +18,10 @@ HERE = Path(__file__).resolve().parent
 # fp32 on the CPU, no worker processes, no augmentation: bit-for-bit deterministic. 9 steps/epoch.
 BASE = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.epochs=2",
         "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0",
-        "train.checkpoint_every=3"]
+        "train.checkpoint_every=3",
+        # constant: these tests stop a run early with max_steps, and a cosine schedule depends on
+        # the run's total steps (a resumed run with the same max_steps follows the same schedule)
+        "train.lr_schedule=constant"]
 TOTAL = 14  # ends mid-epoch 2; half of it (7) is mid-epoch 1
 SLOW = ["model._target_=fault_models.Slow", "+model.kwargs={sleep_s: 0.15}"]  # time to act mid-run
 

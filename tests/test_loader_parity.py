@@ -8,11 +8,12 @@ absolute difference from data=default, in 0..255 units (normalised units = that 
   decode, so the JPEG decoders agree bit for bit.
 - data=dali, 500x375 files resized to 224: mean 0.14, max 3 (normalised: mean 0.0025, max 0.053).
 - data=dali, 80x60 files resized to 32 (2.5x down, the case tested here): mean 0.19, max 12, 99th
-  percentile 1; 82 % of values identical (normalised: mean 0.0034, max 0.21). DALI's linear +
+  percentile 1; 82 % of values identical (normalised: mean 0.0034, max 0.21); with the shapes
+  generator v2 (full-contrast edges) the training split measured mean 0.19, max 16 (norm. max 0.28). DALI's linear +
   antialias filter is PIL's triangle filter, computed in float rather than PIL's fixed point with a
   uint8 pass in between; the rare large differences sit on the shapes' hard edges.
 
-Asserted with headroom: mean <= 0.5 and max <= 16 (0..255) after resizing; max <= 2 without.
+Asserted with headroom: mean <= 0.5 and max <= 24 (0..255) after resizing; max <= 2 without.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def difference(a: torch.Tensor, b: torch.Tensor) -> dict:
 
 
 @pytest.mark.parametrize("source,size,mean_255,max_255", [
-    ((80, 60), 32, 0.5, 16.0),  # resized 2.5x down (measured: mean 0.19, max 12)
+    ((80, 60), 32, 0.5, 24.0),  # resized 2.5x down (measured: mean 0.19, max 12; v2 split: max 16)
     ((32, 32), 32, 0.1, 2.0),  # no resize: the decoders alone (measured: identical)
 ])
 def test_loaders_deliver_the_same_held_out_labels_and_images(source, size, mean_255, max_255):
@@ -94,4 +95,4 @@ def test_dali_training_split_matches_default_sample_by_sample():
     common = sorted(set(seen["default"]) & set(seen["dali"]))
     assert len(common) >= n // 2
     diff = difference(torch.stack([seen["dali"][i] for i in common]), torch.stack([seen["default"][i] for i in common]))
-    assert diff["mean"] <= 0.5 and diff["max"] <= 16.0, diff
+    assert diff["mean"] <= 0.5 and diff["max"] <= 24.0, diff
