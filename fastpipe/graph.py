@@ -90,7 +90,7 @@ class TrainingGraph:
             ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}"),
             ("precision", self.precision.describe()),
             ("compile", self.compiled.describe()),
-            ("optimizer", f"{type(self.optimizer).__name__}(fused)  lr={s.train.lr}  "
+            ("optimizer", f"{type(self.optimizer).__name__}(fused)  lr={s.train.lr} ({s.train.lr_schedule})  "
                           f"weight_decay={s.train.weight_decay}  grad_accum={s.train.grad_accum}"),
             ("loop", f"epochs={s.train.epochs}  steps/epoch={steps}  max_steps={s.train.max_steps}  "
                      f"eval each epoch on {len(self.dataset.val_files) or 'no'} held-out images"),

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The README's set-up promise on a 2-core CPU: `python -m fastpipe` (default config, first-time
+# dataset generation included: a fresh cache) for seeds 0-3; wall time and held-out accuracy.
+#   bash benchmarks/cpu_default.sh > benchmarks/results/cpu-default-run.log 2>&1
+set -u
+cache=$(mktemp -d)
+echo "# $(date -u +%F) $(nproc) CPU cores, $(python -c 'import torch; print("torch", torch.__version__)')"
+for seed in 0 1 2 3; do
+  rm -rf "$cache"/*
+  start=$(date +%s.%N)
+  FASTPIPE_CACHE=$cache python -m fastpipe seed=$seed runtime.progress=false hydra.run.dir="$cache/run-$seed" \
+    | grep -E "throughput|accuracy"
+  echo "seed=$seed wall_s=$(echo "$(date +%s.%N) - $start" | bc)"
+done
+rm -rf "$cache"
