@@ -178,8 +178,9 @@ def test_loader_benchmark_smoke(tmp_path):
     rows = _rows(tmp_path)
     for name in ("default", "mmap", "dali"):
         assert rows[name][-1] == "ok" and float(rows[name][1].replace(",", "")) > 0, rows[name]
-        assert 0 <= float(rows[name][2]) <= 100 and float(rows[name][3]) > 0
-        assert json.loads((tmp_path / name / "metrics.json").read_text())["choices"]["data"] == name
+        assert 0 <= float(rows[name][2]) <= 100 and float(rows[name][3]) >= 0  # the table rounds to 0.1 s
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert metrics["choices"]["data"] == name and metrics["warmup_s"] > 0
     assert len((tmp_path / "loaders.jsonl").read_text().splitlines()) == 3
 
 
