@@ -10,7 +10,8 @@ from typing import Dict, Optional
 METRIC_KEYS = ("status", "reason", "choices", "overrides", "throughput", "step_time_ms", "epoch_time_s",
                "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind", "gpu_util",
                "final_loss", "accuracy", "val_loss", "nonfinite_steps", "steps", "measured_steps",
-               "compile_fallback", "flops_per_sample", "peak_tflops", "mfu", "env", "warnings")
+               "compile_fallback", "flops_per_sample", "peak_tflops", "mfu", "checkpoint", "per_rank", "env",
+               "warnings")
 
 
 def empty_metrics(choices: Dict[str, str], overrides, env: dict) -> dict:
