@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import CONF_DIR, TINY, compose, make_settings, run_cli
+from conftest import CONF_DIR, TINY, make_settings, run_cli
 from fastpipe.errors import ConfigError
 
 GROUPS = ("dataset", "model", "data", "precision", "compile", "launcher")
@@ -47,22 +47,6 @@ def test_compile_choices_map_to_torch_compile_modes():
     for choice, mode in [("off", None), ("default", "default"), ("reduce-overhead", "reduce-overhead"),
                          ("max-autotune", "max-autotune")]:
         assert make_settings([f"compile={choice}"]).compile.mode == mode
-
-
-def _full_message(excinfo) -> str:
-    return f"{excinfo.value} {excinfo.value.__cause__}"
-
-
-def test_wrong_type_fails_with_omegaconf_message():
-    with pytest.raises(Exception) as excinfo:
-        compose(["train.batch_size=abc"])
-    assert "Value 'abc' of type 'str' could not be converted to Integer" in _full_message(excinfo)
-
-
-def test_unknown_key_fails():
-    with pytest.raises(Exception) as excinfo:
-        compose(["data.no_such_key=1"])
-    assert "Key 'no_such_key' not in 'DefaultLoaderConfig'" in _full_message(excinfo)
 
 
 @pytest.mark.parametrize("override,message", [
