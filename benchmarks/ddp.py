@@ -1,12 +1,16 @@
 """DDP scaling: the same training with launcher=single on one GPU and launcher=ddp on --nproc GPUs.
 
-ResNet-50, bf16 autocast, channels_last, compile=default, batch 256 per GPU, GPU-resident synthetic
-data (dataset=synthetic), so the numbers measure the model and the gradient all-reduce, not a
-loader. Each run is `python -m fastpipe ...` in a fresh process; the script reads its metrics.json,
-prints images/s of both and the ratio, and writes to --out: ddp.log (commands and output) and
-ddp.md (the table). Exit code 1 when a run failed.
+ResNet-50, bf16 autocast, channels_last, compile=default (--compile), batch 256 per GPU,
+GPU-resident synthetic data (dataset=synthetic), so the numbers measure the model and the gradient
+all-reduce, not a loader. Each run is `python -m fastpipe ...` in a fresh process; the script reads
+its metrics.json, prints images/s of every run and each DDP run's ratio to the single GPU, and writes
+to --out: ddp.log (commands and output) and ddp.md (the table). Exit code 1 when a run failed.
+``--variant NAME:KEY=VALUE,...`` adds a DDP run with those overrides (e.g. bf16 gradient
+compression); ``--profile`` adds a DDP run under profile=on, whose rank-0 trace lands in
+runs/profile/profile/ (benchmarks/trace_summary.py reads it).
 
     PYTHONPATH=/tmp/site:$PWD python3 benchmarks/ddp.py --out benchmarks/results/ddp-h200x2   # 2 GPUs
+    python3 benchmarks/ddp.py --out /tmp/ddp --variant bf16:launcher.comm_hook=bf16 --profile
     python benchmarks/ddp.py --smoke --out /tmp/ddp-smoke     # CPU, TinyCNN, gloo (the test suite)
 
 The environment is passed on as it is (PYTHONPATH, NCCL_* such as NCCL_NVLS_ENABLE=0).
@@ -59,30 +63,34 @@ def run(name: str, overrides: list, a, log) -> dict:
     return metrics
 
 
-def table(a, single: dict, ddp: dict) -> str:
-    """The markdown table: one row per run, then the scaling ratio."""
+def table(a, rows: list) -> str:
+    """The markdown table: one row per (name, metrics) run, then each DDP run's ratio to the single GPU."""
     def cell(value, spec: str) -> str:
         return "n/a" if value is None else format(value, spec)
 
-    env = ddp.get("env") or single.get("env") or {}
+    single = rows[0][1]
+    env = next((m["env"] for _, m in rows if m.get("env")), {})
     lines = [f"{a.model}, batch {a.batch} per process, {a.image_size} px, precision={a.precision}"
              f"{' bf16' if a.precision == 'amp' else ''}, channels_last={a.channels_last}, compile={a.compile}, "
              f"dataset=synthetic; {a.warmup} warm-up + {a.steps} measured steps per process",
              f"device: {env.get('device_name')} (torch {env.get('torch')}, cuda {env.get('cuda')})", "",
              "| run | processes | images/s | step median ms | warm-up s | peak mem GB (worst rank) "
              "| GPU util % | wall s | status |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for name, m in (("launcher=single", single), (f"launcher=ddp nproc_per_node={a.nproc}", ddp)):
+    for name, m in rows:
         status = m.get("status") if m.get("status") == "ok" else f"failed: {m.get('reason')}"
         lines.append(f"| {name} | {(m.get('env') or {}).get('world_size', 'n/a')} | {cell(m.get('throughput'), ',.0f')} "
                      f"| {cell((m.get('step_time_ms') or {}).get('median'), '.1f')} | {cell(m.get('warmup_s'), '.1f')} "
                      f"| {cell(m.get('peak_mem_gb'), '.2f')} | {cell(m.get('gpu_util'), '.0f')} "
                      f"| {cell(m.get('wall_s'), '.0f')} | {status} |")
-    ratio = scaling(single, ddp)
-    lines += ["", f"ddp / single: {'n/a' if ratio is None else f'{ratio:.2f}x'} on {a.nproc} processes "
-                  f"(scaling efficiency {'n/a' if ratio is None else f'{100 * ratio / a.nproc:.0f} %'})"]
-    per_rank = (ddp.get("per_rank") or {}).get("throughput")
-    if per_rank:
-        lines.append("ddp images/s per rank: " + ", ".join(f"{v:,.0f}" for v in per_rank if v is not None))
+    lines.append("")
+    for name, m in rows[1:]:
+        ratio = scaling(single, m)
+        note = " (profiled: timing distorted)" if name.startswith("profile") else ""
+        lines.append(f"{name} / single: {'n/a' if ratio is None else f'{ratio:.2f}x'} on {a.nproc} processes "
+                     f"(scaling efficiency {'n/a' if ratio is None else f'{100 * ratio / a.nproc:.0f} %'}){note}")
+        per_rank = (m.get("per_rank") or {}).get("throughput")
+        if per_rank:
+            lines.append(f"{name} images/s per rank: " + ", ".join(f"{v:,.0f}" for v in per_rank if v is not None))
     return "\n".join(lines)
 
 
@@ -100,9 +108,16 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=30, help="steps excluded: compilation, cuDNN autotuning")
     p.add_argument("--steps", type=int, default=300, help="measured steps per process")
     p.add_argument("--window", type=int, default=20)
+    p.add_argument("--compile", default="default", help="the compile choice of every run (off, default, ...)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                   help="an extra DDP run with these overrides (repeatable)")
+    p.add_argument("--profile", action="store_true", help="an extra DDP run under profile=on (a trace of rank 0)")
     p.add_argument("--smoke", action="store_true", help="CPU, TinyCNN at 32 px, fp32 eager, gloo, a few steps")
     a = p.parse_args(argv)
-    a.image_size, a.classes, a.precision, a.compile, a.channels_last, a.device = 224, 1000, "amp", "default", True, "cuda"
+    a.image_size, a.classes, a.precision, a.channels_last, a.device = 224, 1000, "amp", True, "cuda"
+    for variant in a.variant:
+        if ":" not in variant or not variant.split(":", 1)[1]:
+            p.error(f"--variant {variant!r}: write NAME:KEY=VALUE[,KEY=VALUE...]")
     if a.smoke:
         a.model, a.batch, a.image_size, a.classes, a.precision, a.compile = "tiny_cnn", 16, 32, 10, "fp32", "off"
         a.channels_last, a.device, a.warmup, a.steps, a.window = False, "cpu", 2, 6, 3
@@ -114,15 +129,22 @@ def main(argv=None) -> int:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     base = common_overrides(a)
+    ddp = ["launcher=ddp", f"launcher.nproc_per_node={a.nproc}"]
+    runs = [("launcher=single", "single", ["launcher=single"]), (f"launcher=ddp nproc_per_node={a.nproc}", "ddp", ddp)]
+    runs += [(f"ddp {name}", name, ddp + extra.split(",")) for name, extra in (v.split(":", 1) for v in a.variant)]
+    if a.profile:  # a few steps past warm-up traced on rank 0 (profile's wait covers nothing else)
+        runs.append(("profile=on ddp", "profile", ddp + ["profile=on", f"profile.wait={a.warmup}", "profile.warmup=1",
+                                                        f"profile.active={min(5, a.steps - 1)}"]))
+    rows = []
     with open(a.out / "ddp.log", "w") as log:
         log.write(f"# benchmarks/ddp.py {' '.join(sys.argv[1:])}\n# NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}\n")
-        single = run("single", base + ["launcher=single"], a, log)
-        ddp = run("ddp", base + ["launcher=ddp", f"launcher.nproc_per_node={a.nproc}"], a, log)
-        text = table(a, single, ddp)
+        for label, folder, overrides in runs:
+            rows.append((label, run(folder, base + overrides, a, log)))
+            text = table(a, rows)  # rewritten after each run: a later timeout keeps the earlier rows
+            (a.out / "ddp.md").write_text(text + "\n")
         log.write(text + "\n")
-    (a.out / "ddp.md").write_text(text + "\n")
     print(text)
-    return 0 if single.get("status") == ddp.get("status") == "ok" else 1
+    return 0 if all(m.get("status") == "ok" for _, m in rows) else 1
 
 
 if __name__ == "__main__":

@@ -87,7 +87,9 @@ class TrainingGraph:
             ("loader", f"data={self.train_loader.describe()}  batch_size={s.train.batch_size}/process"),
             ("model", f"{s.model._target_}  params={params / 1e6:.2f}M"
                       + ("  activation_checkpointing" if s.model.activation_checkpointing else "")),
-            ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}"),
+            ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}" + (
+                f"  bucket_cap_mb={s.launcher.bucket_cap_mb:g}  comm_hook={s.launcher.comm_hook}"
+                if self.train_module is not self.model else "")),
             ("precision", self.precision.describe()),
             ("compile", self.compiled.describe()),
             ("optimizer", f"{type(self.optimizer).__name__}(fused)  lr={s.train.lr} ({s.train.lr_schedule})  "
@@ -106,12 +108,20 @@ def resolve_channels_last(setting, model: nn.Module, device: torch.device) -> bo
     return bool(setting)
 
 
-def wrap_data_parallel(model: nn.Module, runtime: Runtime) -> nn.Module:
-    """DistributedDataParallel when several processes train; the model itself otherwise."""
+def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher) -> nn.Module:
+    """DistributedDataParallel when several processes train (bucket size and gradient compression per
+    ``launcher``, a DdpLauncherConfig); the model itself otherwise."""
     if runtime.dist.world_size == 1:
         return model
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
     ids = [runtime.device.index] if runtime.device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                              bucket_cap_mb=launcher.bucket_cap_mb)
+    hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}.get(launcher.comm_hook)
+    if hook is not None:  # state=None: the default process group
+        ddp.register_comm_hook(None, hook)
+    return ddp
 
 
 def build(settings, runtime: Runtime, warnings: List[str], progress: bool = False) -> TrainingGraph:
@@ -123,7 +133,7 @@ def build(settings, runtime: Runtime, warnings: List[str], progress: bool = Fals
         enable_activation_checkpointing(model)
     channels_last = resolve_channels_last(settings.runtime.channels_last, model, device)
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    train_module = wrap_data_parallel(model, runtime)
+    train_module = wrap_data_parallel(model, runtime, settings.launcher)
     precision = build_precision(settings.precision, device)
     compiled = build_compiled(settings.compile, train_module, device, warnings)
     optimizer = build_optimizer(settings.train, model.parameters(), device)

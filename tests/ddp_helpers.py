@@ -30,3 +30,29 @@ class CrashOnRank(TinyCNN):
                     time.sleep(1)
             raise RuntimeError(f"injected failure on rank {os.environ.get('RANK')}")
         return super().forward(x)
+
+
+def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: dict) -> None:
+    """One gloo rank of two: wrap a small model as fastpipe does, once per comm_hook, run one backward on
+    rank-specific data, and report {hook: (synchronised gradient, DDP's bucket cap)} (test_ddp's hook test)."""
+    import torch
+    from torch import nn
+
+    from fastpipe.config import DdpLauncherConfig
+    from fastpipe.graph import wrap_data_parallel
+    from fastpipe.runtime import Dist, Runtime
+
+    torch.distributed.init_process_group("gloo", store=torch.distributed.FileStore(store_path, 2), rank=rank,
+                                         world_size=2)
+    try:
+        runtime, result = Runtime(torch.device("cpu"), Dist(rank, 2, rank, 2), cache_root=None), {}
+        for hook in ("none", "bf16"):
+            torch.manual_seed(0)  # the same initial weights on both ranks
+            model = nn.Linear(64, 8)
+            ddp = wrap_data_parallel(model, runtime, DdpLauncherConfig(comm_hook=hook, bucket_cap_mb=bucket_cap_mb))
+            x = torch.randn(16, 64, generator=torch.Generator().manual_seed(1 + rank))  # each rank its own batch
+            ddp(x).square().mean().backward()
+            result[hook] = (model.weight.grad.clone(), ddp.bucket_bytes_cap)
+        out[rank] = result
+    finally:
+        torch.distributed.destroy_process_group()

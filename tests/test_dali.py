@@ -81,6 +81,19 @@ def test_augment_off_batches_are_normalised_nchw_and_repeatable(spec, channels_l
 
 
 @needs_dali
+def test_classic_executor_delivers_the_same_batches(spec):
+    """data.exec_dynamic=false (copies into torch tensors) yields what the dynamic executor hands over."""
+    batches = {}
+    for dynamic in (True, False):
+        dl = loader(indexed(spec, augment=True), train=True, cfg=dataclasses.replace(CFG, exec_dynamic=dynamic))
+        assert f"exec_dynamic={dynamic}" in dl.describe() and dl.iterator._pipes[0].exec_dynamic == dynamic
+        batches[dynamic] = list(dl)
+    assert len(batches[True]) == len(batches[False]) > 0
+    for (x1, y1), (x2, y2) in zip(batches[True], batches[False]):
+        assert torch.equal(y1, y2) and torch.equal(x1, x2)  # same seed: same order, crops and pixels
+
+
+@needs_dali
 def test_augment_on_crops_and_flips_differently_each_epoch(spec):
     dl = loader(indexed(spec, augment=True), train=True)
     seen = []

@@ -131,15 +131,24 @@ def test_under_torchrun_fastpipe_joins_the_group_and_writes_one_run_folder(tmp_p
 
 @pytest.mark.slow
 def test_benchmark_script_smoke_mode(tmp_path):
-    proc = _run([sys.executable, str(REPO / "benchmarks" / "ddp.py"), "--smoke", "--out", str(tmp_path)])
+    proc = _run([sys.executable, str(REPO / "benchmarks" / "ddp.py"), "--smoke", "--out", str(tmp_path),
+                 "--variant", "bf16:launcher.comm_hook=bf16,launcher.bucket_cap_mb=1", "--profile"])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     table = (tmp_path / "ddp.md").read_text()
     assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table
-    assert table.count("| ok |") == 2 and "ddp / single: " in table and "ddp / single: n/a" not in table
+    assert "| ddp bf16 | 2 |" in table and "| profile=on ddp | 2 |" in table
+    assert table.count("| ok |") == 4 and "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
+    assert "profile=on ddp / single: " in table and "(profiled: timing distorted)" in table
     log = (tmp_path / "ddp.log").read_text()
-    assert "launcher=ddp" in log and "fastpipe run summary" in log
+    assert "launcher=ddp" in log and "fastpipe run summary" in log and "launcher.comm_hook=bf16" in log
     ddp = json.loads((tmp_path / "runs" / "ddp" / "metrics.json").read_text())
     assert ddp["env"]["world_size"] == 2 and ddp["throughput"] > 0
+    graph = (tmp_path / "runs" / "bf16" / "graph.txt").read_text()
+    assert "bucket_cap_mb=1  comm_hook=bf16" in graph
+    traces = list((tmp_path / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
+    assert len(traces) == 1  # rank 0 only
+    summary = _run([sys.executable, str(REPO / "benchmarks" / "trace_summary.py"), str(traces[0])])
+    assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
 
 
 # ---------------------------------------------------------------- pieces (fast)
@@ -151,6 +160,31 @@ def test_ddp_settings_are_checked():
         make_settings(["launcher=ddp", "launcher.nnodes=2"])
     with pytest.raises(ConfigError, match="nproc_per_node"):
         make_settings(["launcher=ddp", "launcher.nproc_per_node=0"])
+
+
+def test_ddp_settings_are_checked_for_buckets_and_hooks():
+    cfg = make_settings(["launcher=ddp"]).launcher
+    assert (cfg.bucket_cap_mb, cfg.comm_hook) == (25.0, "none")  # DDP's own defaults
+    with pytest.raises(ConfigError, match="launcher.comm_hook='int8'"):
+        make_settings(["launcher=ddp", "launcher.comm_hook=int8"])
+    with pytest.raises(ConfigError, match="bucket_cap_mb=0"):
+        make_settings(["launcher=ddp", "launcher.bucket_cap_mb=0"])
+
+
+def test_ddp_wrap_sets_bucket_size_and_compresses_gradients(tmp_path):
+    """Two real gloo ranks: the gradient is the ranks' mean, rounded to bf16 only with comm_hook=bf16."""
+    from ddp_helpers import gradients_after_ddp
+
+    out = torch.multiprocessing.get_context("spawn").Manager().dict()
+    torch.multiprocessing.start_processes(gradients_after_ddp, args=(str(tmp_path / "store"), 1.5, out),
+                                          nprocs=2, start_method="spawn")
+    for hook in ("none", "bf16"):
+        (grad0, cap0), (grad1, _) = out[0][hook], out[1][hook]
+        assert cap0 == int(1.5 * 1024 * 1024)
+        assert torch.equal(grad0, grad1)  # both ranks hold the same synchronised gradient
+        # fp32 gradients are not generally bf16 values; compressed ones are
+        assert torch.equal(grad0, grad0.bfloat16().float()) == (hook == "bf16"), hook
+    assert not torch.equal(out[0]["none"][0], out[0]["bf16"][0])
 
 
 def test_fresh_process_false_is_refused_outside_torchrun(tmp_path, monkeypatch):

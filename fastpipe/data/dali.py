@@ -143,11 +143,11 @@ def build_dali_loader(cfg, spec, dist, device: torch.device, batch_size: int, se
         spec.augment and train, spec.image_size, decoder, on_gpu, cfg, layout,
         batch_size=batch_size, num_threads=threads, device_id=(device.index or 0) if on_gpu else None,
         seed=(seed + dist.rank) % 2**31,  # each rank its own augmentation stream
-        prefetch_queue_depth=cfg.prefetch_queue_depth)
+        prefetch_queue_depth=cfg.prefetch_queue_depth, exec_dynamic=cfg.exec_dynamic)
     iterator = dali.Iterator([pipe], ["images", "labels"], reader_name=READER, last_batch_policy=policy,
                              auto_reset=True)
     where = "GPU (mixed: nvJPEG + HW decoder)" if decoder == "mixed" else "CPU"
     description = (f"dali  decode={decoder} on {where}  num_threads={threads}  "
-                   f"prefetch_queue_depth={cfg.prefetch_queue_depth}  shard={dist.rank}/{dist.world_size}  "
+                   f"prefetch_queue_depth={cfg.prefetch_queue_depth}  exec_dynamic={cfg.exec_dynamic}  shard={dist.rank}/{dist.world_size}  "
                    f"last_batch={policy.name}" + (f"  hw_decoder_load={cfg.hw_decoder_load}" if decoder == "mixed" else ""))
     return DaliLoader(iterator, channels_last, description)
