@@ -4,7 +4,8 @@
 # steps for accuracy to mean something. Four phases, one `device` call each, back to back on
 # nvidia-h200-x2 (the machine keeps /tmp while warm: DALI's parts, the JPEG folder, the mmap pack,
 # Inductor's cache and the sweep folders carry over). Single-GPU runs use GPU 0. Every phase packs
-# its logs, reports and profiler traces into $OUT/phaseN.tgz and prints a short table last:
+# its logs and reports into $OUT/phaseN.tgz, writes its profiler trace as $OUT/trace-NAME.json.gz
+# (benchmarks/trace_summary.py reads it; its summary is in the logs) and prints a short table last:
 #   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_tuning.sh N
 # Phases: 1 the JPEG folder and its pack; DDP 1 vs 2 GPUs (compiled: default, bf16 gradients,
 #           one 100 MB bucket, a profiled run; eager: default)
@@ -59,7 +60,7 @@ profiled() {  # name, overrides...: one profiled run on GPU 0, its trace summari
       hydra.run.dir=$W/profile-$name > $LOGS/profile-$name.log 2>&1
   echo "profile $name exit $?" | tee -a $LOGS/profile-$name.log
   $PY benchmarks/trace_summary.py $W/profile-$name/profile/*.pt.trace.json* | tee $LOGS/trace-$name.txt
-  gzip -c $W/profile-$name/profile/*.pt.trace.json > $LOGS/trace-$name.json.gz 2>/dev/null
+  gzip -c $W/profile-$name/profile/*.pt.trace.json > "$OUT/trace-$name.json.gz" 2>/dev/null
 }
 
 pack() {  # everything this phase made, without TensorBoard events and checkpoints
@@ -79,7 +80,7 @@ case $phase in
       --variant bf16-grads:launcher.comm_hook=bf16 --variant one-bucket:launcher.bucket_cap_mb=100 --profile \
       > $LOGS/ddp-stdout.log 2>&1
   $PY benchmarks/trace_summary.py $W/ddp/runs/profile/profile/*.pt.trace.json* | tee $LOGS/trace-ddp.txt
-  gzip -c $W/ddp/runs/profile/profile/*.pt.trace.json > $LOGS/trace-ddp.json.gz 2>/dev/null
+  gzip -c $W/ddp/runs/profile/profile/*.pt.trace.json > "$OUT/trace-ddp.json.gz" 2>/dev/null
   timeout -k 15 $(cap 90) $PY benchmarks/ddp.py --out $W/ddp-eager --compile off "${DDP_EAGER[@]}" \
       > $LOGS/ddp-eager-stdout.log 2>&1
   pack; cat $W/ddp/ddp.md $W/ddp-eager/ddp.md
