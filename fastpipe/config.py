@@ -186,6 +186,9 @@ class DdpLauncherConfig:
     # How gradients travel: none = as computed (fp32); bf16 / fp16 = compressed to 16 bits for the
     # all-reduce and decompressed after it (DDP's bf16/fp16_compress_hook: half the bytes on the link).
     comm_hook: str = "none"
+    # DDP's default re-sends rank 0's buffers (BatchNorm running statistics) to every rank at the start
+    # of each forward; false skips that per-step broadcast (each rank keeps its own statistics).
+    broadcast_buffers: bool = True
 
     def __post_init__(self) -> None:
         _auto_or_int("launcher.nproc_per_node", self.nproc_per_node, minimum=1)

@@ -89,6 +89,7 @@ class TrainingGraph:
                       + ("  activation_checkpointing" if s.model.activation_checkpointing else "")),
             ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}" + (
                 f"  bucket_cap_mb={s.launcher.bucket_cap_mb:g}  comm_hook={s.launcher.comm_hook}"
+                f"  broadcast_buffers={s.launcher.broadcast_buffers}"
                 if self.train_module is not self.model else "")),
             ("precision", self.precision.describe()),
             ("compile", self.compiled.describe()),
@@ -109,15 +110,16 @@ def resolve_channels_last(setting, model: nn.Module, device: torch.device) -> bo
 
 
 def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher) -> nn.Module:
-    """DistributedDataParallel when several processes train (bucket size and gradient compression per
-    ``launcher``, a DdpLauncherConfig); the model itself otherwise."""
+    """DistributedDataParallel when several processes train (bucket size, gradient compression and the
+    buffer broadcast per ``launcher``, a DdpLauncherConfig); the model itself otherwise."""
     if runtime.dist.world_size == 1:
         return model
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     ids = [runtime.device.index] if runtime.device.type == "cuda" else None
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                              bucket_cap_mb=launcher.bucket_cap_mb)
+                                              bucket_cap_mb=launcher.bucket_cap_mb,
+                                              broadcast_buffers=launcher.broadcast_buffers)
     hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}.get(launcher.comm_hook)
     if hook is not None:  # state=None: the default process group
         ddp.register_comm_hook(None, hook)

@@ -34,7 +34,8 @@ class CrashOnRank(TinyCNN):
 
 def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: dict) -> None:
     """One gloo rank of two: wrap a small model as fastpipe does, once per comm_hook, run one backward on
-    rank-specific data, and report {hook: (synchronised gradient, DDP's bucket cap)} (test_ddp's hook test)."""
+    rank-specific data, and report {hook: (synchronised gradient, DDP's bucket cap)}; then, per
+    broadcast_buffers, a BatchNorm's running mean after a training and an evaluation forward (test_ddp)."""
     import torch
     from torch import nn
 
@@ -53,6 +54,14 @@ def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: d
             x = torch.randn(16, 64, generator=torch.Generator().manual_seed(1 + rank))  # each rank its own batch
             ddp(x).square().mean().backward()
             result[hook] = (model.weight.grad.clone(), ddp.bucket_bytes_cap)
+        for broadcast in (True, False):
+            bn = nn.BatchNorm1d(4)
+            ddp = wrap_data_parallel(bn, runtime, DdpLauncherConfig(broadcast_buffers=broadcast))
+            ddp(torch.randn(8, 4) + rank)  # training: each rank's statistics move its own way
+            bn.eval()
+            with torch.no_grad():
+                ddp(torch.randn(8, 4))  # DDP re-sends rank 0's buffers first (or not); eval changes none
+            result[f"broadcast_buffers={broadcast}"] = bn.running_mean.clone()
         out[rank] = result
     finally:
         torch.distributed.destroy_process_group()

@@ -164,15 +164,16 @@ def test_ddp_settings_are_checked():
 
 def test_ddp_settings_are_checked_for_buckets_and_hooks():
     cfg = make_settings(["launcher=ddp"]).launcher
-    assert (cfg.bucket_cap_mb, cfg.comm_hook) == (25.0, "none")  # DDP's own defaults
+    assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.broadcast_buffers) == (25.0, "none", True)  # DDP's defaults
     with pytest.raises(ConfigError, match="launcher.comm_hook='int8'"):
         make_settings(["launcher=ddp", "launcher.comm_hook=int8"])
     with pytest.raises(ConfigError, match="bucket_cap_mb=0"):
         make_settings(["launcher=ddp", "launcher.bucket_cap_mb=0"])
 
 
-def test_ddp_wrap_sets_bucket_size_and_compresses_gradients(tmp_path):
-    """Two real gloo ranks: the gradient is the ranks' mean, rounded to bf16 only with comm_hook=bf16."""
+def test_ddp_wrap_sets_bucket_size_compression_and_buffer_broadcast(tmp_path):
+    """Two real gloo ranks: the gradient is the ranks' mean, rounded to bf16 only with comm_hook=bf16;
+    BatchNorm statistics are rank 0's on every rank only with broadcast_buffers=true."""
     from ddp_helpers import gradients_after_ddp
 
     out = torch.multiprocessing.get_context("spawn").Manager().dict()
@@ -185,6 +186,8 @@ def test_ddp_wrap_sets_bucket_size_and_compresses_gradients(tmp_path):
         # fp32 gradients are not generally bf16 values; compressed ones are
         assert torch.equal(grad0, grad0.bfloat16().float()) == (hook == "bf16"), hook
     assert not torch.equal(out[0]["none"][0], out[0]["bf16"][0])
+    assert torch.equal(out[0]["broadcast_buffers=True"], out[1]["broadcast_buffers=True"])  # rank 0's, everywhere
+    assert not torch.equal(out[0]["broadcast_buffers=False"], out[1]["broadcast_buffers=False"])
 
 
 def test_fresh_process_false_is_refused_outside_torchrun(tmp_path, monkeypatch):
