@@ -86,7 +86,7 @@ class DaliLoaderConfig:
     num_threads: Any = "auto"  # DALI CPU threads per process; auto = this process's share of cores
     prefetch_queue_depth: int = 2  # batches DALI prepares ahead
     hw_decoder_load: float = 0.65  # mixed only: share of JPEGs sent to the hardware JPEG decoder
-    jpeg_fancy_upsampling: bool = True  # mixed only: chroma upsampling as libjpeg/PIL do (parity)
+    jpeg_fancy_upsampling: bool = True  # mixed, whole-image decodes: chroma upsampling as libjpeg/PIL do
     # DALI's dynamic executor (its default) hands each batch to torch zero-copy through DLPack;
     # false runs the classic executor, whose iterator copies batches into torch-owned tensors.
     exec_dynamic: bool = True

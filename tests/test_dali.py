@@ -80,6 +80,18 @@ def test_augment_off_batches_are_normalised_nchw_and_repeatable(spec, channels_l
     assert all(torch.equal(epochs[0][i], epochs[1][i]) for i in common), "no augmentation: same pixels"
 
 
+def test_gpu_decoder_asks_fancy_upsampling_only_for_whole_images():
+    from fastpipe.data.dali import decode_options
+
+    cfg = DaliLoaderConfig(hw_decoder_load=0.9)
+    whole, crop = decode_options("mixed", cfg, roi=False, rgb="RGB"), decode_options("mixed", cfg, roi=True, rgb="RGB")
+    assert whole == {"device": "mixed", "output_type": "RGB", "hw_decoder_load": 0.9, "jpeg_fancy_upsampling": True}
+    assert crop["jpeg_fancy_upsampling"] is False  # nvJPEG < 13.2: no fancy upsampling in ROI decodes
+    assert decode_options("mixed", dataclasses.replace(cfg, jpeg_fancy_upsampling=False), False, "RGB")[
+        "jpeg_fancy_upsampling"] is False
+    assert decode_options("cpu", cfg, roi=True, rgb="RGB") == {"device": "cpu", "output_type": "RGB"}
+
+
 @needs_dali
 def test_classic_executor_delivers_the_same_batches(spec):
     """data.exec_dynamic=false (copies into torch tensors) yields what the dynamic executor hands over."""

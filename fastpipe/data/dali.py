@@ -51,6 +51,16 @@ def resolve_threads(num_threads, local_world_size: int) -> int:
     return max(1, cores // max(1, local_world_size))
 
 
+def decode_options(decoder: str, cfg, roi: bool, rgb) -> dict:
+    """The decoder's arguments. Fancy (libjpeg-style) chroma upsampling applies to whole-image GPU
+    decodes only: for ROI (random-crop) decodes nvJPEG < 13.2 cannot do it, and asking anyway makes
+    nvImageCodec fall back and print a warning for every image (thousands a second on an H200)."""
+    options = {"device": decoder, "output_type": rgb}
+    if decoder == "mixed":
+        options.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling and not roi)
+    return options
+
+
 def _graph(dali, files, labels, shard_id, num_shards, train, augment, size, decoder, on_gpu, cfg, layout):
     """The pipeline body: read -> decode (+ random crop) -> resize -> crop_mirror_normalize."""
     fn, types = dali.fn, dali.types
@@ -61,9 +71,7 @@ def _graph(dali, files, labels, shard_id, num_shards, train, augment, size, deco
         # starts at its shard's start (PARTIAL then cuts the padding off the held-out split).
         pad_last_batch=True,
         stick_to_shard=not train)  # held-out: each rank always reads its own slice
-    decode = {"device": decoder, "output_type": types.RGB}
-    if decoder == "mixed":
-        decode.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling)
+    decode = decode_options(decoder, cfg, roi=augment, rgb=types.RGB)
     mirror = 0
     if augment:  # torchvision RandomResizedCrop's defaults; only the crop window is decoded
         images = fn.decoders.image_random_crop(jpegs, random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3],
