@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The second H200 session (issue 6's misses): profile and tune DDP and DALI, push the best
 # combination past 7,000 img/s, and re-run the JPEG sweep on the v2 shapes generator with enough
-# steps for accuracy to mean something. Four phases, one `device` call each, back to back on
+# steps for accuracy to mean something. Five phases, one `device` call each, back to back on
 # nvidia-h200-x2 (the machine keeps /tmp while warm: DALI's parts, the JPEG folder, the mmap pack,
 # Inductor's cache and the sweep folders carry over). Single-GPU runs use GPU 0. Every phase packs
 # its logs and reports into $OUT/phaseN.tgz, writes its profiler trace as $OUT/trace-NAME.json.gz
@@ -12,8 +12,10 @@
 #         2 the JPEG sweep (default, mmap) x precision x compile
 #         3 the sweep's remaining jobs; the best loader (mmap) at batch 256/512 x compile
 #           default/reduce-overhead; a profiled mmap run
-#         4 with DALI installed: the sweep's DALI rows, DALI's executor x threads, a profiled DALI
-#           run; the final sweep report
+#         4 with DALI installed: a profiled DALI run, then DALI's executor x threads (2 epochs)
+#         5 (not run in session 2) the sweep's DALI rows; mmap and dali with reduce-overhead at 256/512
+# Session 2 (2026-11-29) ran phases 1 and 2 as written, phase 3 with DEADLINE=250 and phase 4 as
+# written (30 minutes of device time in all); its results: benchmarks/results/h200-2026-11-29-s2/.
 # SMOKE=1 runs every phase on a CPU with a tiny model and dataset: it checks the commands, not speed.
 set -uo pipefail
 phase=$1
@@ -73,8 +75,9 @@ case $phase in
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv | tee $LOGS/gpu.txt
   $PY -c 'import torch, torchvision, hydra; print("torch", torch.__version__, "torchvision", torchvision.__version__,
 "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "hydra", hydra.__version__)' | tee -a $LOGS/gpu.txt
-  # The JPEG folder and data=mmap's pack cache (one step of a tiny model).
-  CUDA_VISIBLE_DEVICES=1 timeout -k 15 $(cap 150) $PY -m fastpipe model=tiny_cnn "${DATA[@]}" data=mmap train.max_steps=1 \
+  # The JPEG folder and data=mmap's pack cache (one step of a tiny model). Session 2 ran this with a
+  # 150 s limit, which cut the run after generating and packing (one-threaded generation is slow).
+  CUDA_VISIBLE_DEVICES=1 timeout -k 15 $(cap 300) $PY -m fastpipe model=tiny_cnn "${DATA[@]}" data=mmap train.max_steps=1 \
       hydra.run.dir=$W/prep > $LOGS/prep.log 2>&1; echo "prep exit $?" | tee -a $LOGS/prep.log
   timeout -k 15 $(cap 330) $PY benchmarks/ddp.py --out $W/ddp "${DDP[@]}" \
       --variant bf16-grads:launcher.comm_hook=bf16 --variant one-bucket:launcher.bucket_cap_mb=100 --profile \
@@ -98,13 +101,23 @@ case $phase in
   profiled mmap data=mmap precision=amp compile=default
   pack; cat $W/best/report.md
   ;;
-4)
+4)  # as run in session 2 (the DALI sweep rows moved to phase 5: the device time was spent)
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 100 $PY -m fastpipe "${JPEG[@]}" data=dali precision=amp compile=default \
+      "${PROFILE[@]}" hydra.run.dir=$W/profile-dali > $LOGS/profile-dali.log 2>&1; echo "profile exit $?"
+  $PY benchmarks/trace_summary.py $W/profile-dali/profile/*.pt.trace.json | tee $LOGS/trace-dali.txt
+  gzip -c $W/profile-dali/profile/*.pt.trace.json > "$OUT/trace-dali.json.gz"
+  CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 $PY -m fastpipe -m "${JPEG[@]}" data=dali precision=amp compile=default \
+      train.epochs=2 data.exec_dynamic=true,false data.num_threads=auto,8 hydra.sweep.dir=$W/dali-tune \
+      > $LOGS/dali-tune.log 2>&1; echo "tune exit $?"
+  timeout 30 $PY -m fastpipe.report $W/dali-tune > /dev/null 2>&1
+  pack; cat $W/dali-tune/report.md
+  ;;
+5)  # not run yet: the sweep's DALI rows and job 7, the best loaders at batch 512 / reduce-overhead
   $PY -c 'import nvidia.dali as d; print("dali", d.__version__)' | tee -a $LOGS/gpu.txt
-  sweep 230 default,mmap,dali  # the DALI rows (and any job left before)
-  CUDA_VISIBLE_DEVICES=0 timeout -k 15 $(cap 190) $PY -m fastpipe -m "${JPEG[@]}" data=dali precision=amp compile=default \
-      data.exec_dynamic=true,false data.num_threads=auto,8 hydra.sweep.dir=$W/dali-tune > $LOGS/dali-tune.log 2>&1
-  echo "dali-tune exit $?"; timeout -k 15 $(cap 60) $PY -m fastpipe.report $W/dali-tune > /dev/null 2>&1
-  profiled dali data=dali precision=amp compile=default
-  pack; cat $W/dali-tune/report.md $SWEEP/report.md
+  sweep 300 default,mmap,dali
+  CUDA_VISIBLE_DEVICES=0 timeout -k 15 $(cap 230) $PY -m fastpipe -m "${JPEG[@]}" data=mmap,dali precision=amp \
+      compile=reduce-overhead train.batch_size=$BATCHES hydra.sweep.dir=$W/best-ro > $LOGS/best-ro.log 2>&1
+  timeout -k 15 $(cap 30) $PY -m fastpipe.report $W/best-ro > /dev/null 2>&1
+  pack; cat $SWEEP/report.md $W/best-ro/report.md
   ;;
 esac
