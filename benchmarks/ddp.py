@@ -5,12 +5,12 @@ GPU-resident synthetic data (dataset=synthetic), so the numbers measure the mode
 all-reduce, not a loader. Each run is `python -m fastpipe ...` in a fresh process; the script reads
 its metrics.json, prints images/s of every run and each DDP run's ratio to the single GPU, and writes
 to --out: ddp.log (commands and output) and ddp.md (the table). Exit code 1 when a run failed.
-``--variant NAME:KEY=VALUE,...`` adds a DDP run with those overrides (e.g. bf16 gradient
-compression); ``--profile`` adds a DDP run under profile=on, whose rank-0 trace lands in
-runs/profile/profile/ (benchmarks/trace_summary.py reads it).
+``--variant "NAME:KEY=VALUE KEY=VALUE"`` adds a DDP run with those overrides (space-separated, e.g.
+bf16 gradient compression); ``--profile`` adds a DDP run under profile=on, whose rank-0 trace lands
+in runs/profile/profile/ (benchmarks/trace_summary.py reads it). Each run starts in an empty folder.
 
     PYTHONPATH=/tmp/site:$PWD python3 benchmarks/ddp.py --out benchmarks/results/ddp-h200x2   # 2 GPUs
-    python3 benchmarks/ddp.py --out /tmp/ddp --variant bf16:launcher.comm_hook=bf16 --profile
+    python3 benchmarks/ddp.py --out /tmp/ddp --variant "bf16:launcher.comm_hook=bf16" --profile
     python benchmarks/ddp.py --smoke --out /tmp/ddp-smoke     # CPU, TinyCNN, gloo (the test suite)
 
 The environment is passed on as it is (PYTHONPATH, NCCL_* such as NCCL_NVLS_ENABLE=0).
@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +45,7 @@ def common_overrides(a) -> list:
 def run(name: str, overrides: list, a, log) -> dict:
     """One fastpipe run in a fresh process; its metrics.json (or a failed row)."""
     run_dir = a.out / "runs" / name
+    shutil.rmtree(run_dir, ignore_errors=True)  # no result (or trace) of an earlier run can be read as this one's
     cmd = [sys.executable, "-m", "fastpipe", *overrides, f"hydra.run.dir={run_dir}"]
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
@@ -109,15 +112,20 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=300, help="measured steps per process")
     p.add_argument("--window", type=int, default=20)
     p.add_argument("--compile", default="default", help="the compile choice of every run (off, default, ...)")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
-                   help="an extra DDP run with these overrides (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar='"NAME:KEY=VALUE ..."',
+                   help="an extra DDP run with these space-separated overrides (repeatable)")
     p.add_argument("--profile", action="store_true", help="an extra DDP run under profile=on (a trace of rank 0)")
     p.add_argument("--smoke", action="store_true", help="CPU, TinyCNN at 32 px, fp32 eager, gloo, a few steps")
     a = p.parse_args(argv)
     a.image_size, a.classes, a.precision, a.channels_last, a.device = 224, 1000, "amp", True, "cuda"
+    a.variants, taken = [], {"single", "ddp", "profile"}  # run folder names already in use
     for variant in a.variant:
-        if ":" not in variant or not variant.split(":", 1)[1]:
-            p.error(f"--variant {variant!r}: write NAME:KEY=VALUE[,KEY=VALUE...]")
+        name, _, extra = variant.partition(":")
+        if not name or not extra.split() or name in taken or "/" in name:
+            p.error(f"--variant {variant!r}: write a new NAME (not {', '.join(sorted(taken))}), then "
+                    "':KEY=VALUE KEY=VALUE ...'")
+        taken.add(name)
+        a.variants.append((name, shlex.split(extra)))
     if a.smoke:
         a.model, a.batch, a.image_size, a.classes, a.precision, a.compile = "tiny_cnn", 16, 32, 10, "fp32", "off"
         a.channels_last, a.device, a.warmup, a.steps, a.window = False, "cpu", 2, 6, 3
@@ -131,10 +139,10 @@ def main(argv=None) -> int:
     base = common_overrides(a)
     ddp = ["launcher=ddp", f"launcher.nproc_per_node={a.nproc}"]
     runs = [("launcher=single", "single", ["launcher=single"]), (f"launcher=ddp nproc_per_node={a.nproc}", "ddp", ddp)]
-    runs += [(f"ddp {name}", name, ddp + extra.split(",")) for name, extra in (v.split(":", 1) for v in a.variant)]
+    runs += [(f"ddp {name}", name, ddp + extra) for name, extra in a.variants]
     if a.profile:  # a few steps past warm-up traced on rank 0 (profile's wait covers nothing else)
         runs.append(("profile=on ddp", "profile", ddp + ["profile=on", f"profile.wait={a.warmup}", "profile.warmup=1",
-                                                        f"profile.active={min(5, a.steps - 1)}"]))
+                                                        f"profile.active={max(1, min(5, a.steps - 1))}"]))
     rows = []
     with open(a.out / "ddp.log", "w") as log:
         log.write(f"# benchmarks/ddp.py {' '.join(sys.argv[1:])}\n# NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}\n")

@@ -14,8 +14,10 @@
 #           default/reduce-overhead; a profiled mmap run
 #         4 with DALI installed: a profiled DALI run, then DALI's executor x threads (2 epochs)
 #         5 (not run in session 2) the sweep's DALI rows; mmap and dali with reduce-overhead at 256/512
-# Session 2 (2026-11-29) ran phases 1 and 2 as written, phase 3 with DEADLINE=250 and phase 4 as
-# written (30 minutes of device time in all); its results: benchmarks/results/h200-2026-11-29-s2/.
+#           (prepares the JPEG folder itself: it can be the first call on a fresh machine, after DALI)
+# Session 2 (2026-11-29) ran phase 1 as written but with a 150 s limit on its preparation step,
+# phase 2 as written, phase 3 with DEADLINE=250 and phase 4 as written (30 minutes of device time
+# in all); its results: benchmarks/results/h200-2026-11-29-s2/.
 # SMOKE=1 runs every phase on a CPU with a tiny model and dataset: it checks the commands, not speed.
 set -uo pipefail
 phase=$1
@@ -56,18 +58,19 @@ sweep() {  # seconds, loaders: the JPEG sweep, resumed: finished jobs are skippe
   timeout -k 15 $(cap 60) $PY -m fastpipe.report $SWEEP > $LOGS/sweep-report-stdout.log 2>&1
 }
 
-profiled() {  # name, overrides...: one profiled run on GPU 0, its trace summarised
+profiled() {  # name, overrides...: one profiled run on GPU 0 (in an empty folder), its trace summarised
   local name=$1; shift
+  rm -rf $W/profile-$name
   CUDA_VISIBLE_DEVICES=0 timeout -k 15 $(cap 120) $PY -m fastpipe "${JPEG[@]}" "$@" "${PROFILE[@]}" \
       hydra.run.dir=$W/profile-$name > $LOGS/profile-$name.log 2>&1
   echo "profile $name exit $?" | tee -a $LOGS/profile-$name.log
   $PY benchmarks/trace_summary.py $W/profile-$name/profile/*.pt.trace.json* | tee $LOGS/trace-$name.txt
-  gzip -c $W/profile-$name/profile/*.pt.trace.json > "$OUT/trace-$name.json.gz" 2>/dev/null
+  gzip -c "$(ls $W/profile-$name/profile/*.pt.trace.json | head -1)" > "$OUT/trace-$name.json.gz"  # repeat=1: one file
 }
 
 pack() {  # everything this phase made, without TensorBoard events and checkpoints
   tar czf "$OUT/phase$phase.tgz" --exclude='tb' --exclude='checkpoints' --exclude='*.pt.trace.json' \
-      -C $W logs $(cd $W && ls -d jpeg-sweep best dali-tune ddp ddp-eager profile-* prep 2>/dev/null)
+      -C $W logs $(cd $W && ls -d jpeg-sweep jpeg-sweep-dali best best-ro dali-tune ddp ddp-eager profile-* prep 2>/dev/null)
 }
 
 case $phase in
@@ -80,10 +83,10 @@ case $phase in
   CUDA_VISIBLE_DEVICES=1 timeout -k 15 $(cap 300) $PY -m fastpipe model=tiny_cnn "${DATA[@]}" data=mmap train.max_steps=1 \
       hydra.run.dir=$W/prep > $LOGS/prep.log 2>&1; echo "prep exit $?" | tee -a $LOGS/prep.log
   timeout -k 15 $(cap 330) $PY benchmarks/ddp.py --out $W/ddp "${DDP[@]}" \
-      --variant bf16-grads:launcher.comm_hook=bf16 --variant one-bucket:launcher.bucket_cap_mb=100 --profile \
+      --variant "bf16-grads:launcher.comm_hook=bf16" --variant "one-bucket:launcher.bucket_cap_mb=100" --profile \
       > $LOGS/ddp-stdout.log 2>&1
   $PY benchmarks/trace_summary.py $W/ddp/runs/profile/profile/*.pt.trace.json* | tee $LOGS/trace-ddp.txt
-  gzip -c $W/ddp/runs/profile/profile/*.pt.trace.json > "$OUT/trace-ddp.json.gz" 2>/dev/null
+  gzip -c "$(ls $W/ddp/runs/profile/profile/*.pt.trace.json | head -1)" > "$OUT/trace-ddp.json.gz"  # ddp.py empties runs/profile first
   timeout -k 15 $(cap 90) $PY benchmarks/ddp.py --out $W/ddp-eager --compile off "${DDP_EAGER[@]}" \
       > $LOGS/ddp-eager-stdout.log 2>&1
   pack; cat $W/ddp/ddp.md $W/ddp-eager/ddp.md
@@ -102,22 +105,29 @@ case $phase in
   pack; cat $W/best/report.md
   ;;
 4)  # as run in session 2 (the DALI sweep rows moved to phase 5: the device time was spent)
+  rm -rf $W/profile-dali
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 100 $PY -m fastpipe "${JPEG[@]}" data=dali precision=amp compile=default \
       "${PROFILE[@]}" hydra.run.dir=$W/profile-dali > $LOGS/profile-dali.log 2>&1; echo "profile exit $?"
   $PY benchmarks/trace_summary.py $W/profile-dali/profile/*.pt.trace.json | tee $LOGS/trace-dali.txt
-  gzip -c $W/profile-dali/profile/*.pt.trace.json > "$OUT/trace-dali.json.gz"
+  gzip -c "$(ls $W/profile-dali/profile/*.pt.trace.json | head -1)" > "$OUT/trace-dali.json.gz"
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 $PY -m fastpipe -m "${JPEG[@]}" data=dali precision=amp compile=default \
       train.epochs=2 data.exec_dynamic=true,false data.num_threads=auto,8 hydra.sweep.dir=$W/dali-tune \
       > $LOGS/dali-tune.log 2>&1; echo "tune exit $?"
   timeout 30 $PY -m fastpipe.report $W/dali-tune > /dev/null 2>&1
   pack; cat $W/dali-tune/report.md
   ;;
-5)  # not run yet: the sweep's DALI rows and job 7, the best loaders at batch 512 / reduce-overhead
+5)  # not run yet; needs DALI (the 4th part) and works on a fresh machine: the JPEG folder and pack
+    # first (skipped when present), then the sweep's DALI rows in their own folder, and mmap / dali
+    # with CUDA graphs at batch 256 and 512 (the runs that could pass 7,000 img/s)
   $PY -c 'import nvidia.dali as d; print("dali", d.__version__)' | tee -a $LOGS/gpu.txt
-  sweep 300 default,mmap,dali
+  CUDA_VISIBLE_DEVICES=0 timeout -k 15 $(cap 300) $PY -m fastpipe model=tiny_cnn "${DATA[@]}" data=mmap \
+      train.max_steps=1 hydra.run.dir=$W/prep > $LOGS/prep.log 2>&1; echo "prep exit $?" | tee -a $LOGS/prep.log
+  timeout -k 15 "$(cap 200)" $PY -m fastpipe -m "${JPEG[@]}" data=dali precision=fp32,amp compile=off,default \
+      sweep.resume=true hydra.sweep.dir=$W/jpeg-sweep-dali >> $LOGS/sweep-dali.log 2>&1; echo "dali rows exit $?"
+  timeout -k 15 $(cap 30) $PY -m fastpipe.report $W/jpeg-sweep-dali > /dev/null 2>&1
   CUDA_VISIBLE_DEVICES=0 timeout -k 15 $(cap 230) $PY -m fastpipe -m "${JPEG[@]}" data=mmap,dali precision=amp \
       compile=reduce-overhead train.batch_size=$BATCHES hydra.sweep.dir=$W/best-ro > $LOGS/best-ro.log 2>&1
   timeout -k 15 $(cap 30) $PY -m fastpipe.report $W/best-ro > /dev/null 2>&1
-  pack; cat $SWEEP/report.md $W/best-ro/report.md
+  pack; cat $W/jpeg-sweep-dali/report.md $W/best-ro/report.md
   ;;
 esac

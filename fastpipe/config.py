@@ -180,9 +180,11 @@ class DdpLauncherConfig:
     # Workers are always fresh processes (one elastic launch per job); false is refused unless
     # fastpipe itself runs under torchrun/srun, where the Hydra process is the rank.
     fresh_process: bool = True
-    # DistributedDataParallel's gradient bucket size: each bucket's all-reduce starts as soon as its
-    # gradients are ready, so smaller buckets overlap sooner and larger ones launch fewer collectives.
-    bucket_cap_mb: float = 25.0
+    # DistributedDataParallel's gradient bucket size (MB): each bucket's all-reduce starts as soon as
+    # its gradients are ready, so smaller buckets overlap sooner and larger ones launch fewer
+    # collectives. null = DDP's own default: 25 MB buckets after a 1 MB first one (a number, even 25,
+    # makes every bucket that size).
+    bucket_cap_mb: Optional[float] = None
     # How gradients travel: none = as computed (fp32); bf16 / fp16 = compressed to 16 bits for the
     # all-reduce and decompressed after it (DDP's bf16/fp16_compress_hook: half the bytes on the link).
     comm_hook: str = "none"
@@ -193,9 +195,9 @@ class DdpLauncherConfig:
     def __post_init__(self) -> None:
         _auto_or_int("launcher.nproc_per_node", self.nproc_per_node, minimum=1)
         _one_of("launcher.comm_hook", self.comm_hook, ("none", "bf16", "fp16"))
-        if self.bucket_cap_mb <= 0:
+        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
             raise ConfigError(f"launcher.bucket_cap_mb={self.bucket_cap_mb} must be > 0 (megabytes per "
-                              "gradient bucket; DDP's default is 25)")
+                              "gradient bucket), or null for DDP's default")
         _one_of("launcher.backend", self.backend, ("auto", "nccl", "gloo"))
         _one_of("launcher.rdzv_backend", self.rdzv_backend, ("c10d", "static", "etcd", "etcd-v2"))
         if self.nnodes < 1 or self.max_restarts < 0 or self.timeout_s < 1 or self.node_rank < 0:

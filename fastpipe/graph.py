@@ -88,7 +88,8 @@ class TrainingGraph:
             ("model", f"{s.model._target_}  params={params / 1e6:.2f}M"
                       + ("  activation_checkpointing" if s.model.activation_checkpointing else "")),
             ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}" + (
-                f"  bucket_cap_mb={s.launcher.bucket_cap_mb:g}  comm_hook={s.launcher.comm_hook}"
+                f"  bucket_cap_mb={'default' if s.launcher.bucket_cap_mb is None else format(s.launcher.bucket_cap_mb, 'g')}"
+                f"  comm_hook={s.launcher.comm_hook}"
                 f"  broadcast_buffers={s.launcher.broadcast_buffers}"
                 if self.train_module is not self.model else "")),
             ("precision", self.precision.describe()),

@@ -51,11 +51,21 @@ def exit_reason(code: int) -> str:
 
 
 def collect(run_dir: Path, exitcode: int, settings) -> dict:
-    """The job's metrics; written here when the worker died before it could write them."""
+    """The job's metrics; written here when the worker died before it could write them.
+
+    A worker that finished (metrics.json says ok) and then died on its way out, e.g. from a stop
+    signal that arrived as it exited, keeps its results, with a warning naming how it ended.
+    """
     metrics = read_metrics(run_dir)
     if exitcode == 0 and metrics is not None:
         return metrics
-    if metrics is None or metrics.get("status") == "ok":
+    if metrics is not None and metrics.get("status") == "ok":
+        metrics.setdefault("warnings", []).append(
+            f"{exit_reason(exitcode)} after it had finished and written these results")
+        metrics["exitcode"] = exitcode
+        write_json_atomic(Path(run_dir) / "metrics.json", metrics)
+        return metrics
+    if metrics is None:
         metrics = empty_metrics(settings.choices, settings.overrides, environment(None, 1))
         metrics["reason"] = exit_reason(exitcode)
         write_json_atomic(Path(run_dir) / "metrics.json", metrics)

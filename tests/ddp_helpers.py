@@ -34,7 +34,8 @@ class CrashOnRank(TinyCNN):
 
 def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: dict) -> None:
     """One gloo rank of two: wrap a small model as fastpipe does, once per comm_hook, run one backward on
-    rank-specific data, and report {hook: (synchronised gradient, DDP's bucket cap)}; then, per
+    rank-specific data, and report {hook: (synchronised gradient, DDP's bucket cap)}; DDP's own bucket
+    settings when bucket_cap_mb is null; then, per
     broadcast_buffers, a BatchNorm's running mean after a training and an evaluation forward (test_ddp)."""
     import torch
     from torch import nn
@@ -54,6 +55,8 @@ def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: d
             x = torch.randn(16, 64, generator=torch.Generator().manual_seed(1 + rank))  # each rank its own batch
             ddp(x).square().mean().backward()
             result[hook] = (model.weight.grad.clone(), ddp.bucket_bytes_cap)
+        default = wrap_data_parallel(nn.Linear(4, 4), runtime, DdpLauncherConfig())  # bucket_cap_mb=null
+        result["default"] = (default.bucket_bytes_cap, default.bucket_bytes_cap_default)
         for broadcast in (True, False):
             bn = nn.BatchNorm1d(4)
             ddp = wrap_data_parallel(bn, runtime, DdpLauncherConfig(broadcast_buffers=broadcast))

@@ -42,8 +42,11 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     events = [ev("user_annotation", "ProfilerStep#5", 0, 10_000), ev("user_annotation", "ProfilerStep#6", 10_000, 10_000),
               ev("kernel", "conv", 0, 4_000, stream=7), ev("kernel", "ncclAllReduce", 3_000, 3_000, stream=20),
               ev("kernel", "conv", 9_000, 11_000, stream=7),
+              ev("kernel", "ncclDevKernel_Broadcast_RING_LL(args)", 19_000, 10, stream=20),
               ev("cuda_runtime", "cudaStreamSynchronize", 6_000, 3_000, tid=1),
-              ev("cpu_op", "aten::item", 6_000, 3_000)]
+              ev("cpu_op", "aten::item", 6_000, 3_000),
+              ev("cpu_op", "aten::long_op_elsewhere", 0, 6_010, tid=2),  # touches the gap by 10 us only
+              ev("kernel", "late", 25_000, 1_000, stream=7)]  # after the last step: not counted
     path = tmp_path / "t.pt.trace.json.gz"
     import gzip
     with gzip.open(path, "wt") as f:
@@ -51,11 +54,16 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     text = ts.summarize(ts.load_events(path))
     assert "2 profiled steps, 20.0 ms: 10.00 ms per step" in text
     assert "GPU busy 85.0% of the span" in text  # 0-6 ms and 9-20 ms
-    assert "stream 7: busy 15.0 ms" in text and "stream 20: busy 3.0 ms" in text and "(1 NCCL)" in text
+    assert "stream 7: busy 15.0 ms, 2 activities" in text  # the kernel after the last step is left out
+    assert "stream 20: busy 3.0 ms, 2 activities (2 NCCL)" in text
     assert "NCCL kernels 3.0 ms, of which 2.00 ms" in text
+    assert "ncclDevKernel_Broadcast_RING_LL on stream 20: 0.5 per step" in text
     assert "cudaStreamSynchronize" in text and "1.50 ms" in text  # 3 ms over 2 steps
-    assert "GPU idle gaps >= 50 us: 1, 3.0 ms" in text and "aten::item" in text
+    assert "GPU idle 1.50 ms per step (15.0% of the span); gaps >= 50 us: 1 (0.5 per step)" in text
+    assert "aten::item (tid 1)" in text and "long_op_elsewhere" not in text.split("gaps >= 50 us")[1]
     assert ts.subtract([[0, 10]], [[2, 3], [5, 12]]) == [(0, 2), (3, 5)]
+    assert ts.subtract([[10, 20], [0, 5]], [[12, 13], [1, 2]]) == [(0, 1), (2, 5), (10, 12), (13, 20)]  # unsorted
+    assert "zero length" in ts.summarize([ev("user_annotation", "ProfilerStep#1", 5, 0)])
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trace_summary.py"), str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "GPU busy" in proc.stdout

@@ -132,7 +132,7 @@ def test_under_torchrun_fastpipe_joins_the_group_and_writes_one_run_folder(tmp_p
 @pytest.mark.slow
 def test_benchmark_script_smoke_mode(tmp_path):
     proc = _run([sys.executable, str(REPO / "benchmarks" / "ddp.py"), "--smoke", "--out", str(tmp_path),
-                 "--variant", "bf16:launcher.comm_hook=bf16,launcher.bucket_cap_mb=1", "--profile"])
+                 "--variant", "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1", "--profile"])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     table = (tmp_path / "ddp.md").read_text()
     assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table
@@ -164,7 +164,7 @@ def test_ddp_settings_are_checked():
 
 def test_ddp_settings_are_checked_for_buckets_and_hooks():
     cfg = make_settings(["launcher=ddp"]).launcher
-    assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.broadcast_buffers) == (25.0, "none", True)  # DDP's defaults
+    assert (cfg.bucket_cap_mb, cfg.comm_hook, cfg.broadcast_buffers) == (None, "none", True)  # DDP's defaults
     with pytest.raises(ConfigError, match="launcher.comm_hook='int8'"):
         make_settings(["launcher=ddp", "launcher.comm_hook=int8"])
     with pytest.raises(ConfigError, match="bucket_cap_mb=0"):
@@ -186,6 +186,7 @@ def test_ddp_wrap_sets_bucket_size_compression_and_buffer_broadcast(tmp_path):
         # fp32 gradients are not generally bf16 values; compressed ones are
         assert torch.equal(grad0, grad0.bfloat16().float()) == (hook == "bf16"), hook
     assert not torch.equal(out[0]["none"][0], out[0]["bf16"][0])
+    assert out[0]["default"] == (25 * 1024 * 1024, True)  # null: DDP's own default (and its 1 MB first bucket)
     assert torch.equal(out[0]["broadcast_buffers=True"], out[1]["broadcast_buffers=True"])  # rank 0's, everywhere
     assert not torch.equal(out[0]["broadcast_buffers=False"], out[1]["broadcast_buffers=False"])
 

@@ -52,9 +52,9 @@ def resolve_threads(num_threads, local_world_size: int) -> int:
 
 
 def decode_options(decoder: str, cfg, roi: bool, rgb) -> dict:
-    """The decoder's arguments. Fancy (libjpeg-style) chroma upsampling applies to whole-image GPU
-    decodes only: for ROI (random-crop) decodes nvJPEG < 13.2 cannot do it, and asking anyway makes
-    nvImageCodec fall back and print a warning for every image (thousands a second on an H200)."""
+    """The decoder's arguments. Fancy (libjpeg-style) chroma upsampling is asked for whole-image GPU
+    decodes only: for ROI (random-crop) decodes with nvJPEG < 13.2 nvImageCodec declines it (edge
+    pixels may come out wrong) and prints a warning for every image (thousands a second on an H200)."""
     options = {"device": decoder, "output_type": rgb}
     if decoder == "mixed":
         options.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling and not roi)
