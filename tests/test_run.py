@@ -72,9 +72,10 @@ def test_shapes_dataset_is_byte_identical_for_the_same_settings(tmp_path):
     a = shapes.generate(tmp_path / "a", 4, 24, (20, 20), seed=3)
     b = shapes.generate(tmp_path / "b", 4, 24, (20, 20), seed=3)
     c = shapes.generate(tmp_path / "c", 4, 24, (20, 20), seed=4)
+    d = shapes.generate(tmp_path / "d", 4, 24, (20, 20), seed=3, threads=3)  # any number of threads
     files = sorted(p.relative_to(a) for p in a.rglob("*.jpg"))
-    assert len(files) == 24
-    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    assert len(files) == 24 and sorted(p.relative_to(d) for p in d.rglob("*.jpg")) == files
+    assert all((a / f).read_bytes() == (b / f).read_bytes() == (d / f).read_bytes() for f in files)
     assert any((a / f).read_bytes() != (c / f).read_bytes() for f in files)
 
 

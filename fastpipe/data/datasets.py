@@ -8,6 +8,7 @@ from typing import List, Optional, Tuple
 
 from fastpipe.data import shapes
 from fastpipe.errors import DataError
+from fastpipe.runtime import cpu_cores
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -99,7 +100,7 @@ def resolve_dataset(cfg, cache_root: Path, progress: bool = False) -> DatasetSpe
         size = tuple(cfg.source_size) if cfg.source_size else (cfg.image_size, cfg.image_size)
         root = Path(cfg.root) if cfg.root else cache_root / (
             "shapes-" + shapes.settings_key(cfg.num_classes, cfg.num_images, size, cfg.seed))
-        shapes.generate(root, cfg.num_classes, cfg.num_images, size, cfg.seed, progress=progress)
+        shapes.generate(root, cfg.num_classes, cfg.num_images, size, cfg.seed, progress=progress, threads=cpu_cores())
     else:
         root = Path(cfg.root).expanduser()
     classes, tr_f, tr_l, va_f, va_l = scan_image_folder(root, cfg.val_fraction)
