@@ -48,7 +48,7 @@ def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: d
                                          world_size=2)
     try:
         runtime, result = Runtime(torch.device("cpu"), Dist(rank, 2, rank, 2), cache_root=None), {}
-        for hook in ("none", "bf16"):
+        for hook in ("none", "bf16", "fp16"):
             torch.manual_seed(0)  # the same initial weights on both ranks
             model = nn.Linear(64, 8)
             ddp = wrap_data_parallel(model, runtime, DdpLauncherConfig(comm_hook=hook, bucket_cap_mb=bucket_cap_mb))

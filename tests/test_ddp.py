@@ -172,19 +172,20 @@ def test_ddp_settings_are_checked_for_buckets_and_hooks():
 
 
 def test_ddp_wrap_sets_bucket_size_compression_and_buffer_broadcast(tmp_path):
-    """Two real gloo ranks: the gradient is the ranks' mean, rounded to bf16 only with comm_hook=bf16;
+    """Two real gloo ranks: the gradient is the ranks' mean, rounded to 16 bits only with comm_hook=bf16/fp16;
     BatchNorm statistics are rank 0's on every rank only with broadcast_buffers=true."""
     from ddp_helpers import gradients_after_ddp
 
     out = torch.multiprocessing.get_context("spawn").Manager().dict()
     torch.multiprocessing.start_processes(gradients_after_ddp, args=(str(tmp_path / "store"), 1.5, out),
                                           nprocs=2, start_method="spawn")
-    for hook in ("none", "bf16"):
+    for hook in ("none", "bf16", "fp16"):
         (grad0, cap0), (grad1, _) = out[0][hook], out[1][hook]
         assert cap0 == int(1.5 * 1024 * 1024)
         assert torch.equal(grad0, grad1)  # both ranks hold the same synchronised gradient
-        # fp32 gradients are not generally bf16 values; compressed ones are
-        assert torch.equal(grad0, grad0.bfloat16().float()) == (hook == "bf16"), hook
+        # fp32 gradients are not generally 16-bit values; compressed ones are values of their format
+        as_bf16, as_fp16 = torch.equal(grad0, grad0.bfloat16().float()), torch.equal(grad0, grad0.half().float())
+        assert {"none": not as_bf16 and not as_fp16, "bf16": as_bf16, "fp16": as_fp16 and not as_bf16}[hook], hook
     assert not torch.equal(out[0]["none"][0], out[0]["bf16"][0])
     assert out[0]["default"] == (25 * 1024 * 1024, True)  # null: DDP's own default (and its 1 MB first bucket)
     assert torch.equal(out[0]["broadcast_buffers=True"], out[1]["broadcast_buffers=True"])  # rank 0's, everywhere
