@@ -16,8 +16,9 @@
 #         5 (not run in session 2) the sweep's DALI rows; mmap and dali with reduce-overhead at 256/512
 #           (prepares the JPEG folder itself: it can be the first call on a fresh machine, after DALI)
 # Session 2 (2026-11-29) ran phase 1 as written but with a 150 s limit on its preparation step,
-# phase 2 as written, phase 3 with DEADLINE=250 and phase 4 as written (30 minutes of device time
-# in all); its results: benchmarks/results/h200-2026-11-29-s2/.
+# phase 2 as written, phase 3 with DEADLINE=250 and phase 4 as written but with a 100 s limit on
+# its profiled run (30 minutes of device time in all); its results:
+# benchmarks/results/h200-2026-11-29-s2/.
 # SMOKE=1 runs every phase on a CPU with a tiny model and dataset: it checks the commands, not speed.
 set -uo pipefail
 phase=$1
@@ -105,11 +106,7 @@ case $phase in
   pack; cat $W/best/report.md
   ;;
 4)  # as run in session 2 (the DALI sweep rows moved to phase 5: the device time was spent)
-  rm -rf $W/profile-dali
-  CUDA_VISIBLE_DEVICES=0 timeout -k 10 100 $PY -m fastpipe "${JPEG[@]}" data=dali precision=amp compile=default \
-      "${PROFILE[@]}" hydra.run.dir=$W/profile-dali > $LOGS/profile-dali.log 2>&1; echo "profile exit $?"
-  $PY benchmarks/trace_summary.py $W/profile-dali/profile/*.pt.trace.json | tee $LOGS/trace-dali.txt
-  gzip -c "$(ls $W/profile-dali/profile/*.pt.trace.json | head -1)" > "$OUT/trace-dali.json.gz"
+  profiled dali data=dali precision=amp compile=default  # session 2: with a 100 s limit
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 $PY -m fastpipe -m "${JPEG[@]}" data=dali precision=amp compile=default \
       train.epochs=2 data.exec_dynamic=true,false data.num_threads=auto,8 hydra.sweep.dir=$W/dali-tune \
       > $LOGS/dali-tune.log 2>&1; echo "tune exit $?"

@@ -100,11 +100,13 @@ def summarize(events: list, gaps: int = 5, ops: int = 10) -> str:
     per_stream = defaultdict(list)
     for e in gpu:
         per_stream[(e.get("args") or {}).get("stream", e.get("tid"))].append(e)
-    for stream, evs in sorted(per_stream.items(), key=lambda kv: -total(union(clip(
-            ((e["ts"], e["ts"] + e["dur"]) for e in kv[1]), lo, hi)))):
+    stream_busy = {stream: total(union(clip(((e["ts"], e["ts"] + e["dur"]) for e in evs), lo, hi)))
+                   for stream, evs in per_stream.items()}
+    for stream in sorted(per_stream, key=lambda st: -stream_busy[st]):
+        evs = per_stream[stream]
         nccl = sum("nccl" in e["name"].lower() for e in evs)
-        busy_ms = total(union(clip(((e["ts"], e["ts"] + e["dur"]) for e in evs), lo, hi))) / 1e3
-        lines.append(f"  stream {stream}: busy {busy_ms:.1f} ms, {len(evs)} activities{f' ({nccl} NCCL)' if nccl else ''}")
+        lines.append(f"  stream {stream}: busy {stream_busy[stream] / 1e3:.1f} ms, {len(evs)} activities"
+                     f"{f' ({nccl} NCCL)' if nccl else ''}")
     comm_events = [e for e in gpu if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
     if comm_events:
         comm = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in comm_events), lo, hi))
