@@ -9,20 +9,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from fastpipe.config import register_configs, to_settings
+from fastpipe import results
+from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError
-
-GROUPS = ("data", "precision", "compile", "launcher", "model", "dataset")
-
-
-def config_dir() -> str:
-    """The packaged conf/: fastpipe/conf when installed, ../conf in a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return str(candidate)
-    raise FileNotFoundError("fastpipe's conf/ folder is missing from the installation; reinstall fastpipe")
-
 
 register_configs()
 
@@ -31,8 +20,7 @@ register_configs()
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launcher import launch
-    from fastpipe.report.repeats import finished_metrics, launch_repeats
-    from fastpipe.report.run import empty_metrics, write_json_atomic
+    from fastpipe.repeats import finished_metrics, launch_repeats
     from fastpipe.runtime import environment
 
     hc = HydraConfig.get()
@@ -51,9 +39,8 @@ def run(cfg: DictConfig):
                 settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
         metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work: a failed row, one clear line
-        metrics = empty_metrics(choices, overrides, environment(None, 1))
-        metrics["reason"] = str(exc)
-        write_json_atomic(run_dir / "metrics.json", metrics)
+        metrics = results.failed(str(exc), choices, overrides, environment(None, 1))
+        results.write(run_dir, metrics)
     if metrics.get("status") != "ok":
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
         if metrics.get("status") == "preempted":  # the stop signal was for the whole run or sweep

@@ -45,7 +45,7 @@ def run_bench(size: Optional[int] = None, copy_mb: Optional[int] = None, repeats
     for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
-        seconds = statistics.median(_times(lambda: torch.mm(a, b), repeats, device))
+        seconds = statistics.median(_times(lambda a=a, b=b: torch.mm(a, b), repeats, device))
         tf32_on = dtype is torch.float32 and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
         tf32 = "  (TF32 on)" if tf32_on else ""
         results.append({"label": f"{where} matmul {n}x{n} {name}{tf32}", "value": 2 * n**3 / seconds / 1e12,

@@ -19,8 +19,15 @@ import numpy as np
 import torch
 
 from fastpipe import signals
-from fastpipe.checkpoint_files import (checkpoints_in, load_verified, resolve_candidates, rotate, verify,
-                                       write_checkpoint)
+from fastpipe.checkpoint_files import (
+    checkpoints_in,
+    load_verified,
+    resolve_candidates,
+    rotate,
+    verify,
+    write_checkpoint,
+)
+from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, Preempted
 
 
@@ -64,19 +71,10 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def gather(obj, dist) -> list:
-    """Every rank's ``obj`` (a collective under DDP); ``[obj]`` for a single process."""
-    if dist.world_size == 1:
-        return [obj]
-    out = [None] * dist.world_size
-    torch.distributed.all_gather_object(out, obj)
-    return out
-
-
 class Checkpointer:
     """The loop's checkpoint policy: ``restore`` first, ``after_step`` each step, ``finish`` at the end."""
 
-    def __init__(self, cfg, run_dir: Optional[Path] = None, dist=None) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Optional[Path] = None, dist=None) -> None:
         from fastpipe.runtime import Dist
 
         self.folder = None if run_dir is None else Path(run_dir) / "checkpoints"
@@ -136,7 +134,7 @@ class Checkpointer:
             return None
         if streak is not None and g.all_reduce_sum(streak.detach().clone()).item() > 0:
             return None  # non-finite now: BatchNorm buffers may hold NaN; keep the last good checkpoint
-        rngs = gather(rng_state(g.device), self.dist)
+        rngs = g.gather(rng_state(g.device))
         path = self.folder / f"step-{pos.step:08d}.pt"
         if self.dist.is_main:
             path = write_checkpoint(self.folder, state_of(g, pos, self.steps_per_epoch, rngs))

@@ -7,6 +7,8 @@ from typing import Callable, List, Optional
 import torch
 from torch import nn
 
+from fastpipe.config import CompileConfig
+
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._subclasses")
 
 
@@ -37,7 +39,7 @@ class CompiledModel:
         self.fallback_reason = f"{type(exc).__name__}: {first_line}"
         return f"compile={self.choice} failed, continuing eager: {self.fallback_reason}"
 
-    def call(self, fn: Callable[[nn.Module], object], warnings: List[str], on_retry: Callable = None):
+    def call(self, fn: Callable[[nn.Module], object], warnings: List[str]):
         """Run ``fn(module)``; if compilation fails inside it, fall back to eager and run it again."""
         if not self.active:
             return fn(self.module)
@@ -47,8 +49,6 @@ class CompiledModel:
             if not is_compile_error(exc):
                 raise
             warnings.append(self.fall_back(exc))
-            if on_retry is not None:
-                on_retry()
             return fn(self.module)
 
     def describe(self) -> str:
@@ -62,7 +62,7 @@ class CompiledModel:
         return f"{self.choice}  torch.compile(mode={self.mode!r})" + note
 
 
-def build_compiled(cfg, model: nn.Module, device: torch.device, warnings: List[str]) -> CompiledModel:
+def build_compiled(cfg: CompileConfig, model: nn.Module, device: torch.device, warnings: List[str]) -> CompiledModel:
     """Wrap ``model`` per ``cfg`` (a CompileConfig). Compilation itself happens at the first call."""
     result = CompiledModel(model, model, cfg.name, cfg.mode, device_type=device.type)
     if cfg.name == "off":

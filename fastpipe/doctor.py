@@ -119,7 +119,7 @@ def config_composes() -> Optional[str]:
         from hydra import compose, initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
-        from fastpipe.__main__ import config_dir
+        from fastpipe.config import config_dir
 
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):

@@ -6,13 +6,14 @@ Stages, in order: dataset -> model (+ activation checkpointing, channels_last) -
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List
 
 import torch
 from torch import nn
 
 from fastpipe.compile import CompiledModel, build_compiled
+from fastpipe.config import Config, DdpLauncherConfig
 from fastpipe.data import build_loader
 from fastpipe.data.datasets import DatasetSpec, resolve_dataset
 from fastpipe.errors import ConfigError
@@ -24,7 +25,7 @@ from fastpipe.runtime import Runtime
 
 @dataclass
 class TrainingGraph:
-    settings: object
+    settings: Config
     runtime: Runtime
     dataset: DatasetSpec
     model: nn.Module  # the bare model (evaluation runs it eagerly; parameters are shared)
@@ -35,7 +36,6 @@ class TrainingGraph:
     train_loader: object
     eval_loader: object
     channels_last: bool
-    notes: List[str] = field(default_factory=list)
 
     @property
     def device(self) -> torch.device:
@@ -101,16 +101,10 @@ class TrainingGraph:
             ("measure", f"warm-up {s.measure.warmup_steps} steps excluded  windows of {s.measure.window} steps"),
         ]
         lines = ["fastpipe training graph"] + [f"  {i + 1:>2}. {name:<10} {text}" for i, (name, text) in enumerate(rows)]
-        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+        return "\n".join(lines)
 
 
-def resolve_channels_last(setting, model: nn.Module, device: torch.device) -> bool:
-    if setting == "auto":
-        return device.type == "cuda" and is_conv_net(model)
-    return bool(setting)
-
-
-def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher) -> nn.Module:
+def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher: DdpLauncherConfig) -> nn.Module:
     """DistributedDataParallel when several processes train (bucket size, gradient compression and the
     buffer broadcast per ``launcher``, a DdpLauncherConfig); the model itself otherwise."""
     if runtime.dist.world_size == 1:
@@ -127,20 +121,20 @@ def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher) -> nn.Modul
     return ddp
 
 
-def build(settings, runtime: Runtime, warnings: List[str], progress: bool = False) -> TrainingGraph:
+def build(settings: Config, runtime: Runtime, warnings: List[str], progress: bool = False) -> TrainingGraph:
     """Build every stage for ``settings`` (a Config) on ``runtime``."""
     device = runtime.device
-    dataset = resolve_dataset(settings.dataset, runtime.cache_root, progress=progress)
+    dataset = resolve_dataset(settings.dataset, runtime.cache_root, progress=progress, threads=runtime.cpu_cores)
     model = build_model(settings.model._target_, settings.model.kwargs, dataset.num_classes)
     if settings.model.activation_checkpointing:
         enable_activation_checkpointing(model)
-    channels_last = resolve_channels_last(settings.runtime.channels_last, model, device)
+    channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     train_module = wrap_data_parallel(model, runtime, settings.launcher)
     precision = build_precision(settings.precision, device)
     compiled = build_compiled(settings.compile, train_module, device, warnings)
     optimizer = build_optimizer(settings.train, model.parameters(), device)
-    loader_args = (settings.data, dataset, runtime.dist, device, settings.train.batch_size, settings.seed)
+    loader_args = (settings.data, dataset, runtime, settings.train.batch_size, settings.seed)
     train_loader = build_loader(*loader_args, train=True, channels_last=channels_last)
     eval_loader = build_loader(*loader_args, train=False, channels_last=channels_last)
     if len(train_loader) < settings.train.grad_accum:

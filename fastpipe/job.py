@@ -8,17 +8,19 @@ from pathlib import Path
 import torch
 
 from fastpipe import graph as training_graph
+from fastpipe import results
 from fastpipe.checkpoint import Checkpointer
+from fastpipe.config import Config
 from fastpipe.errors import FastpipeError, OutOfMemory
 from fastpipe.loop import train
 from fastpipe.measure import StepMeter, combine_ranks
 from fastpipe.profiling import build_profiler
-from fastpipe.report.run import RunRecorder, empty_metrics, format_summary
+from fastpipe.recorder import RunRecorder
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
 from fastpipe.signals import stop_on_signals
 
 
-def run_training(settings, run_dir: Path) -> dict:
+def run_training(settings: Config, run_dir: Path) -> dict:
     """Train per ``settings`` (a Config), write the run folder, return metrics (status ok/failed).
 
     Exceptions propagate after a failed metrics.json has been written, so the caller can both show
@@ -26,7 +28,7 @@ def run_training(settings, run_dir: Path) -> dict:
     """
     dist = dist_from_env()
     recorder = RunRecorder(run_dir, enabled=dist.is_main)
-    metrics = empty_metrics(settings.choices, settings.overrides, environment(None, dist.world_size))
+    metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size))
     warnings = metrics["warnings"]
     try:
         runtime = setup_runtime(settings)
@@ -72,7 +74,7 @@ def run_training(settings, run_dir: Path) -> dict:
         recorder.write_metrics(metrics)
         recorder.close()
     if dist.is_main:
-        print(format_summary(metrics), flush=True)
+        print(results.summary_text(metrics), flush=True)
     return metrics
 
 

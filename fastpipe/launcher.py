@@ -18,14 +18,22 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
+from fastpipe import results
+from fastpipe.config import Config, DdpLauncherConfig
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
-from fastpipe.report.run import empty_metrics, read_metrics, write_json_atomic
-from fastpipe.runtime import (broadcast_from_main, dist_from_env, environment, init_distributed,
-                              shutdown_distributed, started_by_torchrun, visible_gpus)
+from fastpipe.runtime import (
+    broadcast_from_main,
+    dist_from_env,
+    environment,
+    init_distributed,
+    shutdown_distributed,
+    started_by_torchrun,
+    visible_gpus,
+)
 from fastpipe.signals import forwarded_to
 
 
-def _single_worker(settings, run_dir: str) -> None:
+def _single_worker(settings: Config, run_dir: str) -> None:
     """Entry point of the spawned process: exit code 0 ok, EXIT_CODE bad input, 1 crash."""
     from fastpipe.job import run_training
 
@@ -50,31 +58,30 @@ def exit_reason(code: int) -> str:
     return f"training process exited with code {code}"
 
 
-def collect(run_dir: Path, exitcode: int, settings) -> dict:
+def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
     """The job's metrics; written here when the worker died before it could write them.
 
     A worker that finished (metrics.json says ok) and then died on its way out, e.g. from a stop
     signal that arrived as it exited, keeps its results, with a warning naming how it ended.
     """
-    metrics = read_metrics(run_dir)
+    metrics = results.read(run_dir)
     if exitcode == 0 and metrics is not None:
         return metrics
     if metrics is not None and metrics.get("status") == "ok":
         metrics.setdefault("warnings", []).append(
             f"{exit_reason(exitcode)} after it had finished and written these results")
         metrics["exitcode"] = exitcode
-        write_json_atomic(Path(run_dir) / "metrics.json", metrics)
+        results.write(run_dir, metrics)
         return metrics
     if metrics is None:
-        metrics = empty_metrics(settings.choices, settings.overrides, environment(None, 1))
-        metrics["reason"] = exit_reason(exitcode)
-        write_json_atomic(Path(run_dir) / "metrics.json", metrics)
+        metrics = results.failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1))
+        results.write(run_dir, metrics)
     metrics["exitcode"] = exitcode
     return metrics
 
 
 # ---------------------------------------------------------------- ddp
-def _ddp_worker(settings, run_dir: str) -> Optional[dict]:
+def _ddp_worker(settings: Config, run_dir: str) -> Optional[dict]:
     """Entry point of each elastic worker: join the group, train, leave. Rank 0 returns the metrics.
 
     Exceptions propagate: the agent records each in the rank's error file and stops the other ranks.
@@ -87,18 +94,7 @@ def _ddp_worker(settings, run_dir: str) -> Optional[dict]:
     return metrics if dist.is_main else None
 
 
-def resolve_nproc(cfg, device_setting: str) -> int:
-    """Processes on this machine: ``auto`` = one per visible GPU, or 2 on a CPU."""
-    gpus = visible_gpus(device_setting)
-    if cfg.nproc_per_node == "auto":
-        return gpus or 2
-    if gpus and cfg.nproc_per_node > gpus:
-        raise ConfigError(f"launcher.nproc_per_node={cfg.nproc_per_node} but {gpus} GPU(s) are visible; DDP "
-                          "runs one process per GPU: lower it, or use launcher.nproc_per_node=auto")
-    return cfg.nproc_per_node
-
-
-def elastic_config(cfg, nproc: int):
+def elastic_config(cfg: DdpLauncherConfig, nproc: int):
     """torchrun's LaunchConfig for ``cfg`` (a DdpLauncherConfig)."""
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -161,19 +157,19 @@ def failure_reason(failures: dict, world_size: int, timeout_s: Optional[int] = N
     return f"rank {rank} of {world_size} failed: {text}{also}", trace
 
 
-def _failed(run_dir: Path, settings, reason: str, trace: Optional[str], world_size: int) -> dict:
+def _failed(run_dir: Path, settings: Config, reason: str, trace: Optional[str], world_size: int) -> dict:
     """Write the job's failed metrics.json (keeping what rank 0 recorded) and return it."""
-    metrics = read_metrics(run_dir)
+    metrics = results.read(run_dir)
     if metrics is None or metrics.get("status") == "ok":
-        metrics = empty_metrics(settings.choices, settings.overrides, environment(None, world_size))
+        metrics = results.new_record(settings.choices, settings.overrides, environment(None, world_size))
     metrics.update(status="failed", reason=reason)
     if trace:
         metrics["traceback"] = trace
-    write_json_atomic(run_dir / "metrics.json", metrics)
+    results.write(run_dir, metrics)
     return metrics
 
 
-def _launch_ddp(settings, run_dir: Path) -> dict:
+def _launch_ddp(settings: Config, run_dir: Path) -> dict:
     """launcher=ddp from a plain process: one elastic launch of fresh workers for this job."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -184,12 +180,12 @@ def _launch_ddp(settings, run_dir: Path) -> dict:
     if not cfg.fresh_process:
         raise ConfigError("launcher=ddp always trains in fresh worker processes; launcher.fresh_process=false "
                           "works with launcher=single (or start fastpipe under torchrun: each rank trains in place)")
-    nproc = resolve_nproc(cfg, settings.device)
+    nproc = cfg.processes(visible_gpus(settings.device))
     world = nproc * cfg.nnodes
     try:
         elastic_launch(elastic_config(cfg, nproc), _ddp_worker)(settings, str(run_dir))
     except (ChildFailedError, SignalException) as exc:
-        recorded = read_metrics(run_dir)
+        recorded = results.read(run_dir)
         if recorded is not None and recorded.get("status") == "preempted":  # a stop signal: rank 0 checkpointed
             return recorded
         if isinstance(exc, ChildFailedError):
@@ -201,13 +197,13 @@ def _launch_ddp(settings, run_dir: Path) -> dict:
     except RendezvousError as exc:
         return _failed(run_dir, settings, f"launcher=ddp: rendezvous at {cfg.rdzv_endpoint or 'localhost'} failed "
                        f"within launcher.timeout_s={cfg.timeout_s}: {type(exc).__name__}: {exc}", None, world)
-    metrics = read_metrics(run_dir)
+    metrics = results.read(run_dir)
     if metrics is None:  # rank 0 ran on another node: its run folder holds the job's metrics.json
         return {"status": "ok", "reason": None, "note": "rank 0 ran on another node; see its run folder"}
     return metrics
 
 
-def _join_torchrun(settings, run_dir: Path) -> dict:
+def _join_torchrun(settings: Config, run_dir: Path) -> dict:
     """Started by torchrun/srun: this process is a rank. Train here, recording in rank 0's folder."""
     from fastpipe.job import run_training
 
@@ -216,13 +212,13 @@ def _join_torchrun(settings, run_dir: Path) -> dict:
     try:
         metrics = run_training(settings, run_dir)
     except FastpipeError as exc:  # bad input: a failed job, exit code 2 from the entry point
-        return (read_metrics(run_dir) if dist.is_main else None) or dict(
-            empty_metrics(settings.choices, settings.overrides, environment(None, dist.world_size)), reason=str(exc))
+        return (results.read(run_dir) if dist.is_main else None) or results.failed(
+            str(exc), settings.choices, settings.overrides, environment(None, dist.world_size))
     shutdown_distributed()
     return metrics
 
 
-def launch(settings, run_dir: Path) -> dict:
+def launch(settings: Config, run_dir: Path) -> dict:
     """Run the job per ``settings.launcher`` and return its metrics (status ok or failed)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -237,7 +233,7 @@ def launch(settings, run_dir: Path) -> dict:
         try:
             return run_training(settings, run_dir)
         except FastpipeError:
-            return read_metrics(run_dir)
+            return results.read(run_dir)
     process = multiprocessing.get_context("spawn").Process(
         target=_single_worker, args=(settings, str(run_dir)), name="fastpipe-train")
     process.start()

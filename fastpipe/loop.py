@@ -9,7 +9,14 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from fastpipe.checkpoint import Checkpointer, Position, epoch_batches
-from fastpipe.optim import learning_rate, nonfinite_error, set_learning_rate, step_unless
+from fastpipe.config import TrainConfig
+from fastpipe.graph import TrainingGraph
+from fastpipe.optim import (
+    learning_rate,
+    nonfinite_error,
+    set_learning_rate,
+    step_unless,
+)
 from fastpipe.profiling import NoProfiler
 
 
@@ -43,7 +50,7 @@ def evaluate(g) -> tuple:
     return (correct / count, loss_sum / count) if count else (None, None)
 
 
-def train(g, cfg, meter, recorder, warnings: List[str], progress: bool, ckpt=None, profiler=None) -> LoopResult:
+def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[str], progress: bool, ckpt=None, profiler=None) -> LoopResult:
     """Train ``g`` (a TrainingGraph) per ``cfg`` (TrainConfig), feeding ``meter`` and ``recorder``;
     ``ckpt`` (a Checkpointer) restores, saves and stops on signals; ``profiler`` steps each step."""
     ckpt, profiler, accum = ckpt or Checkpointer(cfg), profiler or NoProfiler(), cfg.grad_accum

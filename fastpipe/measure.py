@@ -1,6 +1,6 @@
 """Measurement: steady-state timing, data-wait, peak memory and GPU utilisation. Prints nothing.
 
-Rules (DESIGN.md "Measuring honestly"): the first ``warmup_steps`` steps (compilation, autotuning,
+Rules: the first ``warmup_steps`` steps (compilation, autotuning,
 CUDA-graph capture, cuDNN benchmarking) are timed apart as ``warmup_s``; throughput and step times
 come from the steady windows after them. CUDA is asynchronous, so the host clock is read only after
 a synchronisation at window edges (never inside a window). Data-wait is host time spent blocked in

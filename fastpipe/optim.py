@@ -5,10 +5,11 @@ import math
 
 import torch
 
+from fastpipe.config import TrainConfig
 from fastpipe.errors import TrainingError
 
 
-def build_optimizer(cfg, params, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(cfg: TrainConfig, params, device: torch.device) -> torch.optim.Optimizer:
     """SGD (momentum) or AdamW, fused: one kernel per step, and device-side skipping (below)."""
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
@@ -16,7 +17,7 @@ def build_optimizer(cfg, params, device: torch.device) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
-def learning_rate(cfg, step: int, total_steps: int) -> float:
+def learning_rate(cfg: TrainConfig, step: int, total_steps: int) -> float:
     """The learning rate for optimizer step ``step`` (0-based) of ``total_steps``.
 
     A pure function of the step, so a resumed run continues the same schedule with no state to save.

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from fastpipe.errors import ConfigError
+from fastpipe.config import PrecisionConfig
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -34,23 +34,12 @@ class Precision:
         return f"amp  {dtype} autocast on {self.device_type}  GradScaler {'on' if self.scaler.is_enabled() else 'off'}"
 
 
-def resolve_amp_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """``auto`` = bf16 where the device supports it (CPU, Ampere and newer GPUs), else fp16."""
-    if requested == "auto":
-        if device.type == "cpu" or torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float16
-    if requested == "fp16" and device.type == "cpu":
-        raise ConfigError("precision.dtype=fp16 is a CUDA mode (GradScaler loss scaling); on the CPU use "
-                          "precision.dtype=bf16 (or auto)")
-    return DTYPES[requested]
-
-
-def build_precision(cfg, device: torch.device) -> Precision:
+def build_precision(cfg: PrecisionConfig, device: torch.device) -> Precision:
     """The Precision for ``cfg`` (a PrecisionConfig) on ``device``."""
     if cfg.name == "fp32":
         return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
                          tf32=cfg.tf32 and device.type == "cuda")
-    dtype = resolve_amp_dtype(cfg.dtype, device)
+    bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    dtype = DTYPES[cfg.amp_dtype(device.type, bf16_ok)]
     scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
     return Precision("amp", dtype, device.type, scaler)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import torch
+
+from fastpipe.config import ProfileConfig
 
 
 class NoProfiler(contextlib.nullcontext):
@@ -21,14 +23,19 @@ class NoProfiler(contextlib.nullcontext):
         pass
 
 
-def build_profiler(cfg, run_dir: Path, device: torch.device, is_main: bool, warnings: List[str]):
+def build_profiler(cfg: Optional[ProfileConfig], run_dir: Path, device: torch.device, is_main: bool, warnings: List[str]):
     """A torch.profiler.profile per ``cfg`` (a ProfileConfig; None = off), used as a context manager.
 
     Only rank 0 profiles (the run folder is rank 0's). A warning records which steps were profiled.
     """
     if cfg is None or cfg.name == "off" or not is_main:
         return NoProfiler()
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    from torch.profiler import (
+        ProfilerActivity,
+        profile,
+        schedule,
+        tensorboard_trace_handler,
+    )
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     first = cfg.skip_first + cfg.wait + cfg.warmup + 1

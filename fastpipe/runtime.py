@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fastpipe.errors import ConfigError, EnvironmentProblem
+from fastpipe.errors import EnvironmentProblem
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,12 @@ class Runtime:
     device: torch.device
     dist: Dist
     cache_root: Path
+    cpu_cores: int = 1  # the cores this process may run on (shared by the ranks of this machine)
+
+    @property
+    def cores_per_process(self) -> int:
+        """This process's share of the machine's cores (loader workers, decode threads)."""
+        return max(1, self.cpu_cores // max(1, self.dist.local_world_size))
 
 
 def dist_from_env() -> Dist:
@@ -90,7 +96,7 @@ def setup_runtime(settings) -> Runtime:
     torch.manual_seed(seed)
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
-    return Runtime(device, dist, cache_root())
+    return Runtime(device, dist, cache_root(), cpu_cores())
 
 
 def cpu_cores() -> int:
@@ -103,16 +109,6 @@ def visible_gpus(requested_device: str) -> int:
     if requested_device == "cpu" or not torch.cuda.is_available():
         return 0
     return torch.cuda.device_count()
-
-
-def resolve_backend(requested: str, device: torch.device) -> str:
-    """The process-group backend: ``auto`` is nccl on CUDA, gloo on the CPU."""
-    if requested == "auto":
-        return "nccl" if device.type == "cuda" else "gloo"
-    if requested == "nccl" and device.type != "cuda":
-        raise ConfigError("launcher.backend=nccl needs CUDA devices but training runs on the CPU; "
-                          "use launcher.backend=auto or gloo")
-    return requested
 
 
 def init_distributed(settings) -> Dist:
@@ -128,7 +124,7 @@ def init_distributed(settings) -> Dist:
     device = resolve_device(settings.device, dist)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = resolve_backend(settings.launcher.backend, device)
+    backend = settings.launcher.backend_for(device.type)
     timeout = timedelta(seconds=settings.launcher.timeout_s)
     device_id = device if backend == "nccl" else None  # NCCL: bind the communicator to this GPU now
     torch.distributed.init_process_group(backend, timeout=timeout, device_id=device_id)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fastpipe.config import GROUPS
+
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
 
@@ -40,17 +42,19 @@ def make_settings(overrides=()):
     cfg = compose(overrides)
     settings = to_settings(cfg)
     settings.overrides = list(overrides)
-    settings.choices = {g: _choice(g, overrides) for g in ("data", "precision", "compile", "launcher", "model", "dataset")}
+    settings.choices = {g: _choice(g, overrides) for g in GROUPS}
     return settings
 
 
 def _choice(group, overrides):
-    defaults = {"data": "default", "precision": "fp32", "compile": "off", "launcher": "single",
-                "model": "tiny_cnn", "dataset": "shapes"}
-    for o in overrides:
-        if o.startswith(f"{group}="):
-            return o.split("=", 1)[1]
-    return defaults[group]
+    """The group's choice: the last ``group=NAME`` override, else the root config's default."""
+    import yaml
+
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{group}=")]
+    if chosen:
+        return chosen[-1]
+    defaults = yaml.safe_load((CONF_DIR / "config.yaml").read_text())["defaults"]
+    return next(str(d[group]) for d in defaults if isinstance(d, dict) and group in d)
 
 
 def run_in_process(run_dir, overrides=()):
@@ -64,6 +68,15 @@ def run_cli(args, cwd=None, timeout=300):
     """``python -m fastpipe ARGS`` in a subprocess; returns the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=cwd or REPO, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def cpu_runtime(dist=None):
+    """A CPU Runtime for building loaders and graphs in tests (``dist``: this process's place)."""
+    import torch
+
+    from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores
+
+    return Runtime(torch.device("cpu"), dist or Dist(), cache_root(), cpu_cores())
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The README's bad-input catalogue, one test per row: each input and exactly what the user sees.
+"""The bad-input catalogue (docs/errors.md), one test per row: each input and exactly what the user sees.
 
 Most rows fail while composing or building (in-process, fast); one CLI run checks the exit code and
 the single ``fastpipe: error:`` line of a failure inside the training process.
@@ -19,7 +19,7 @@ from PIL import Image
 from conftest import CONF_DIR, REPO, compose, make_settings, run_in_process
 from fastpipe.errors import (EXIT_CODE, ConfigError, DataError, EnvironmentProblem, OutOfMemory,
                              TrainingError)
-from fastpipe.report.run import read_metrics
+from fastpipe.results import read as read_metrics
 
 HERE = Path(__file__).resolve().parent
 RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=4",

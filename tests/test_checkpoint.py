@@ -112,7 +112,7 @@ def test_fresh_start_refuses_a_folder_with_checkpoints(straight, tmp_path):
 
 def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     from fastpipe.errors import TrainingError
-    from fastpipe.report.run import read_metrics
+    from fastpipe.results import read as read_metrics
 
     overrides = BASE + ["model._target_=fault_models.NaNAfter", "+model.kwargs={after: 5}",
                         "train.checkpoint_every=2", "train.max_nonfinite_steps=4"]

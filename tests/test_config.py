@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from conftest import CONF_DIR, TINY, make_settings, run_cli
+from fastpipe.config import GROUPS
 from fastpipe.errors import ConfigError
 
-GROUPS = ("dataset", "model", "data", "precision", "compile", "launcher")
 
 
 def all_choices():

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, make_settings, run_in_process
+from conftest import REPO, cpu_runtime, make_settings, run_in_process
 from fastpipe.config import DaliLoaderConfig, DatasetConfig
 from fastpipe.data import build_loader
 from fastpipe.data.datasets import resolve_dataset
@@ -43,7 +43,7 @@ def indexed(spec, augment=False):
 
 
 def loader(spec, train, batch=8, dist=Dist(), channels_last=False, cfg=CFG):
-    return build_loader(cfg, spec, dist, CPU, batch, 0, train=train, channels_last=channels_last)
+    return build_loader(cfg, spec, cpu_runtime(dist), batch, 0, train=train, channels_last=channels_last)
 
 
 @needs_dali

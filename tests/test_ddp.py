@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, compose, make_settings
+from conftest import REPO, make_settings
 
 from fastpipe.errors import ConfigError
-from fastpipe.launcher import elastic_config, failure_reason, launch, resolve_nproc
+from fastpipe.launcher import elastic_config, failure_reason, launch
 from fastpipe.measure import combine_ranks
-from fastpipe.runtime import resolve_backend
 
 TESTS = Path(__file__).resolve().parent
 SMALL = ["dataset.image_size=16", "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false",
@@ -210,13 +209,16 @@ def test_single_launcher_under_torchrun_is_refused(tmp_path, monkeypatch):
 
 def test_process_counts_and_backend_resolve_per_device():
     cfg = make_settings(["launcher=ddp", "device=cpu"]).launcher
-    assert resolve_nproc(cfg, "cpu") == 2  # auto on a CPU
+    assert cfg.processes(gpus=0) == 2  # auto on a CPU
+    assert cfg.processes(gpus=4) == 4  # auto: one per visible GPU
     cfg.nproc_per_node = 3
-    assert resolve_nproc(cfg, "cpu") == 3
-    assert resolve_backend("auto", torch.device("cpu")) == "gloo"
-    assert resolve_backend("auto", torch.device("cuda", 0)) == "nccl"
+    assert cfg.processes(gpus=0) == 3
+    with pytest.raises(ConfigError, match="2 GPU"):
+        cfg.processes(gpus=2)
+    assert cfg.backend_for("cpu") == "gloo" and cfg.backend_for("cuda") == "nccl"
+    cfg.backend = "nccl"
     with pytest.raises(ConfigError, match="nccl needs CUDA"):
-        resolve_backend("nccl", torch.device("cpu"))
+        cfg.backend_for("cpu")
 
 
 def test_elastic_config_one_node_is_private_and_several_nodes_share_the_endpoint():

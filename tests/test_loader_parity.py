@@ -22,11 +22,13 @@ import dataclasses
 import pytest
 import torch
 
+from conftest import cpu_runtime
+
 from fastpipe.config import DaliLoaderConfig, DatasetConfig, DefaultLoaderConfig
 from fastpipe.data import build_loader
 from fastpipe.data.datasets import resolve_dataset
 from fastpipe.data.device import STD
-from fastpipe.runtime import Dist, cache_root
+from fastpipe.runtime import cache_root
 
 CPU = torch.device("cpu")
 TO_255 = torch.tensor(STD).view(1, 3, 1, 1) * 255  # normalised difference -> 0..255 units
@@ -54,7 +56,7 @@ def shapes(source, size):
 
 def held_out(cfg, spec):
     """The whole held-out split, in order: (N x 3 x S x S normalised images, labels)."""
-    images, labels = zip(*build_loader(cfg, spec, Dist(), CPU, 16, 0, train=False, channels_last=False))
+    images, labels = zip(*build_loader(cfg, spec, cpu_runtime(), 16, 0, train=False, channels_last=False))
     return torch.cat(images), torch.cat(labels)
 
 
@@ -90,7 +92,7 @@ def test_dali_training_split_matches_default_sample_by_sample():
     indexed = dataclasses.replace(spec, classes=[str(i) for i in range(n)], train_labels=list(range(n)))
     seen = {}
     for name, cfg in [("default", DefaultLoaderConfig(num_workers=0)), ("dali", DaliLoaderConfig(num_threads=1))]:
-        batches = build_loader(cfg, indexed, Dist(), CPU, 16, 0, train=True, channels_last=False)
+        batches = build_loader(cfg, indexed, cpu_runtime(), 16, 0, train=True, channels_last=False)
         seen[name] = {int(i): img for x, y in batches for i, img in zip(y, x)}
     common = sorted(set(seen["default"]) & set(seen["dali"]))
     assert len(common) >= n // 2

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, make_settings, run_in_process
+from conftest import REPO, cpu_runtime, make_settings, run_in_process
 from fastpipe.data import build_loader, shapes
 from fastpipe.data.datasets import resolve_dataset, scan_image_folder
 from fastpipe.data.default import image_transform
-from fastpipe.data.packfile import HEADER, MAGIC, PackReader, PackWriter
+from fastpipe.data.packfile import HEADER, PackReader, PackWriter
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.pack import main as pack_main
 from fastpipe.runtime import Dist, cache_root
@@ -34,7 +34,7 @@ def build(overrides=(), train=True, dist=Dist(), channels_last=False, data="mmap
     """A loader built as graph.build builds it, on the CPU."""
     s = make_settings([*TINY_MMAP, *overrides] if data == "mmap" else list(overrides))
     spec = resolve_dataset(s.dataset, cache_root())
-    return build_loader(s.data, spec, dist, torch.device("cpu"), s.train.batch_size, s.seed, train, channels_last)
+    return build_loader(s.data, spec, cpu_runtime(dist), s.train.batch_size, s.seed, train, channels_last)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_one_process_packs_while_the_others_wait_for_it(tmp_path, monkeypatch):
     import fcntl
     import threading
 
-    from fastpipe.pack import ensure_cached_pack, pack_spec
+    from fastpipe.data.cache import ensure_cached_pack, pack_spec
 
     monkeypatch.setenv("FASTPIPE_CACHE", str(tmp_path))
     spec = resolve_dataset(make_settings(TINY_MMAP).dataset, cache_root())

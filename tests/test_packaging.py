@@ -23,6 +23,6 @@ def test_every_config_file_is_covered_by_package_data():
 
 
 def test_installed_entry_point_finds_the_packaged_configs():
-    from fastpipe.__main__ import config_dir
+    from fastpipe.config import config_dir
 
     assert (CONF_DIR / "config.yaml").samefile(f"{config_dir()}/config.yaml")

@@ -24,7 +24,7 @@ def test_cli_run_writes_every_artefact_and_metric(tmp_path):
         assert key in m, key
     assert m["status"] == "ok" and m["warnings"] == []
     assert m["choices"] == {"data": "default", "precision": "fp32", "compile": "off", "launcher": "single",
-                            "model": "tiny_cnn", "dataset": "shapes"}
+                            "model": "tiny_cnn", "dataset": "shapes", "profile": "off"}
     assert m["throughput"] > 0 and m["warmup_s"] > 0 and m["epoch_time_s"] > 0
     assert 0 < m["step_time_ms"]["median"] <= m["step_time_ms"]["p90"]
     assert 0 <= m["data_wait_frac"] < 1 and m["peak_mem_gb"] > 0 and m["gpu_util"] is None
@@ -127,7 +127,7 @@ def test_synthetic_reports_null_accuracy(tmp_path):
 def test_bad_input_exits_with_one_clear_line(tmp_path, overrides, message):
     proc = run_cli(TINY + overrides + [f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == EXIT_CODE
-    assert f"fastpipe: error: " in proc.stderr and message in proc.stderr
+    assert "fastpipe: error: " in proc.stderr and message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "failed"
 

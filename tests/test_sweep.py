@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, TINY, compose, run_cli
 from fastpipe.errors import ConfigError
-from fastpipe.report.repeats import combine_repeats, finished_metrics, launch_repeats
+from fastpipe.repeats import combine_repeats, finished_metrics, launch_repeats
 from fastpipe.report.sweep import SweepSpec, aggregate, first_values, load_jobs, parity, pick_baseline
 from fastpipe.report.winner import winner_yaml
 

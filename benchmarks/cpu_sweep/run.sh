@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU sweep behind README's "Sweeps and the report" example: the seeds' ladder on the default
+# The CPU sweep behind the README's "Sweeps" example: the seeds' ladder on the default
 # model and dataset (TinyCNN, shapes 2,400 images at 32 px, 3 epochs), one job per ladder step.
 # Ran 2026-11-29 on the 2-core VM (no GPU), shapes generator v2, as:
 #   bash benchmarks/cpu_sweep/run.sh /tmp/ladder2

@@ -8,13 +8,12 @@ every loader uses, and handed to PyTorch by DALI's own ``DALIGenericIterator``.
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
-import torch
-
+from fastpipe.config import DaliLoaderConfig
 from fastpipe.data.device import MEAN, STD
-from fastpipe.errors import ConfigError, DataError, EnvironmentProblem
+from fastpipe.errors import DataError, EnvironmentProblem
+from fastpipe.runtime import Runtime
 
 READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
 INSTALL_HINT = ('pip install "fastpipe[dali]" (it brings nvidia-dali-cuda130, for CUDA 13 drivers; on a '
@@ -31,24 +30,6 @@ def import_dali() -> SimpleNamespace:
                                  f"install it: {INSTALL_HINT}") from exc
     return SimpleNamespace(fn=fn, pipeline_def=pipeline_def, types=types,
                            Iterator=DALIGenericIterator, LastBatchPolicy=LastBatchPolicy)
-
-
-def resolve_decoder(setting: str, device: torch.device) -> str:
-    """``auto`` = ``mixed`` (GPU decode) when training on CUDA, ``cpu`` otherwise."""
-    if setting == "auto":
-        return "mixed" if device.type == "cuda" else "cpu"
-    if setting == "mixed" and device.type != "cuda":
-        raise ConfigError(f"data.decoder=mixed decodes on the GPU, but training runs on {device}; "
-                          "use data.decoder=auto or data.decoder=cpu")
-    return setting
-
-
-def resolve_threads(num_threads, local_world_size: int) -> int:
-    """``auto`` = this process's share of the CPU cores (DALI threads decode; more is better)."""
-    if num_threads != "auto":
-        return int(num_threads)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // max(1, local_world_size))
 
 
 def decode_options(decoder: str, cfg, roi: bool, rgb) -> dict:
@@ -128,14 +109,15 @@ class DaliLoader:
         self._open = False
 
 
-def build_dali_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int, train: bool,
+def build_dali_loader(cfg: DaliLoaderConfig, spec, runtime: Runtime, batch_size: int, seed: int, train: bool,
                       channels_last: bool) -> DaliLoader:
     """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader."""
     dali = import_dali()
+    dist, device = runtime.dist, runtime.device
     files, labels = (spec.train_files, spec.train_labels) if train else (spec.val_files, spec.val_labels)
-    decoder = resolve_decoder(cfg.decoder, device)
+    decoder = cfg.decoder_for(device.type)
     on_gpu = device.type == "cuda"
-    threads = resolve_threads(cfg.num_threads, dist.local_world_size)
+    threads = cfg.threads(runtime.cores_per_process)
     shard = len(files) // dist.world_size  # the smallest shard
     if not train:  # PARTIAL: the last batch is short; each held-out sample is counted exactly once
         policy = dali.LastBatchPolicy.PARTIAL

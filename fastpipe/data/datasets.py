@@ -8,7 +8,6 @@ from typing import List, Optional, Tuple
 
 from fastpipe.data import shapes
 from fastpipe.errors import DataError
-from fastpipe.runtime import cpu_cores
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
@@ -91,7 +90,7 @@ def scan_image_folder(root: Path, val_fraction: float) -> Tuple[List[str], list,
     return classes, tr_files, tr_labels, va_files, va_labels
 
 
-def resolve_dataset(cfg, cache_root: Path, progress: bool = False) -> DatasetSpec:
+def resolve_dataset(cfg, cache_root: Path, progress: bool = False, threads: int = 1) -> DatasetSpec:
     """Build the DatasetSpec for ``cfg`` (a DatasetConfig), generating ``shapes`` on first use."""
     if cfg.name == "synthetic":
         classes = [str(i) for i in range(cfg.num_classes)]
@@ -100,7 +99,7 @@ def resolve_dataset(cfg, cache_root: Path, progress: bool = False) -> DatasetSpe
         size = tuple(cfg.source_size) if cfg.source_size else (cfg.image_size, cfg.image_size)
         root = Path(cfg.root) if cfg.root else cache_root / (
             "shapes-" + shapes.settings_key(cfg.num_classes, cfg.num_images, size, cfg.seed))
-        shapes.generate(root, cfg.num_classes, cfg.num_images, size, cfg.seed, progress=progress, threads=cpu_cores())
+        shapes.generate(root, cfg.num_classes, cfg.num_images, size, cfg.seed, progress=progress, threads=threads)
     else:
         root = Path(cfg.root).expanduser()
     classes, tr_f, tr_l, va_f, va_l = scan_image_folder(root, cfg.val_fraction)

@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import transforms
 from torchvision.datasets.folder import default_loader
 
+from fastpipe.config import DefaultLoaderConfig
 from fastpipe.data.device import DeviceLoader, Normalizer
 from fastpipe.data.sampler import ResumableSampler
 from fastpipe.errors import DataError
+from fastpipe.runtime import Runtime
 
 
 class ImageFiles(Dataset):
@@ -41,17 +42,10 @@ def image_transform(image_size: int, augment: bool):
     return transforms.Compose(geometry + [transforms.PILToTensor()])
 
 
-def resolve_workers(num_workers, local_world_size: int) -> int:
-    """``auto`` = min(16, this process's share of the CPU cores)."""
-    if num_workers != "auto":
-        return int(num_workers)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(16, cores // max(1, local_world_size)))
-
-
-def build_default_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int,
+def build_default_loader(cfg: DefaultLoaderConfig, spec, runtime: Runtime, batch_size: int, seed: int,
                          train: bool, channels_last: bool) -> DeviceLoader:
     """The training (shuffled, augmented per dataset.augment) or held-out loader."""
+    dist, device = runtime.dist, runtime.device
     files, labels = (spec.train_files, spec.train_labels) if train else (spec.val_files, spec.val_labels)
     dataset = ImageFiles(files, labels, image_transform(spec.image_size, spec.augment and train))
     sampler = None
@@ -59,8 +53,8 @@ def build_default_loader(cfg, spec, dist, device: torch.device, batch_size: int,
         sampler = ResumableSampler(dataset, dist.world_size, dist.rank, seed=seed, drop_last=cfg.drop_last)
     elif dist.world_size > 1:
         dataset = Subset(dataset, range(dist.rank, len(dataset), dist.world_size))  # each sample once
-    workers = resolve_workers(cfg.num_workers, dist.local_world_size)
-    pin = device.type == "cuda" if cfg.pin_memory == "auto" else cfg.pin_memory
+    workers = cfg.workers(runtime.cores_per_process)
+    pin = cfg.pin(device.type)
     generator = torch.Generator().manual_seed(seed)
     # The training process is itself spawned, so its default start method is spawn, which re-imports
     # torch in every worker (seconds per epoch start). Workers never touch CUDA: fork is safe.

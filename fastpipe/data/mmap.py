@@ -20,10 +20,12 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import roi_align
 
-from fastpipe.data.default import resolve_workers
+from fastpipe.config import MmapLoaderConfig
+from fastpipe.data.cache import ensure_cached_pack, stored_shape
 from fastpipe.data.device import DeviceLoader, Normalizer
 from fastpipe.data.packfile import TRAIN, VAL, PackReader
 from fastpipe.errors import ConfigError, DataError
+from fastpipe.runtime import Runtime
 
 
 def random_resized_boxes(n: int, height: int, width: int, generator: torch.Generator, device,
@@ -168,12 +170,9 @@ def open_pack(path, verify: bool, threads: int = 1) -> PackReader:
     return _open(str(path), verify, threads, (st.st_ino, st.st_size, st.st_mtime_ns))
 
 
-def resolve_pack(cfg, spec, dist):
+def resolve_pack(cfg: MmapLoaderConfig, spec, runtime: Runtime):
     """(PackReader, how it was found) for data.path, or the dataset's cached pack (packed if absent)."""
-    from fastpipe.pack import ensure_cached_pack, stored_shape
-    from fastpipe.runtime import cache_root
-
-    threads = resolve_workers(cfg.pack_threads, dist.local_world_size)
+    threads = cfg.packing_threads(runtime.cores_per_process)
     if cfg.path:
         reader, how = open_pack(Path(cfg.path).expanduser(), cfg.verify, threads), "given"
         if cfg.stored_size is not None and stored_shape(cfg.stored_size, 0, False) != reader.shape[:2]:
@@ -181,7 +180,7 @@ def resolve_pack(cfg, spec, dist):
                               f"{reader.height}x{reader.width}; drop data.stored_size (it sizes the cache)")
     else:
         shape = stored_shape(cfg.stored_size, spec.image_size, spec.augment)
-        path, how = ensure_cached_pack(spec, cache_root(), shape, threads, progress=dist.is_main)
+        path, how = ensure_cached_pack(spec, runtime.cache_root, shape, threads, progress=runtime.dist.is_main)
         reader, how = open_pack(path, cfg.verify, threads), f"cache, {how}"
     counts = (len(reader.indices(TRAIN)), len(reader.indices(VAL)))
     if reader.classes != spec.classes or counts != (len(spec.train_files), len(spec.val_files)):
@@ -196,16 +195,16 @@ def resolve_pack(cfg, spec, dist):
     return reader, how
 
 
-def build_mmap_loader(cfg, spec, dist, device: torch.device, batch_size: int, seed: int, train: bool,
+def build_mmap_loader(cfg: MmapLoaderConfig, spec, runtime: Runtime, batch_size: int, seed: int, train: bool,
                       channels_last: bool) -> MmapLoader:
     """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader."""
-    reader, how = resolve_pack(cfg, spec, dist)
-    pin = device.type == "cuda" if cfg.pin_memory == "auto" else cfg.pin_memory
+    dist, device = runtime.dist, runtime.device
+    reader, how = resolve_pack(cfg, spec, runtime)
+    pin = cfg.pin(device.type)
     if pin and not torch.cuda.is_available():
         raise ConfigError("data.pin_memory=true needs CUDA (pinned memory speeds host-to-GPU copies); "
                           "use data.pin_memory=auto")
-    threads = min(4, resolve_workers(cfg.num_threads, dist.local_world_size)) if cfg.num_threads == "auto" \
-        else cfg.num_threads
+    threads = cfg.reader_threads(runtime.cores_per_process)
     host = PackBatches(reader, reader.indices(TRAIN if train else VAL), batch_size, dist, seed, train,
                        cfg.drop_last and train, threads, cfg.prefetch, pin, device)
     if train and len(host) == 0:

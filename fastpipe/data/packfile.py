@@ -1,6 +1,6 @@
 """The fastpipe pack: a dataset's images decoded once, stored as one memory-mappable uint8 array.
 
-Layout (all integers little-endian; the README's "data=mmap" section is the same table):
+Layout (all integers little-endian; this table is the format's one description, docs/data.md links here):
 
     offset  size  field
          0     8  magic            b"\\x89FPPACK\\n"

@@ -85,8 +85,8 @@ def generate(root: Path, num_classes: int, num_images: int, size: Tuple[int, int
     """Write the dataset as ``root/<class>/<index>.jpg`` unless it is already there.
 
     ``threads`` images are drawn and encoded at once (numpy and Pillow release the GIL for most of
-    the work; one thread wrote 8,192 images of 500x375 too slowly for a 150 s limit on the H200
-    machine); each image has its own seed, so the files are the same for any number of threads.
+    the work, and ImageNet-sized images are slow to encode on one core); each image has its own
+    seed, so the files are the same for any number of threads.
     """
     if not 2 <= num_classes <= len(SHAPES):
         raise ConfigError(f"dataset.num_classes={num_classes}: the shapes dataset has 2..{len(SHAPES)} classes")

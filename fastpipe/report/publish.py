@@ -10,7 +10,13 @@ from typing import Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.report import hparams, plots, tables, winner
-from fastpipe.report.sweep import SweepResult, SweepSpec, aggregate, load_jobs, load_spec
+from fastpipe.report.sweep import (
+    SweepResult,
+    SweepSpec,
+    aggregate,
+    load_jobs,
+    load_spec,
+)
 
 ARTEFACTS = ("report.md", "report.csv", "report.png", "hparams/", "best.yaml")
 

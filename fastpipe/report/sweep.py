@@ -19,9 +19,9 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from fastpipe import results
 from fastpipe.errors import ConfigError
-from fastpipe.report.repeats import is_sweep_setting, measured_overrides, override_key
-from fastpipe.report.run import read_metrics
+from fastpipe.overrides import measured_overrides, override_key
 
 
 @dataclass
@@ -82,7 +82,7 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         if num is None:
             num = int(job_dir.name) if job_dir.name.isdigit() else len(jobs)
         overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
-        jobs.append(Job(int(num), job_dir, overrides, read_metrics(job_dir)))
+        jobs.append(Job(int(num), job_dir, overrides, results.read(job_dir)))
     return sorted(jobs, key=lambda j: j.num)
 
 

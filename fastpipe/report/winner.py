@@ -21,7 +21,7 @@ from typing import Dict, List
 
 from omegaconf import OmegaConf
 
-from fastpipe.report.repeats import override_key
+from fastpipe.overrides import override_key
 
 # Overrides that select a preset sweep or a ladder step: the step's group choices are pinned
 # instead (ladder steps only choose groups, so nothing is lost).

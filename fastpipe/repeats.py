@@ -10,27 +10,12 @@ import statistics
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from fastpipe.report.run import read_metrics, write_json_atomic
+from fastpipe import results
+from fastpipe.overrides import measured_overrides
 
 # Measurements summarised by their median over the repeats.
 MEDIAN_KEYS = ("throughput", "epoch_time_s", "warmup_s", "data_wait_frac", "gpu_util", "accuracy",
                "final_loss", "val_loss")
-
-
-def override_key(override: str) -> str:
-    """The key (or group) an override sets: ``'+train.lr=0.1'`` -> ``'train.lr'``."""
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def is_sweep_setting(override: str) -> bool:
-    """True for overrides that steer the sweep or its report rather than what a job measures."""
-    key = override_key(override)
-    return key == "sweep" or key.startswith("sweep.") or key in ("report.baseline", "report.parity_tol")
-
-
-def measured_overrides(overrides) -> List[str]:
-    """A job's overrides without the sweep/report settings: what identifies the measurement."""
-    return [o for o in overrides or [] if not is_sweep_setting(o)]
 
 
 def finished_metrics(run_dir: Path, overrides) -> Optional[dict]:
@@ -39,7 +24,7 @@ def finished_metrics(run_dir: Path, overrides) -> Optional[dict]:
     Comparing the overrides guards against a changed command line, where Hydra's job numbers (and
     so the folders) would point at different combinations.
     """
-    metrics = read_metrics(Path(run_dir))
+    metrics = results.read(run_dir)
     if not metrics or metrics.get("status") != "ok":
         return None
     if measured_overrides(metrics.get("overrides")) != measured_overrides(overrides):
@@ -60,7 +45,7 @@ def launch_repeats(launch: Callable, settings, run_dir: Path) -> dict:
         if runs[-1].get("status") != "ok":
             break  # a failed repeat (bad input, crash) would fail again: stop measuring
     metrics = combine_repeats(runs, names, n)
-    write_json_atomic(run_dir / "metrics.json", metrics)
+    results.write(run_dir, metrics)
     return metrics
 
 

@@ -1,0 +1,114 @@
+"""The ``data`` group: how batches reach the device. One schema per loader; ``auto`` values resolve here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
+from fastpipe.errors import ConfigError
+
+
+def _pin(setting, device_type: str) -> bool:
+    return device_type == "cuda" if setting == "auto" else bool(setting)
+
+
+@dataclass
+class DefaultLoaderConfig:
+    """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
+
+    name: str = "default"
+    num_workers: Any = "auto"  # worker processes; auto = min(16, this process's share of the CPU cores)
+    pin_memory: Any = "auto"  # page-locked batches for non-blocking copies; auto = on when training on CUDA
+    persistent_workers: bool = True  # keep workers alive between epochs
+    prefetch_factor: int = 2  # batches each worker keeps ready
+    drop_last: bool = True  # training: drop the short last batch (constant shape for compile / CUDA graphs)
+
+    def __post_init__(self) -> None:
+        auto_or_int("data.num_workers", self.num_workers)
+        auto_or_bool("data.pin_memory", self.pin_memory)
+        if self.prefetch_factor < 1:
+            raise ConfigError("data.prefetch_factor must be >= 1")
+
+    def workers(self, cores: int) -> int:
+        """Worker processes, given this process's share of the CPU cores."""
+        return max(1, min(16, cores)) if self.num_workers == "auto" else int(self.num_workers)
+
+    def pin(self, device_type: str) -> bool:
+        return _pin(self.pin_memory, device_type)
+
+
+@dataclass
+class MmapLoaderConfig:
+    """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
+
+    name: str = "mmap"
+    path: Optional[str] = None  # a pack file to read; null = pack the dataset once into the cache and reuse it
+    # Image size stored in the cache: N or [height, width]; null = image_size (8/7 of it with augment).
+    stored_size: Any = None
+    num_threads: Any = "auto"  # threads copying batches out of the map; auto = min(4, this process's cores)
+    prefetch: int = 4  # batches read ahead of the training step
+    pin_memory: Any = "auto"  # auto = on when training on CUDA (non-blocking host-to-device copies)
+    drop_last: bool = True  # training: drop the short last batch (constant shape for compile / CUDA graphs)
+    verify: bool = True  # check every chunk checksum when the pack is opened (one pass over the file)
+    pack_threads: Any = "auto"  # threads that pack the cache and verify checksums; auto = this process's cores
+
+    def __post_init__(self) -> None:
+        size = self.stored_size
+        sizes = [size] if isinstance(size, int) else list(size) if isinstance(size, (list, tuple)) else None
+        if size is not None and (not sizes or len(sizes) > 2 or any(isinstance(s, bool) or not isinstance(s, int)
+                                                                   or s < 8 for s in sizes)):
+            raise ConfigError(f"data.stored_size={size!r}: use null (auto), N or [height, width], each >= 8")
+        auto_or_int("data.num_threads", self.num_threads, minimum=1)
+        auto_or_int("data.pack_threads", self.pack_threads, minimum=1)
+        auto_or_bool("data.pin_memory", self.pin_memory)
+        if self.prefetch < 1:
+            raise ConfigError("data.prefetch must be >= 1")
+
+    def reader_threads(self, cores: int) -> int:
+        return max(1, min(4, cores)) if self.num_threads == "auto" else int(self.num_threads)
+
+    def packing_threads(self, cores: int) -> int:
+        return max(1, cores) if self.pack_threads == "auto" else int(self.pack_threads)
+
+    def pin(self, device_type: str) -> bool:
+        return _pin(self.pin_memory, device_type)
+
+
+@dataclass
+class DaliLoaderConfig:
+    """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
+
+    name: str = "dali"
+    decoder: str = "auto"  # auto = mixed (nvJPEG + the hardware decoder) when training on CUDA, else cpu
+    num_threads: Any = "auto"  # DALI CPU threads per process; auto = this process's share of the cores
+    prefetch_queue_depth: int = 2  # batches DALI prepares ahead
+    hw_decoder_load: float = 0.65  # mixed only: share of JPEGs given to the hardware JPEG decoder
+    jpeg_fancy_upsampling: bool = True  # mixed, whole-image decodes: chroma upsampling as libjpeg / PIL do
+    # DALI's dynamic executor hands each batch to torch zero-copy through DLPack; false runs the
+    # classic executor, whose iterator copies batches into torch-owned tensors.
+    exec_dynamic: bool = True
+    drop_last: bool = True  # training: drop the short last batch (constant shape for compile / CUDA graphs)
+
+    def __post_init__(self) -> None:
+        one_of("data.decoder", self.decoder, ("auto", "cpu", "mixed"))
+        auto_or_int("data.num_threads", self.num_threads, minimum=1)
+        if self.prefetch_queue_depth < 1:
+            raise ConfigError("data.prefetch_queue_depth must be >= 1")
+        if not 0.0 <= self.hw_decoder_load <= 1.0:
+            raise ConfigError(f"data.hw_decoder_load={self.hw_decoder_load} must lie in [0, 1]")
+
+    def threads(self, cores: int) -> int:
+        return max(1, cores) if self.num_threads == "auto" else int(self.num_threads)
+
+    def decoder_for(self, device_type: str) -> str:
+        """``auto`` = ``mixed`` (GPU decode) when training on CUDA, ``cpu`` otherwise."""
+        if self.decoder == "auto":
+            return "mixed" if device_type == "cuda" else "cpu"
+        if self.decoder == "mixed" and device_type != "cuda":
+            raise ConfigError(f"data.decoder=mixed decodes on the GPU, but training runs on {device_type}; "
+                              "use data.decoder=auto or data.decoder=cpu")
+        return self.decoder
+
+
+LoaderConfig = Union[DefaultLoaderConfig, MmapLoaderConfig, DaliLoaderConfig]
+SCHEMAS = {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig, "dali": DaliLoaderConfig}

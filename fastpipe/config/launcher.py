@@ -1,0 +1,84 @@
+"""The ``launcher`` group: where the training processes come from (docs/distributed.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from fastpipe.config._checks import auto_or_int, one_of
+from fastpipe.errors import ConfigError
+
+
+@dataclass
+class SingleLauncherConfig:
+    name: str = "single"
+    # Train in a fresh process, so no job inherits another's CUDA, compile or worker state; false
+    # trains inside the Hydra process (a debugger can step in; sweeps lose that isolation).
+    fresh_process: bool = True
+
+
+@dataclass
+class DdpLauncherConfig:
+    """launcher=ddp: DistributedDataParallel workers started by torch's elastic launcher."""
+
+    name: str = "ddp"
+    nproc_per_node: Any = "auto"  # processes on this machine; auto = one per visible GPU, or 2 on a CPU
+    nnodes: int = 1  # machines; each runs `python -m fastpipe launcher=ddp ...` (or torchrun)
+    node_rank: int = 0  # rdzv_backend=static only: this machine's index (c10d assigns it itself)
+    rdzv_backend: str = "c10d"
+    rdzv_endpoint: Optional[str] = None  # HOST:PORT on node 0; null (one node) = localhost, a free port
+    rdzv_id: str = "fastpipe"  # names the job at the endpoint: the same on every node of one job
+    backend: str = "auto"  # process-group backend; auto = nccl on CUDA, gloo on the CPU
+    max_restarts: int = 0  # restarts of all workers after a failure (0: a failure ends the job)
+    # Seconds for the rendezvous and for any one collective: a rank that hangs or vanishes ends the
+    # job with an error after this long instead of blocking the others forever.
+    timeout_s: int = 600
+    # Workers are always fresh processes (one elastic launch per job); false is refused unless
+    # fastpipe itself runs under torchrun/srun, where the Hydra process is the rank.
+    fresh_process: bool = True
+    # Gradient bucket size (MB): each bucket's all-reduce starts as soon as its gradients are ready,
+    # so smaller buckets overlap sooner and larger ones launch fewer collectives. null = DDP's own
+    # default, 25 MB buckets after a 1 MB first one (a number, even 25, makes every bucket that size).
+    bucket_cap_mb: Optional[float] = None
+    # How gradients travel: none = as computed (fp32); bf16 / fp16 = compressed to 16 bits for the
+    # all-reduce and decompressed after it (DDP's bf16/fp16_compress_hook: half the bytes on the link).
+    comm_hook: str = "none"
+    # DDP's default re-sends rank 0's buffers (BatchNorm running statistics) to every rank at the start
+    # of each forward; false skips that per-step broadcast (each rank keeps its own statistics).
+    broadcast_buffers: bool = True
+
+    def __post_init__(self) -> None:
+        auto_or_int("launcher.nproc_per_node", self.nproc_per_node, minimum=1)
+        one_of("launcher.comm_hook", self.comm_hook, ("none", "bf16", "fp16"))
+        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
+            raise ConfigError(f"launcher.bucket_cap_mb={self.bucket_cap_mb} must be > 0 (megabytes per "
+                              "gradient bucket), or null for DDP's default")
+        one_of("launcher.backend", self.backend, ("auto", "nccl", "gloo"))
+        one_of("launcher.rdzv_backend", self.rdzv_backend, ("c10d", "static", "etcd", "etcd-v2"))
+        if self.nnodes < 1 or self.max_restarts < 0 or self.timeout_s < 1 or self.node_rank < 0:
+            raise ConfigError("launcher.nnodes and launcher.timeout_s must be >= 1, launcher.max_restarts "
+                              "and launcher.node_rank >= 0")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError(f"launcher.nnodes={self.nnodes} needs launcher.rdzv_endpoint=HOST:PORT "
+                              "(a port on node 0 that every node can reach)")
+
+    def processes(self, gpus: int) -> int:
+        """Processes on this machine: ``auto`` = one per visible GPU, or 2 on a CPU."""
+        if self.nproc_per_node == "auto":
+            return gpus or 2
+        if gpus and self.nproc_per_node > gpus:
+            raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but {gpus} GPU(s) are visible; "
+                              "DDP runs one process per GPU: lower it, or use launcher.nproc_per_node=auto")
+        return self.nproc_per_node
+
+    def backend_for(self, device_type: str) -> str:
+        """The process-group backend: ``auto`` is nccl on CUDA, gloo on the CPU."""
+        if self.backend == "auto":
+            return "nccl" if device_type == "cuda" else "gloo"
+        if self.backend == "nccl" and device_type != "cuda":
+            raise ConfigError("launcher.backend=nccl needs CUDA devices but training runs on the CPU; "
+                              "use launcher.backend=auto or gloo")
+        return self.backend
+
+
+LauncherConfig = Union[SingleLauncherConfig, DdpLauncherConfig]
+SCHEMAS = {"single": SingleLauncherConfig, "ddp": DdpLauncherConfig}

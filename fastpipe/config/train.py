@@ -1,0 +1,43 @@
+"""``train.*``: the training run's length, optimizer, schedule and checkpoints."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from fastpipe.config._checks import one_of
+from fastpipe.errors import ConfigError
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 3
+    max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
+    batch_size: int = 64  # per process
+    lr: float = 0.05  # peak learning rate
+    lr_schedule: str = "cosine"  # cosine (linear warm-up, then cosine decay to 0) | constant
+    lr_warmup_steps: int = 0
+    optimizer: str = "sgd"  # sgd | adamw (fused)
+    momentum: float = 0.9  # sgd only
+    weight_decay: float = 5e-4
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_nonfinite_steps: int = 20  # stop after this many non-finite losses in a row
+    checkpoint_every: Optional[int] = 0  # steps between checkpoints in <run>/checkpoints; 0 or null = off
+    keep_checkpoints: int = 3  # the newest K checkpoints are kept
+    # auto = the newest good checkpoint of this run folder (fix hydra.run.dir); a step-*.pt file or
+    # a run folder; null = start fresh.
+    resume: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        one_of("train.optimizer", self.optimizer, ("sgd", "adamw"))
+        one_of("train.lr_schedule", self.lr_schedule, ("cosine", "constant"))
+        if self.lr_warmup_steps < 0:
+            raise ConfigError(f"train.lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
+        for key in ("epochs", "batch_size", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError("train.max_steps must be >= 1 (or null for no cap)")
+        if self.checkpoint_every is not None and self.checkpoint_every < 0:
+            raise ConfigError("train.checkpoint_every must be >= 0 (steps; 0 or null = off)")
+        if self.resume in ("", "null", "none", "off", "false"):
+            self.resume = None

@@ -1,0 +1,101 @@
+"""A run's record, metrics.json: its keys, the one constructor of a failed record, atomic write, read.
+
+Every process that records a run (the trainer, the launcher after a crash, the entry point after bad
+input, the repeat executor) goes through this module, so a failed run always has a complete record.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Dict, Iterable, Optional
+
+FILE = "metrics.json"
+
+KEYS = ("status", "reason", "choices", "overrides", "throughput", "step_time_ms", "epoch_time_s",
+        "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind", "gpu_util",
+        "final_loss", "accuracy", "val_loss", "nonfinite_steps", "steps", "measured_steps",
+        "compile_fallback", "flops_per_sample", "peak_tflops", "mfu", "checkpoint", "per_rank", "env",
+        "warnings")
+
+
+def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None) -> dict:
+    """Every documented key, null until measured; status ``failed`` until the run says otherwise."""
+    record = {key: None for key in KEYS}
+    record.update(status="failed", choices=dict(choices or {}), overrides=list(overrides or []), env=env,
+                  warnings=[])
+    return record
+
+
+def failed(reason: str, choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
+           traceback: Optional[str] = None, **extra) -> dict:
+    """The record of a run that failed (or stopped) for ``reason``; ``extra`` keys are merged in."""
+    record = new_record(choices, overrides, env)
+    record["reason"] = reason
+    if traceback:
+        record["traceback"] = traceback
+    record.update(extra)
+    return record
+
+
+def _finite_or_none(value):
+    """JSON has no NaN/inf: a non-finite measurement is recorded as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write via a temporary file, fsync and rename, so a reader never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(_finite_or_none(payload), fh, indent=2, default=str, allow_nan=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write(run_dir: Path, record: dict) -> None:
+    """Write ``record`` as the run folder's metrics.json."""
+    write_json_atomic(Path(run_dir) / FILE, record)
+
+
+def read(run_dir: Path) -> Optional[dict]:
+    """The run folder's record, or None when it has none (or an unreadable one)."""
+    try:
+        return json.loads((Path(run_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _fmt(value, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def summary_text(m: dict) -> str:
+    """The few lines printed at the end of a run."""
+    if m.get("status") != "ok":
+        return f"fastpipe run FAILED: {m.get('reason')}"
+    st = m.get("step_time_ms") or {}
+    acc = m.get("accuracy")
+    lines = [
+        "fastpipe run summary",
+        f"  throughput   {_fmt(m['throughput'], ',.1f')} samples/s (steady state, {m['measured_steps']} steps)",
+        f"  step time    median {_fmt(st.get('median'), '.2f', ' ms')}  p90 {_fmt(st.get('p90'), '.2f', ' ms')}",
+        f"  warm-up      {_fmt(m['warmup_s'], '.2f', ' s')} (compilation included)   epoch {_fmt(m['epoch_time_s'], '.2f', ' s')}",
+        f"  data-wait    {_fmt(None if m['data_wait_frac'] is None else 100 * m['data_wait_frac'], '.1f', ' %')}"
+        f"   GPU util {_fmt(m['gpu_util'], '.0f', ' %')}   peak memory {_fmt(m['peak_mem_gb'], '.3f', ' GB')}",
+        f"  accuracy     {_fmt(None if acc is None else 100 * acc, '.2f', ' %')} held-out   final loss {_fmt(m['final_loss'], '.4f')}",
+    ]
+    if m.get("flops_per_sample"):
+        mfu = m.get("mfu")
+        lines.append(f"  model FLOPs  {m['flops_per_sample'] / 1e9:.3f} GFLOP/sample (fwd+bwd)   MFU "
+                     + (f"{100 * mfu:.1f} % of {m['peak_tflops']:.0f} TFLOP/s" if mfu is not None else "n/a (no peak for this device)"))
+    lines += [f"  warning      {w}" for w in m.get("warnings") or []]
+    return "\n".join(lines)
