@@ -9,7 +9,7 @@ for seed in 0 1 2 3; do
   rm -rf "$cache"/*
   start=$(date +%s.%N)
   FASTPIPE_CACHE=$cache python -m fastpipe seed=$seed runtime.progress=false hydra.run.dir="$cache/run-$seed" \
-    | grep -E "throughput|accuracy"
+    | grep -E "throughput|held-out"
   echo "seed=$seed wall_s=$(echo "$(date +%s.%N) - $start" | bc)"
 done
 rm -rf "$cache"

@@ -78,17 +78,20 @@ def generate_dataset(overrides: list, log) -> str:
     sys.path.insert(0, str(REPO))
     from hydra import compose, initialize_config_dir
 
+    import torch
+
     from fastpipe.config import register_configs, to_settings
-    from fastpipe.data.datasets import resolve_dataset
-    from fastpipe.runtime import cache_root
+    from fastpipe.data.splits import build_dataset
+    from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores
 
     start = time.perf_counter()
     try:
         register_configs()
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = compose(config_name="config", overrides=[o for o in overrides if o.startswith("dataset")])
-        spec = resolve_dataset(to_settings(cfg).dataset, cache_root(), progress=sys.stderr.isatty())
-        line = f"dataset: {spec.describe()}  ({time.perf_counter() - start:.1f} s to generate or find)"
+        runtime = Runtime(torch.device("cpu"), Dist(), cache_root(), cpu_cores())
+        splits = build_dataset(to_settings(cfg, check=False).dataset, runtime, "dataset", sys.stderr.isatty())
+        line = f"dataset: {splits.describe()}  ({time.perf_counter() - start:.1f} s to generate or find)"
     except Exception as exc:  # each run then meets (and reports) the same problem itself
         line = f"dataset: not prepared ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     log.write(line + "\n")

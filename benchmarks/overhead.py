@@ -41,7 +41,7 @@ def hand(model, compile_mode, a, log) -> dict:
 
 def fastpipe(model, compile_mode, a, log, run_dir: Path) -> dict:
     # max_steps = warm-up + measured steps, all in one epoch; windows of 10 steps.
-    cmd = [sys.executable, "-m", "fastpipe", f"model={model}", "dataset=synthetic", "precision=amp",
+    cmd = [sys.executable, "-m", "fastpipe", f"model={model}", "dataset=synthetic", "optimizer=sgd", "precision=amp",
            "precision.dtype=bf16", f"compile={compile_mode}", f"train.batch_size={a.batch}",
            f"dataset.image_size={a.image_size}", f"dataset.num_classes={a.classes}",
            f"dataset.num_images={a.batch * (a.warmup + a.steps)}", f"train.max_steps={a.warmup + a.steps}",

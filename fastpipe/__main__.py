@@ -28,8 +28,8 @@ def run(cfg: DictConfig):
     choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
     overrides = list(hc.overrides.task)
     try:
-        settings = to_settings(cfg)
-        settings.choices, settings.overrides = choices, overrides
+        settings = to_settings(cfg, choices)
+        settings.overrides = overrides
         if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
             done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
             if done is not None:

@@ -1,12 +1,13 @@
 """Model FLOPs utilisation: FLOPs counted with torch.utils.flop_counter, peaks from a vendor table.
 
 MFU = (training FLOPs per sample x samples/s) / (the device's dense peak for the precision used).
-Training FLOPs = forward + backward, counted once on the eager model with a 2-sample batch (the
-count of a conv net does not depend on the values, and scales linearly with the batch).
+Training FLOPs = forward + backward, counted once on the eager model with two samples of the first
+training batch (the count does not depend on the values, and scales linearly with the batch), or
+given by the model itself (``flops_per_sample``).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -40,24 +41,44 @@ def precision_kind(precision) -> str:
     return "tf32" if precision.tf32 else "fp32"
 
 
-def training_flops_per_sample(model: nn.Module, image_size: int, device: torch.device,
-                              channels_last: bool) -> float:
-    """Forward + backward FLOPs for one sample (counted on a 2-sample batch, then halved)."""
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    x = torch.randn(2, 3, image_size, image_size, device=device).contiguous(memory_format=fmt)
+def _output_sum(output) -> torch.Tensor:
+    """A scalar that depends on every tensor of a model's output (for a backward pass)."""
+    if isinstance(output, torch.Tensor):
+        return output.float().sum()
+    parts = output.values() if isinstance(output, dict) else output
+    return sum(_output_sum(p) for p in parts if isinstance(p, (torch.Tensor, tuple, list, dict)))
+
+
+def training_flops_per_sample(model: nn.Module, inputs, samples: int) -> Tuple[Optional[float], str]:
+    """(forward + backward FLOPs for one sample, how they were counted), on ``inputs`` (a batch of
+    ``samples``). A model's own ``flops_per_sample(inputs)`` wins (e.g. GPT's 6N + attention);
+    otherwise torch.utils.flop_counter counts one training step on the batch. Buffers (BatchNorm's
+    running statistics) are restored afterwards, so counting leaves the model as it was."""
+    own = getattr(model, "flops_per_sample", None)
+    if callable(own):
+        return float(own(inputs)), f"{type(model).__name__}.flops_per_sample"
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
     was_training = model.training
     model.train()
     counter = FlopCounterMode(display=False)
-    with counter:
-        model(x).float().sum().backward()
-    model.zero_grad(set_to_none=True)
-    model.train(was_training)
-    return counter.get_total_flops() / 2
+    try:
+        with counter:
+            _output_sum(model(inputs)).backward()
+    except Exception:  # a model the counter cannot trace: MFU stays null, training is unaffected
+        return None, "not counted (torch.utils.flop_counter failed on this model)"
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+    return counter.get_total_flops() / max(1, samples), "torch.utils.flop_counter (one training step)"
 
 
-def utilisation(flops_per_sample: float, throughput: Optional[float], peak: Optional[float],
+def utilisation(flops_per_sample: Optional[float], throughput: Optional[float], peak: Optional[float],
                 world_size: int) -> Optional[float]:
     """Achieved FLOP/s over the peak of all the job's GPUs (0..1), or None when not measurable."""
-    if not throughput or not peak:
+    if not throughput or not peak or not flops_per_sample:
         return None
     return flops_per_sample * throughput / (peak * 1e12 * world_size)

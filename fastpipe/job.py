@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from pathlib import Path
 
@@ -30,6 +31,10 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     recorder = RunRecorder(run_dir, enabled=dist.is_main)
     metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size))
     warnings = metrics["warnings"]
+    for note in settings.deprecations:
+        warnings.append(note)
+        if dist.is_main:
+            print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
     try:
         runtime = setup_runtime(settings)
         metrics["env"] = environment(runtime.device, dist.world_size)
@@ -46,17 +51,13 @@ def run_training(settings: Config, run_dir: Path) -> dict:
         with stop_on_signals(), profile as profiler:  # SIGTERM/SIGUSR1: checkpoint, then exit 75
             result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
         measured = combine_ranks(g.gather(meter.summary()))  # job-level: throughput summed over ranks
-        metrics.update(model_flops(g, measured["throughput"], dist.world_size))
         if measured["throughput"] is None:
             warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
                             "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")
         metrics.update(measured)
-        metrics.update(
-            status="ok", steps=result.steps, final_loss=result.final_loss,
-            accuracy=None if g.dataset.is_synthetic else result.accuracy, val_loss=result.val_loss,
-            nonfinite_steps=result.nonfinite_steps, epoch_times_s=result.epoch_times_s,
-            epoch_time_s=result.epoch_times_s[-1] if result.epoch_times_s else None,
-            compile_fallback=g.compiled.fallback_reason, checkpoint=ckpt.latest and str(ckpt.latest))
+        metrics.update(model_flops(g, result, measured["throughput"], dist.world_size))
+        metrics.update(outcome(g, result))
+        metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest))
         recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
         recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
     except BaseException as exc:
@@ -78,15 +79,31 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     return metrics
 
 
-def model_flops(g, throughput, world_size: int) -> dict:
-    """FLOPs per sample (torch.utils.flop_counter) and MFU against the device's table peak."""
+def outcome(g, result) -> dict:
+    """What the run achieved: the task's held-out metrics, the primary one, the training loss."""
+    val = result.val_metrics
+    primary = None if val is None or g.task.primary not in val else {
+        "name": g.task.primary, "value": val[g.task.primary], "higher_is_better": g.task.higher_is_better}
+    record = {"steps": result.steps, "final_loss": result.final_loss, "val_metrics": val, "primary_metric": primary,
+              "accuracy": (val or {}).get("accuracy"), "val_loss": (val or {}).get("loss"),
+              "task": type(g.task).__name__, "nonfinite_steps": result.nonfinite_steps,
+              "epoch_times_s": result.epoch_times_s,
+              "epoch_time_s": result.epoch_times_s[-1] if result.epoch_times_s else None,
+              "compile_fallback": g.compiled.fallback_reason, "corpus_baselines": g.dataset.fact("corpus_baselines")}
+    return record
+
+
+def model_flops(g, result, throughput, world_size: int) -> dict:
+    """FLOPs per sample, MFU against the device's table peak, and tokens/s for language modelling."""
     from fastpipe import flops
 
-    per_sample = flops.training_flops_per_sample(g.model, g.dataset.image_size, g.device, g.channels_last)
+    per_sample, method = (flops.training_flops_per_sample(g.model, result.sample_inputs, 2)
+                          if result.sample_inputs is not None else (None, None))
     name = torch.cuda.get_device_name(g.device) if g.device.type == "cuda" else ""
     peak = flops.peak_tflops(name, flops.precision_kind(g.precision)) if name else None
-    return {"flops_per_sample": per_sample, "peak_tflops": peak,
-            "mfu": flops.utilisation(per_sample, throughput, peak, world_size)}
+    tokens = throughput * result.tokens_per_sample if throughput and result.tokens_per_sample else None
+    return {"flops_per_sample": per_sample, "flops_method": method, "peak_tflops": peak,
+            "mfu": flops.utilisation(per_sample, throughput, peak, world_size), "tokens_per_s": tokens}
 
 
 def _fixable(exc: FastpipeError) -> str:
@@ -100,7 +117,7 @@ def _fixable(exc: FastpipeError) -> str:
 def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
     first = (str(exc).strip().splitlines() or [""])[0][:200]
     return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
-                       f"(precision={settings.precision.name}, model={settings.model._target_}): lower "
+                       f"(precision={settings.precision.name}, model={settings.model.target}): lower "
                        "train.batch_size (train.grad_accum keeps the effective batch), use precision=amp, or "
                        f"model.activation_checkpointing=true [{first}]")
 

@@ -1,18 +1,19 @@
-"""The training loop: one plain function (forward under autocast, scaled backward, step, measure)."""
+"""The training loop: one plain function (forward under autocast, the task's loss, scaled backward, step,
+measure), and the held-out evaluation it runs after each epoch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from fastpipe.checkpoint import Checkpointer, Position, epoch_batches
 from fastpipe.config import TrainConfig
+from fastpipe.data.device import head
 from fastpipe.graph import TrainingGraph
 from fastpipe.optim import (
-    learning_rate,
+    lr_factor,
     nonfinite_error,
     set_learning_rate,
     step_unless,
@@ -24,30 +25,48 @@ from fastpipe.profiling import NoProfiler
 class LoopResult:
     steps: int = 0
     final_loss: Optional[float] = None
-    accuracy: Optional[float] = None
-    val_loss: Optional[float] = None
+    val_metrics: Optional[Dict[str, float]] = None  # the task's held-out metrics after the last epoch
+    tokens_per_sample: Optional[int] = None  # language modelling: tokens each sample trains on
+    sample_inputs: object = None  # two samples of the first batch (FLOPs are counted on them)
     nonfinite_steps: int = 0
     epoch_times_s: List[float] = field(default_factory=list)
     loss_history: List[tuple] = field(default_factory=list)  # (step, loss) at window edges
 
 
+def batch_length(target) -> int:
+    """Samples in a batch: the first dimension of the target (or of its first tensor)."""
+    while isinstance(target, (tuple, list, dict)):
+        target = next(iter(target.values())) if isinstance(target, dict) else target[0]
+    return int(target.shape[0]) if isinstance(target, torch.Tensor) and target.dim() else 1
+
+
 @torch.no_grad()
-def evaluate(g) -> tuple:
-    """Held-out top-1 accuracy and mean loss over the whole split (summed over ranks)."""
+def evaluate(g) -> Optional[Dict[str, float]]:
+    """The task's held-out metrics: per-batch sums kept on the device, summed over the split and the
+    ranks in one all-reduce, divided by the number of held-out samples; then ``summarize``."""
     if g.eval_loader is None:
-        return None, None
+        return None
     model = g.eval_module
     model.eval()
-    totals = torch.zeros(3, device=g.device)  # correct, count, loss sum: one all-reduce for all three
-    for images, labels in g.eval_loader:
+    names, totals, count = None, None, 0
+    for inputs, targets in g.eval_loader:
         with g.precision.autocast():
-            logits = model(images)
-        totals[0] += (logits.argmax(1) == labels).sum()
-        totals[1] += labels.numel()
-        totals[2] += F.cross_entropy(logits.float(), labels, reduction="sum")
+            sums = g.task.metrics(model(inputs), targets)
+        if totals is None:
+            names = list(sums)
+            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=g.device)
+        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=g.device).detach().double() for n in names])
+        count += batch_length(targets)
     model.train()
-    correct, count, loss_sum = g.all_reduce_sum(totals).tolist()
-    return (correct / count, loss_sum / count) if count else (None, None)
+    if totals is None:
+        totals = torch.zeros(1, dtype=torch.float64, device=g.device)  # this rank had no batch
+    totals[-1] = count
+    totals = g.all_reduce_sum(totals).tolist()
+    if not totals[-1] or names is None:
+        return None
+    means = {n: v / totals[-1] for n, v in zip(names, totals)}
+    summarize = getattr(g.task, "summarize", None)
+    return {**means, **(summarize(means) if callable(summarize) else {})}
 
 
 def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[str], progress: bool, ckpt=None, profiler=None) -> LoopResult:
@@ -64,9 +83,9 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
 
-    def forward_backward(module, images, labels, last_micro):
+    def forward_backward(module, inputs, targets, last_micro):
         with g.sync_context(last_micro), g.precision.autocast():
-            loss = F.cross_entropy(module(images), labels) / accum
+            loss = g.task.loss(module(inputs), targets) / accum
         g.precision.scaler.scale(loss).backward()
         return loss.detach()
 
@@ -77,11 +96,14 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
             loss = torch.zeros((), device=g.device)
             for micro in range(accum):
                 t0 = meter.before_fetch()
-                images, labels = next(batches)
+                inputs, targets = next(batches)
                 meter.after_fetch(t0)
-                loss += g.compiled.call(lambda m: forward_backward(m, images, labels, micro == accum - 1), warnings)
+                if res.sample_inputs is None:  # for counting FLOPs after training: a small copy, no sync
+                    res.sample_inputs = head(inputs, 2)
+                    res.tokens_per_sample = g.task.tokens(targets) if hasattr(g.task, "tokens") else None
+                loss += g.compiled.call(lambda m: forward_backward(m, inputs, targets, micro == accum - 1), warnings)
             bad = g.any_rank(~torch.isfinite(loss))  # all ranks skip together, or DDP replicas diverge
-            set_learning_rate(g.optimizer, learning_rate(cfg, res.steps, total))
+            set_learning_rate(g.optimizer, lr_factor(cfg, res.steps, total))
             step_unless(g.optimizer, g.precision.scaler, bad)
             g.optimizer.zero_grad(set_to_none=True)
             streak = (streak + 1) * bad
@@ -103,9 +125,9 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                 raise ckpt.preempted(pos)
         meter.close_window()
         res.epoch_times_s.append(meter.clock() - epoch_start)
-        res.accuracy, res.val_loss = evaluate(g)
+        res.val_metrics = evaluate(g)
         res.final_loss = res.final_loss if loss is None else loss.item()
-        recorder.scalars(res.steps, {"val/accuracy": res.accuracy, "val/loss": res.val_loss,
+        recorder.scalars(res.steps, {**{f"val/{k}": v for k, v in (res.val_metrics or {}).items()},
                                      "train/epoch_time_s": res.epoch_times_s[-1]})
         if res.steps >= total:
             break

@@ -13,11 +13,11 @@ from typing import Dict, Iterable, Optional
 
 FILE = "metrics.json"
 
-KEYS = ("status", "reason", "choices", "overrides", "throughput", "step_time_ms", "epoch_time_s",
-        "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind", "gpu_util",
-        "final_loss", "accuracy", "val_loss", "nonfinite_steps", "steps", "measured_steps",
-        "compile_fallback", "flops_per_sample", "peak_tflops", "mfu", "checkpoint", "per_rank", "env",
-        "warnings")
+KEYS = ("status", "reason", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
+        "epoch_time_s", "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind",
+        "gpu_util", "final_loss", "val_metrics", "primary_metric", "accuracy", "val_loss", "corpus_baselines",
+        "nonfinite_steps", "steps", "measured_steps", "compile_fallback", "flops_per_sample", "flops_method",
+        "peak_tflops", "mfu", "checkpoint", "per_rank", "env", "warnings")
 
 
 def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None) -> dict:
@@ -78,24 +78,40 @@ def _fmt(value, spec: str, unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
+def held_out_text(m: dict) -> str:
+    """``accuracy 99.50 % (primary)  loss 0.0213``: the held-out metrics in one line."""
+    values = m.get("val_metrics")
+    if not values:
+        return "n/a (no held-out split)"
+    primary = (m.get("primary_metric") or {}).get("name")
+    parts = [f"{k} {100 * v:.2f} %" if k == "accuracy" else f"{k} {v:.4g}" for k, v in values.items()]
+    return "  ".join(p + (" (primary)" if k == primary else "") for p, k in zip(parts, values))
+
+
 def summary_text(m: dict) -> str:
     """The few lines printed at the end of a run."""
     if m.get("status") != "ok":
         return f"fastpipe run FAILED: {m.get('reason')}"
     st = m.get("step_time_ms") or {}
-    acc = m.get("accuracy")
+    tokens = f"  ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
     lines = [
         "fastpipe run summary",
-        f"  throughput   {_fmt(m['throughput'], ',.1f')} samples/s (steady state, {m['measured_steps']} steps)",
+        f"  throughput   {_fmt(m['throughput'], ',.1f')} samples/s{tokens} (steady state, {m['measured_steps']} steps)",
         f"  step time    median {_fmt(st.get('median'), '.2f', ' ms')}  p90 {_fmt(st.get('p90'), '.2f', ' ms')}",
         f"  warm-up      {_fmt(m['warmup_s'], '.2f', ' s')} (compilation included)   epoch {_fmt(m['epoch_time_s'], '.2f', ' s')}",
         f"  data-wait    {_fmt(None if m['data_wait_frac'] is None else 100 * m['data_wait_frac'], '.1f', ' %')}"
         f"   GPU util {_fmt(m['gpu_util'], '.0f', ' %')}   peak memory {_fmt(m['peak_mem_gb'], '.3f', ' GB')}",
-        f"  accuracy     {_fmt(None if acc is None else 100 * acc, '.2f', ' %')} held-out   final loss {_fmt(m['final_loss'], '.4f')}",
+        f"  held-out     {held_out_text(m)}   final loss {_fmt(m['final_loss'], '.4f')}",
     ]
+    if m.get("corpus_baselines"):
+        b = m["corpus_baselines"]
+        lines.append(f"  baselines    corpus entropy per token: bigram {b['bigram']:.3f}  unigram {b['unigram']:.3f}  "
+                     f"uniform {b['uniform']:.3f} nats")
     if m.get("flops_per_sample"):
         mfu = m.get("mfu")
-        lines.append(f"  model FLOPs  {m['flops_per_sample'] / 1e9:.3f} GFLOP/sample (fwd+bwd)   MFU "
+        flops = m["flops_per_sample"]
+        amount = f"{flops / 1e9:.3f} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.3f} MFLOP"
+        lines.append(f"  model FLOPs  {amount}/sample (fwd+bwd)   MFU "
                      + (f"{100 * mfu:.1f} % of {m['peak_tflops']:.0f} TFLOP/s" if mfu is not None else "n/a (no peak for this device)"))
     lines += [f"  warning      {w}" for w in m.get("warnings") or []]
     return "\n".join(lines)

@@ -140,6 +140,15 @@ def broadcast_from_main(value):
     return box[0]
 
 
+def gather_objects(value, world_size: int) -> list:
+    """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+    if world_size == 1:
+        return [value]
+    values = [None] * world_size
+    torch.distributed.all_gather_object(values, value)
+    return values
+
+
 def shutdown_distributed() -> None:
     """Leave the process group (after a successful job; a failing process just exits)."""
     if torch.distributed.is_initialized():

@@ -40,9 +40,8 @@ def make_settings(overrides=()):
     from fastpipe.config import to_settings
 
     cfg = compose(overrides)
-    settings = to_settings(cfg)
+    settings = to_settings(cfg, {g: _choice(g, overrides) for g in GROUPS})
     settings.overrides = list(overrides)
-    settings.choices = {g: _choice(g, overrides) for g in GROUPS}
     return settings
 
 
@@ -55,6 +54,14 @@ def _choice(group, overrides):
         return chosen[-1]
     defaults = yaml.safe_load((CONF_DIR / "config.yaml").read_text())["defaults"]
     return next(str(d[group]) for d in defaults if isinstance(d, dict) and group in d)
+
+
+SHAPES_ONLY = ("dataset.num_images", "dataset.num_classes", "dataset.seed", "dataset.source_size")
+
+
+def without_shapes(overrides):
+    """``overrides`` without the shapes dataset's own keys, for a run on another dataset."""
+    return [o for o in overrides if not o.startswith(SHAPES_ONLY)]
 
 
 def run_in_process(run_dir, overrides=()):
@@ -77,6 +84,16 @@ def cpu_runtime(dist=None):
     from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores
 
     return Runtime(torch.device("cpu"), dist or Dist(), cache_root(), cpu_cores())
+
+
+def shapes_splits(**params):
+    """The built-in shapes dataset as DataSplits (generated once into the test cache)."""
+    from fastpipe.data.images import shapes
+    from fastpipe.data.splits import DataSplits
+    from fastpipe.runtime import cache_root
+
+    built = shapes(cache_root=cache_root(), **params)
+    return DataSplits("shapes", built["train"], built["val"])
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import CONF_DIR, REPO, compose, make_settings, run_in_process
+from conftest import CONF_DIR, REPO, compose, make_settings, run_in_process, without_shapes
 from fastpipe.errors import (EXIT_CODE, ConfigError, DataError, EnvironmentProblem, OutOfMemory,
                              TrainingError)
 from fastpipe.results import read as read_metrics
@@ -90,13 +90,13 @@ def test_imagefolder_without_root():
 
 def test_missing_dataset_folder(tmp_path):
     with pytest.raises(DataError, match=f"dataset folder {tmp_path / 'nope'} does not exist"):
-        run_in_process(tmp_path, RUN + ["dataset=imagefolder", f"dataset.root={tmp_path / 'nope'}"])
+        run_in_process(tmp_path, without_shapes(RUN) + ["dataset=imagefolder", f"dataset.root={tmp_path / 'nope'}"])
 
 
 def test_empty_dataset_folder(tmp_path):
     (tmp_path / "data" / "cats").mkdir(parents=True)
     with pytest.raises(DataError, match=r"holds no images; expected .*/<class>/<image>"):
-        run_in_process(tmp_path / "run", RUN + ["dataset=imagefolder", f"dataset.root={tmp_path / 'data'}"])
+        run_in_process(tmp_path / "run", without_shapes(RUN) + ["dataset=imagefolder", f"dataset.root={tmp_path / 'data'}"])
 
 
 @pytest.mark.parametrize("workers", [0, 1])
@@ -105,7 +105,7 @@ def test_unreadable_image_fails_naming_the_file(tmp_path, workers):
     bad = root / "cats" / "broken.jpg"
     bad.write_bytes(b"not a jpeg")
     with pytest.raises(DataError):
-        run_in_process(tmp_path / "run", RUN + ["dataset=imagefolder", f"dataset.root={root}", "train.batch_size=4",
+        run_in_process(tmp_path / "run", without_shapes(RUN) + ["dataset=imagefolder", f"dataset.root={root}", "train.batch_size=4",
                                                 "train.max_steps=8", "dataset.val_fraction=0.3",
                                                 f"data.num_workers={workers}"])
     reason = read_metrics(tmp_path / "run")["reason"]
@@ -138,7 +138,7 @@ def test_dali_missing(tmp_path, monkeypatch):
 
 
 def test_batch_larger_than_the_training_split(tmp_path):
-    with pytest.raises(DataError, match=r"training images give no full batch of 1000; lower train.batch_size"):
+    with pytest.raises(DataError, match=r"training samples per process give no full batch of 1000; lower train.batch_size"):
         run_in_process(tmp_path, RUN + ["train.batch_size=1000"])
 
 
@@ -163,8 +163,8 @@ def test_compile_failure_falls_back_to_eager(tmp_path):
 
 def test_nonfinite_loss(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
-    with pytest.raises(TrainingError, match=r"non-finite for \d+ steps in a row .* lower train.lr"):
-        run_in_process(tmp_path, RUN + ["model._target_=fault_models.NaNAfter", "+model.kwargs={after: 0}",
+    with pytest.raises(TrainingError, match=r"non-finite for \d+ steps in a row .* lower optimizer.lr"):
+        run_in_process(tmp_path, RUN + ["model._target_=fault_models.NaNAfter", "+model.after=0",
                                         "train.max_nonfinite_steps=2", "train.max_steps=8"])
     assert read_metrics(tmp_path)["nonfinite_steps"] >= 2
 

@@ -23,7 +23,7 @@ BASE = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16"
         # the run's total steps (a resumed run with the same max_steps follows the same schedule)
         "train.lr_schedule=constant"]
 TOTAL = 14  # ends mid-epoch 2; half of it (7) is mid-epoch 1
-SLOW = ["model._target_=fault_models.Slow", "+model.kwargs={sleep_s: 0.15}"]  # time to act mid-run
+SLOW = ["model._target_=fault_models.Slow", "+model.sleep_s=0.15"]  # time to act mid-run
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pat
     from fastpipe.errors import TrainingError
     from fastpipe.results import read as read_metrics
 
-    overrides = BASE + ["model._target_=fault_models.NaNAfter", "+model.kwargs={after: 5}",
+    overrides = BASE + ["model._target_=fault_models.NaNAfter", "+model.after=5",
                         "train.checkpoint_every=2", "train.max_nonfinite_steps=4"]
     with pytest.raises(TrainingError, match="non-finite for 7 steps in a row"):
         run_in_process(tmp_path, overrides)

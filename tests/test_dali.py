@@ -9,14 +9,14 @@ import sys
 
 import pytest
 import torch
+from conftest import REPO, cpu_runtime, make_settings, run_in_process, shapes_splits
 
-from conftest import REPO, cpu_runtime, make_settings, run_in_process
-from fastpipe.config import DaliLoaderConfig, DatasetConfig
+from fastpipe.config import DaliLoaderConfig
 from fastpipe.data import build_loader
-from fastpipe.data.datasets import resolve_dataset
 from fastpipe.data.device import MEAN, STD
+from fastpipe.data.images import ImageFiles
 from fastpipe.errors import ConfigError, EnvironmentProblem
-from fastpipe.runtime import Dist, cache_root
+from fastpipe.runtime import Dist
 
 CPU = torch.device("cpu")
 CFG = DaliLoaderConfig(num_threads=1)
@@ -31,15 +31,15 @@ needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not instal
 @pytest.fixture(scope="module")
 def spec():
     """120 shapes of 40x30 pixels (so resizing to 24x24 really happens)."""
-    cfg = DatasetConfig(name="shapes", image_size=24, num_images=120, source_size=[40, 30])
-    return resolve_dataset(cfg, cache_root())
+    return shapes_splits(image_size=24, num_images=120, source_size=[40, 30])
 
 
 def indexed(spec, augment=False):
     """The same files, each labelled with its own index: a batch says which samples it holds."""
-    n_train, n_val = len(spec.train_files), len(spec.val_files)
-    return dataclasses.replace(spec, augment=augment, classes=[str(i) for i in range(n_train + n_val)],
-                               train_labels=list(range(n_train)), val_labels=list(range(n_val)))
+    n_train, n_val = len(spec.train), len(spec.val)
+    classes = [str(i) for i in range(n_train + n_val)]
+    return dataclasses.replace(spec, train=ImageFiles(spec.train.files, range(n_train), classes, 24, augment),
+                               val=ImageFiles(spec.val.files, range(n_val), classes, 24))
 
 
 def loader(spec, train, batch=8, dist=Dist(), channels_last=False, cfg=CFG):
@@ -61,7 +61,7 @@ def test_dali_cpu_training_reaches_the_default_loader_band(tmp_path):
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_augment_off_batches_are_normalised_nchw_and_repeatable(spec, channels_last):
     dl = loader(indexed(spec), train=True, channels_last=channels_last)
-    assert len(dl) == len(spec.train_files) // 8 and "dali  decode=cpu" in dl.describe()
+    assert len(dl) == len(spec.train) // 8 and "dali  decode=cpu" in dl.describe()
     epochs = []
     for epoch in range(2):
         dl.set_epoch(epoch)
@@ -128,7 +128,7 @@ def test_held_out_split_is_read_exactly_once_over_ranks(spec):
         first, second = ([int(i) for _, y in dl for i in y] for _ in range(2))
         assert first == second  # every epoch: the same shard, in file order
         got += first
-    assert sorted(got) == list(range(len(s.val_files)))
+    assert sorted(got) == list(range(len(s.val)))
 
 
 @needs_dali
@@ -172,12 +172,11 @@ def test_missing_dali_names_the_extra(spec, monkeypatch, tmp_path):
 
 @needs_dali
 def test_synthetic_dataset_and_gpu_decoder_on_cpu_are_clear_errors(spec):
-    from fastpipe import graph
-    from fastpipe.runtime import setup_runtime
 
-    settings = make_settings(["data=dali", "dataset=synthetic", "dataset.num_images=64"])
-    with pytest.raises(ConfigError, match="dataset=synthetic is generated on the device .* data=dali"):
-        graph.build(settings, setup_runtime(settings), warnings=[])
+    with pytest.raises(ConfigError, match="data=dali cannot read dataset=synthetic: it is generated on the device"):
+        make_settings(["data=dali", "dataset=synthetic", "dataset.num_images=64"])
+    with pytest.raises(ConfigError, match="data=dali cannot read dataset=tokens: it is a token stream"):
+        make_settings(["data=dali", "dataset=tokens", "task=lm", "model=gpt_tiny"])
     with pytest.raises(ConfigError, match="data.decoder=mixed decodes on the GPU, but training runs on cpu"):
         loader(spec, train=True, cfg=DaliLoaderConfig(decoder="mixed"))
 

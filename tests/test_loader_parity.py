@@ -21,14 +21,12 @@ import dataclasses
 
 import pytest
 import torch
+from conftest import cpu_runtime, shapes_splits
 
-from conftest import cpu_runtime
-
-from fastpipe.config import DaliLoaderConfig, DatasetConfig, DefaultLoaderConfig
+from fastpipe.config import DaliLoaderConfig, DefaultLoaderConfig
 from fastpipe.data import build_loader
-from fastpipe.data.datasets import resolve_dataset
 from fastpipe.data.device import STD
-from fastpipe.runtime import cache_root
+from fastpipe.data.images import ImageFiles
 
 CPU = torch.device("cpu")
 TO_255 = torch.tensor(STD).view(1, 3, 1, 1) * 255  # normalised difference -> 0..255 units
@@ -41,8 +39,8 @@ def loader_configs():
     except ImportError:  # no DALI wheel for this platform: compare the loaders there are
         del configs["dali"]
     try:
-        from fastpipe.config import MmapLoaderConfig
         import fastpipe.data.mmap  # noqa: F401  (the loader exists in this checkout)
+        from fastpipe.config import MmapLoaderConfig
     except ImportError:
         return configs
     configs["mmap"] = MmapLoaderConfig(num_threads=1, pack_threads=1)
@@ -50,8 +48,7 @@ def loader_configs():
 
 
 def shapes(source, size):
-    cfg = DatasetConfig(name="shapes", image_size=size, num_images=240, source_size=list(source))
-    return resolve_dataset(cfg, cache_root())
+    return shapes_splits(image_size=size, num_images=240, source_size=list(source))
 
 
 def held_out(cfg, spec):
@@ -74,7 +71,7 @@ def test_loaders_deliver_the_same_held_out_labels_and_images(source, size, mean_
     spec = shapes(source, size)
     configs = loader_configs()
     ref_images, ref_labels = held_out(configs.pop("default"), spec)
-    assert ref_labels.tolist() == spec.val_labels
+    assert ref_labels.tolist() == spec.val.labels
     for name, cfg in configs.items():
         images, labels = held_out(cfg, spec)
         assert torch.equal(labels, ref_labels), name
@@ -88,8 +85,9 @@ def test_dali_training_split_matches_default_sample_by_sample():
     """The training path too (shuffled, DROP): label every file by its index and compare per file."""
     pytest.importorskip("nvidia.dali", reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
     spec = shapes((80, 60), 32)
-    n = len(spec.train_files)
-    indexed = dataclasses.replace(spec, classes=[str(i) for i in range(n)], train_labels=list(range(n)))
+    n = len(spec.train)
+    train = ImageFiles(spec.train.files, list(range(n)), [str(i) for i in range(n)], spec.train.image_size)
+    indexed = dataclasses.replace(spec, train=train)
     seen = {}
     for name, cfg in [("default", DefaultLoaderConfig(num_workers=0)), ("dali", DaliLoaderConfig(num_threads=1))]:
         batches = build_loader(cfg, indexed, cpu_runtime(), 16, 0, train=True, channels_last=False)

@@ -7,15 +7,15 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, cpu_runtime, make_settings, run_in_process
+
 from fastpipe.data import build_loader, shapes
-from fastpipe.data.datasets import resolve_dataset, scan_image_folder
-from fastpipe.data.default import image_transform
+from fastpipe.data.images import image_transform, scan_image_folder
 from fastpipe.data.packfile import HEADER, PackReader, PackWriter
+from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.pack import main as pack_main
-from fastpipe.runtime import Dist, cache_root
+from fastpipe.runtime import Dist
 
 TINY_MMAP = ["data=mmap", "dataset.num_images=240", "dataset.image_size=16", "train.batch_size=16",
              "runtime.progress=false"]
@@ -32,9 +32,10 @@ def one_torch_thread():
 
 def build(overrides=(), train=True, dist=Dist(), channels_last=False, data="mmap"):
     """A loader built as graph.build builds it, on the CPU."""
-    s = make_settings([*TINY_MMAP, *overrides] if data == "mmap" else list(overrides))
-    spec = resolve_dataset(s.dataset, cache_root())
-    return build_loader(s.data, spec, cpu_runtime(dist), s.train.batch_size, s.seed, train, channels_last)
+    base = [o for o in TINY_MMAP if "dataset=imagefolder" not in overrides or not o.startswith("dataset.num")]
+    s = make_settings([*base, *overrides] if data == "mmap" else list(overrides))
+    splits = build_dataset(s.dataset, cpu_runtime(), s.choices["dataset"])
+    return build_loader(s.data, splits, cpu_runtime(dist), s.train.batch_size, s.seed, train, channels_last)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +101,7 @@ def test_flipped_image_byte_fails_verify_naming_the_chunk(packed, folder, tmp_pa
 def test_bad_magic_unknown_version_and_corrupt_header(packed, tmp_path):
     with pytest.raises(DataError, match=r"magic\.fppack is not a fastpipe pack \(bad magic"):
         PackReader(corrupt_copy(packed, tmp_path / "magic.fppack", 0, value=b"NOTAPACK"))
-    with pytest.raises(DataError, match=r"v9\.fppack has format version 9, but this fastpipe reads version 1"):
+    with pytest.raises(DataError, match=r"v9\.fppack has format version 9, but this fastpipe reads versions 1, 2"):
         PackReader(corrupt_copy(packed, tmp_path / "v9.fppack", 8, value=(9).to_bytes(4, "little")))
     with pytest.raises(DataError, match="corrupt header"):  # a flipped label: the header checksum catches it
         PackReader(corrupt_copy(packed, tmp_path / "index.fppack", HEADER.size + PackReader(packed).meta_size + 2))
@@ -119,7 +120,7 @@ def test_interrupted_pack_leaves_nothing_that_looks_complete(tmp_path):
 
 def test_pack_cli_bad_input_is_one_clear_line(tmp_path, capsys):
     assert pack_main([str(tmp_path / "nope"), str(tmp_path / "x.fppack")]) == 2
-    assert "is neither a folder of images nor a built-in dataset" in capsys.readouterr().err
+    assert "is neither a folder of images nor a dataset config" in capsys.readouterr().err
     assert pack_main(["shapes", str(tmp_path / "x.fppack"), "dataset.no_such_key=1"]) == 2
     assert "no_such_key" in capsys.readouterr().err
     assert not (tmp_path / "x.fppack").exists()
@@ -151,10 +152,10 @@ def test_one_process_packs_while_the_others_wait_for_it(tmp_path, monkeypatch):
     import fcntl
     import threading
 
-    from fastpipe.data.cache import ensure_cached_pack, pack_spec
+    from fastpipe.data.cache import ensure_cached_pack, pack_images
 
     monkeypatch.setenv("FASTPIPE_CACHE", str(tmp_path))
-    spec = resolve_dataset(make_settings(TINY_MMAP).dataset, cache_root())
+    spec = build_dataset(make_settings(TINY_MMAP).dataset, cpu_runtime(), "shapes")
     path, how = ensure_cached_pack(spec, tmp_path / "a", (16, 16))
     assert how == "packed now" and ensure_cached_pack(spec, tmp_path / "a", (16, 16)) == (path, "reused")
     target = tmp_path / "b" / "packs" / path.name
@@ -167,7 +168,7 @@ def test_one_process_packs_while_the_others_wait_for_it(tmp_path, monkeypatch):
         waiter = threading.Thread(target=lambda: result.append(ensure_cached_pack(spec, tmp_path / "b", (16, 16))))
         waiter.start()
         assert waiting.wait(30)  # the waiter found no pack and now blocks on the lock
-        pack_spec(spec, target, (16, 16))
+        pack_images("shapes", spec.train, spec.val, target, (16, 16))
     waiter.join(30)
     assert result == [(target, "packed by another process")]
 
@@ -206,8 +207,9 @@ def test_sharding_gives_each_rank_its_own_samples_and_evaluates_each_once():
     assert not np.array_equal(*firsts)  # reshuffled each epoch
     evals = [build(train=False, dist=Dist(r, world, r, world)) for r in range(world)]
     labels = torch.cat([y for ld in evals for _, y in ld])
-    val = evals[0].loader.pack.indices(1)
-    assert len(labels) == len(val) and labels.tolist() == evals[0].loader.pack.labels[val].tolist()
+    pack = evals[0].loader.source.reader
+    val = pack.indices(1)
+    assert len(labels) == len(val) and labels.tolist() == pack.labels[val].tolist()
 
 
 def test_resume_skips_whole_batches_without_reading_them():
@@ -228,5 +230,5 @@ def test_pack_setting_mismatches_are_clear_errors(packed, folder):
         build([f"data.path={packed}", *ds, "data.stored_size=16"])
     with pytest.raises(ConfigError, match="data.stored_size"):
         make_settings(["data=mmap", "data.stored_size=[1,2,3]"])
-    with pytest.raises(ConfigError, match="dataset=synthetic .* data=mmap"):
+    with pytest.raises(ConfigError, match="data=mmap cannot read dataset=synthetic: it is generated on the device"):
         build(["dataset=synthetic"])

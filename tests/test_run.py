@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import REPO, TINY, make_settings, run_cli, run_in_process
+from conftest import REPO, TINY, make_settings, run_cli, run_in_process, without_shapes
 from fastpipe.errors import EXIT_CODE
 
 
@@ -24,7 +24,8 @@ def test_cli_run_writes_every_artefact_and_metric(tmp_path):
         assert key in m, key
     assert m["status"] == "ok" and m["warnings"] == []
     assert m["choices"] == {"data": "default", "precision": "fp32", "compile": "off", "launcher": "single",
-                            "model": "tiny_cnn", "dataset": "shapes", "profile": "off"}
+                            "model": "tiny_cnn", "dataset": "shapes", "profile": "off", "task": "classification",
+                            "optimizer": "adamw"}
     assert m["throughput"] > 0 and m["warmup_s"] > 0 and m["epoch_time_s"] > 0
     assert 0 < m["step_time_ms"]["median"] <= m["step_time_ms"]["p90"]
     assert 0 <= m["data_wait_frac"] < 1 and m["peak_mem_gb"] > 0 and m["gpu_util"] is None
@@ -90,7 +91,7 @@ def test_imagefolder_trains_to_high_accuracy(tmp_path):
 
 
 def test_val_folder_is_the_held_out_split(tmp_path):
-    from fastpipe.data.datasets import scan_image_folder
+    from fastpipe.data.images import scan_image_folder
     from fastpipe.data import shapes
 
     src = shapes.generate(tmp_path / "src", 2, 40, (16, 16), seed=0)
@@ -102,7 +103,7 @@ def test_val_folder_is_the_held_out_split(tmp_path):
 
 
 def test_held_out_split_is_deterministic_and_disjoint(tmp_path):
-    from fastpipe.data.datasets import scan_image_folder
+    from fastpipe.data.images import scan_image_folder
     from fastpipe.data import shapes
 
     root = shapes.generate(tmp_path / "d", 4, 200, (16, 16), seed=0)
@@ -113,8 +114,8 @@ def test_held_out_split_is_deterministic_and_disjoint(tmp_path):
 
 
 def test_synthetic_reports_null_accuracy(tmp_path):
-    m = run_in_process(tmp_path, TINY + ["dataset=synthetic", "dataset.num_images=64", "dataset.image_size=16",
-                                         "dataset.num_classes=10"])
+    m = run_in_process(tmp_path, without_shapes(TINY) + ["dataset=synthetic", "dataset.num_images=64",
+                                                         "dataset.image_size=16", "dataset.num_classes=10"])
     assert m["status"] == "ok" and m["accuracy"] is None and m["throughput"] > 0
 
 
@@ -125,7 +126,8 @@ def test_synthetic_reports_null_accuracy(tmp_path):
     (["model._target_=nosuchpkg.Net"], "model._target_='nosuchpkg.Net' cannot be imported"),
 ])
 def test_bad_input_exits_with_one_clear_line(tmp_path, overrides, message):
-    proc = run_cli(TINY + overrides + [f"hydra.run.dir={tmp_path}"])
+    proc = run_cli((without_shapes(TINY) if "dataset=imagefolder" in overrides else TINY) + overrides
+                   + [f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == EXIT_CODE
     assert "fastpipe: error: " in proc.stderr and message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -137,7 +139,7 @@ def test_empty_dataset_folder_is_a_clear_error(tmp_path):
     from fastpipe.errors import DataError
 
     with pytest.raises(DataError, match="holds no images"):
-        run_in_process(tmp_path / "run", TINY + ["dataset=imagefolder", f"dataset.root={tmp_path / 'empty'}"])
+        run_in_process(tmp_path / "run", without_shapes(TINY) + ["dataset=imagefolder", f"dataset.root={tmp_path / 'empty'}"])
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["reason"].startswith("dataset folder")
 
 

@@ -362,7 +362,7 @@ def test_saved_best_config_runs_from_a_project_config_dir(failing_sweep, tmp_pat
     run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", f"hydra.run.dir={tmp_path / 'run'}"])
     assert run.returncode == 0, run.stderr[-3000:]
     cfg = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
-    assert cfg.dataset.name == "imagefolder" and cfg.dataset.root == str(good) and cfg.train.max_steps == 12
+    assert cfg.dataset._target_.endswith("image_folder") and cfg.dataset.root == str(good) and cfg.train.max_steps == 12
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "ok"
 
 

@@ -7,9 +7,10 @@ composed DictConfig to these dataclasses once, at the edge; nothing past it sees
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -28,7 +29,8 @@ from fastpipe.config.launcher import (
     LauncherConfig,
     SingleLauncherConfig,
 )
-from fastpipe.config.objects import DatasetConfig, ModelConfig
+from fastpipe.config.objects import (LEGACY_SCHEMAS, OBJECT_GROUPS, DatasetConfig, ModelConfig, ObjectConfig,
+                                     OptimizerConfig, TaskConfig)
 from fastpipe.config.precision import PrecisionConfig
 from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
@@ -38,7 +40,8 @@ from fastpipe.errors import ConfigError
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "config_dir", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "LauncherConfig",
-           "LoaderConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "PrecisionConfig",
+           "LoaderConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig", "OptimizerConfig",
+           "PrecisionConfig", "TaskConfig",
            "ProfileConfig", "ReportConfig", "RuntimeConfig", "SingleLauncherConfig", "SweepConfig", "TrainConfig"]
 
 
@@ -47,10 +50,19 @@ def _group(default=MISSING):
     return field(default=default, metadata={"group": True})
 
 
+def _object_group(kind):
+    """A ``_target_`` group's field: the chosen config merges onto fastpipe's own keys of the group
+    (their defaults from ``kind``), so ``dataset.val_fraction=0.1`` works whatever the choice."""
+    own = {f.name: f.default for f in fields(kind) if f.name in kind.OWN_KEYS}
+    return field(default_factory=lambda: dict(own), metadata={"group": True})
+
+
 @dataclass
 class Config:
-    dataset: Any = _group()
-    model: Any = _group()
+    dataset: Any = _object_group(DatasetConfig)  # a DatasetConfig once converted
+    model: Any = _object_group(ModelConfig)  # a ModelConfig
+    task: Any = _object_group(TaskConfig)  # a TaskConfig
+    optimizer: Any = _object_group(OptimizerConfig)  # an OptimizerConfig
     data: Any = _group()
     precision: Any = _group()
     compile: Any = _group()
@@ -69,6 +81,36 @@ class Config:
 
     def __post_init__(self) -> None:
         one_of("device", self.device, ("auto", "cpu", "cuda"))
+        for group, kind in OBJECT_GROUPS.items():
+            node = getattr(self, group)
+            if node is not MISSING and (not isinstance(node, dict) or node.get("_target_") or set(node) - set(kind.OWN_KEYS)):
+                setattr(self, group, kind.from_node(node))
+        if self.train.lr is not None and isinstance(self.optimizer, OptimizerConfig):  # the old spelling
+            self.optimizer.params["lr"] = self.train.lr
+            self.optimizer.deprecations.append(f"train.lr is deprecated: use optimizer.lr={self.train.lr:g} "
+                                               "(it will be removed in the next release)")
+
+    @property
+    def deprecations(self) -> List[str]:
+        """What old spellings in this config should become (warned about, never fatal)."""
+        return [n for g in OBJECT_GROUPS for n in getattr(getattr(self, g), "deprecations", [])]
+
+    def check(self) -> None:
+        """The checks that import the project's callables: each ``_target_`` and its keys, and the
+        combinations that cannot work, refused before any training process starts."""
+        for group in OBJECT_GROUPS:
+            getattr(self, group).check()
+        kind = self.dataset.declared("sample_kind")
+        wanted = self.task.declared("dataset_kinds")
+        if kind is not None and wanted is not None and kind not in wanted:
+            raise ConfigError(f"task={self.choices.get('task', self.task.short_name)} trains on {' or '.join(wanted)} "
+                              f"data, but dataset={self.choices.get('dataset', self.dataset.short_name)} gives "
+                              f"{kind}; choose a matching dataset (e.g. task=lm dataset=tokens)")
+        loaders = self.dataset.declared("loaders") or ("default", "mmap")  # dali reads image files only
+        if self.data.name not in loaders:
+            why = self.dataset.declared("loaders_note") or "it has no image files for DALI to decode"
+            raise ConfigError(f"data={self.data.name} cannot read dataset={self.choices.get('dataset', self.dataset.short_name)}: "
+                              f"{why}; use data={' or data='.join(loaders)}")
 
 
 # The config groups, in the order of the root config's fields: one list for the entry point,
@@ -76,8 +118,7 @@ class Config:
 GROUPS = tuple(f.name for f in fields(Config) if f.metadata.get("group"))
 
 SCHEMAS = {
-    "dataset": {"dataset": DatasetConfig},
-    "model": {"model": ModelConfig},
+    **LEGACY_SCHEMAS,  # dataset and model are open (a _target_ and its callable's keys); these keep old configs composing
     "data": data.SCHEMAS,
     "precision": {"precision": PrecisionConfig},
     "compile": {"compile": CompileConfig},
@@ -104,11 +145,33 @@ def register_configs() -> None:
             cs.store(group=group, name=f"schema_{name}", node=node)
 
 
-def to_settings(cfg: DictConfig) -> Config:
-    """Convert the composed config to dataclasses (running every schema's validation)."""
+def _refuse_added_keys(node: DictConfig, path: str = "") -> None:
+    """A key added with ``+`` to one of fastpipe's schemas (``+train.epoch=3``) would be dropped
+    silently when converting: refuse it, naming the key and the schema's keys."""
+    kind = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(kind):
+        known = {f.name for f in fields(kind)}
+        extra = sorted(k for k in node.keys() if k not in known)
+        if extra:
+            raise ConfigError(f"{path}{extra[0]} is not a key of {kind.__name__} (its keys: {', '.join(sorted(known))}); "
+                              "fix the spelling")
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            _refuse_added_keys(child, f"{path}{key}.")
+
+
+def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check: bool = True) -> Config:
+    """Convert the composed config to dataclasses (running every schema's validation); with ``check``
+    also import each ``_target_`` and check its keys and the combination (``Config.check``)."""
+    _refuse_added_keys(cfg)
     try:
-        return OmegaConf.to_object(cfg)
+        settings = OmegaConf.to_object(cfg)
     except ConfigError:
         raise
     except Exception as exc:  # OmegaConf's own messages name the key; keep them
         raise ConfigError(str(exc).splitlines()[0]) from exc
+    settings.choices = dict(choices or {})
+    if check:
+        settings.check()
+    return settings

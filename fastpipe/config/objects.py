@@ -1,42 +1,212 @@
-"""The groups a project supplies: ``dataset`` and ``model``."""
+"""The groups a project supplies by ``_target_``: ``dataset``, ``model``, ``task`` and ``optimizer``.
+
+Each config is a ``_target_`` plus that callable's own keyword arguments, which fastpipe does not
+know: they are checked against the callable's signature when the config is read, so a typo fails
+at once, naming the key. fastpipe owns a few keys in these groups (``OWN_KEYS``); every other key
+goes to the callable (docs/project.md).
+"""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from fastpipe.config._checks import one_of
 from fastpipe.errors import ConfigError
 
+# Keywords fastpipe passes at run time to a callable that accepts them (and whose config does not
+# set them): from the dataset to the model, from the runtime to the dataset.
+MODEL_RUNTIME_KEYS = ("num_classes", "vocab_size", "seq_len")
+DATASET_RUNTIME_KEYS = ("cache_root", "cpu_threads", "progress", "val_fraction")
+OPTIMIZER_RUNTIME_KEYS = ("params", "fused")
+
+# The built-in datasets of fastpipe < 0.2, chosen by ``name`` instead of a ``_target_``.
+LEGACY_DATASETS = {"shapes": "fastpipe.data.images.shapes", "imagefolder": "fastpipe.data.images.image_folder",
+                   "synthetic": "fastpipe.data.synthetic.synthetic"}
+
 
 @dataclass
-class DatasetConfig:
-    name: str = MISSING
-    root: Optional[str] = None  # imagefolder: the folder; shapes: where the generated copy lives
-    image_size: int = 32
-    augment: bool = False  # random-resized-crop + horizontal flip on the training split
-    val_fraction: float = 0.2  # deterministic held-out split when the folder has no val/
-    num_classes: int = 4  # shapes and synthetic only
-    num_images: int = 2400  # shapes: images generated; synthetic: samples per epoch
-    seed: int = 0  # shapes: the generator's seed (same settings -> byte-identical files)
-    source_size: Optional[List[int]] = None  # shapes: [width, height] of the files; null = image_size
+class ObjectConfig:
+    """A ``_target_`` and its keyword arguments (``params``, nested ``_target_`` s included)."""
+
+    target: str = ""
+    params: Dict[str, Any] = field(default_factory=dict)
+    deprecations: List[str] = field(default_factory=list)  # what an old spelling should become
+
+    GROUP: ClassVar[str] = ""
+    OWN_KEYS: ClassVar[tuple] = ()  # fastpipe's own keys in this group (fields of the subclass)
+    RUNTIME_KEYS: ClassVar[tuple] = ()  # keywords fastpipe supplies when the callable takes them
+
+    @classmethod
+    def from_node(cls, node: Any) -> "ObjectConfig":
+        """From the composed group node (a dict after ``OmegaConf.to_object``)."""
+        if isinstance(node, cls):
+            return node
+        if dataclasses.is_dataclass(node):  # a legacy schema node (schema_model / schema_dataset)
+            node = {k: v for k, v in dataclasses.asdict(node).items()}
+        if not isinstance(node, dict):
+            raise ConfigError(f"{cls.GROUP}: expected a config with a _target_, got {node!r}")
+        node, notes = cls._legacy(dict(node))
+        target = node.pop("_target_", None)
+        if not target:
+            raise ConfigError(f"the {cls.GROUP} config has no _target_; give {cls.GROUP}._target_=pkg.module.Callable "
+                              f"(or choose a built-in: {cls.GROUP}=NAME)")
+        own = {k: node.pop(k) for k in cls.OWN_KEYS if k in node}
+        return cls(target=str(target), params=node, deprecations=notes, **own)
+
+    @classmethod
+    def _legacy(cls, node: dict):
+        return node, []
+
+    @property
+    def key(self) -> str:
+        return f"{self.GROUP}._target_"
+
+    def callable(self):
+        from fastpipe.targets import import_target
+
+        return import_target(self.key, self.target)
+
+    def check(self) -> None:
+        """Import the target and check the keys against its signature (and its own ``check_config``)."""
+        from fastpipe.targets import check_params
+
+        fn = self.callable()
+        check_params(self.GROUP, fn, self.target, self.params, supplied=self.RUNTIME_KEYS)
+        checker = getattr(fn, "check_config", None)
+        if callable(checker):
+            checker(self.params)  # the callable's own early validation (raises ConfigError)
+
+    def build(self, **runtime_kwargs):
+        """Instantiate with ``hydra.utils.instantiate`` (nested containers as plain lists and dicts)."""
+        from fastpipe.targets import instantiate
+
+        params = dict(self.params)
+        params.setdefault("_convert_", "all")
+        return instantiate(self.GROUP, self.target, params, **runtime_kwargs)
+
+    def declared(self, name: str, default=None):
+        """A class-level declaration of the target (e.g. a dataset's ``sample_kind``), without building it."""
+        value = getattr(self.callable(), name, default)
+        return value(self.params) if callable(value) and not isinstance(value, type) else value
+
+    @property
+    def short_name(self) -> str:
+        return self.target.rpartition(".")[2]
+
+
+@dataclass
+class ModelConfig(ObjectConfig):
+    """model: an ``nn.Module`` class or factory."""
+
+    activation_checkpointing: bool = False  # recompute each block's activations in backward (less memory)
+
+    GROUP: ClassVar[str] = "model"
+    OWN_KEYS: ClassVar[tuple] = ("activation_checkpointing",)
+    RUNTIME_KEYS: ClassVar[tuple] = MODEL_RUNTIME_KEYS
+
+    @classmethod
+    def _legacy(cls, node: dict):
+        kwargs = node.pop("kwargs", None)
+        if not kwargs:
+            return node, []
+        clash = sorted(set(kwargs) & set(node))
+        if clash:
+            raise ConfigError(f"model.kwargs.{clash[0]} and model.{clash[0]} are both set; keep model.{clash[0]}")
+        node.update(kwargs)
+        return node, [f"model.kwargs is deprecated: put the arguments beside _target_ (model.{next(iter(kwargs))}=...); "
+                      "it will be removed in the next release"]
+
+
+@dataclass
+class DatasetConfig(ObjectConfig):
+    """dataset: a callable returning a map-style Dataset, or {"train": ..., "val": ...}."""
+
+    # Held-out share when the dataset gives one Dataset: a sample is held out by a stable hash of
+    # its index (the same split on every machine and as the dataset grows).
+    val_fraction: float = 0.2
+    # A callable that collates a list of samples into a batch (a _target_ with _partial_: true);
+    # null = torch's default_collate.
+    collate_fn: Optional[Dict[str, Any]] = None
+
+    GROUP: ClassVar[str] = "dataset"
+    OWN_KEYS: ClassVar[tuple] = ("val_fraction", "collate_fn")
+    RUNTIME_KEYS: ClassVar[tuple] = DATASET_RUNTIME_KEYS
 
     def __post_init__(self) -> None:
-        one_of("dataset.name", self.name, ("shapes", "imagefolder", "synthetic"))
-        if self.image_size < 8:
-            raise ConfigError(f"dataset.image_size={self.image_size} is too small; use >= 8")
         if not 0.0 < self.val_fraction < 1.0:
             raise ConfigError(f"dataset.val_fraction={self.val_fraction} must lie in (0, 1)")
-        if self.source_size is not None and (len(self.source_size) != 2 or min(self.source_size) < 8):
-            raise ConfigError(f"dataset.source_size={self.source_size}: use [width, height], each >= 8")
-        if self.name == "imagefolder" and not self.root:
-            raise ConfigError("dataset=imagefolder needs a folder: add dataset.root=/path/to/images "
-                              "(one sub-folder per class)")
+        if self.collate_fn is not None and not (isinstance(self.collate_fn, dict) and self.collate_fn.get("_target_")):
+            raise ConfigError(f"dataset.collate_fn={self.collate_fn!r}: give a _target_ with _partial_: true, "
+                              "or null for torch's default collate")
+
+    @classmethod
+    def _legacy(cls, node: dict):
+        name = node.pop("name", None)
+        if node.get("_target_") or name is None:
+            return node, []
+        if name not in LEGACY_DATASETS:
+            raise ConfigError(f"dataset.name={name!r} is not a built-in dataset ({', '.join(LEGACY_DATASETS)}); "
+                              "give dataset._target_=pkg.module.Callable")
+        from fastpipe.targets import import_target, parameters
+
+        target = LEGACY_DATASETS[name]
+        takes = parameters(import_target("dataset._target_", target)) or {}
+        node = {k: v for k, v in node.items() if k in takes or k in cls.OWN_KEYS}  # the old schema's other keys
+        node["_target_"] = target
+        return node, [f"dataset.name={name} is deprecated: use dataset={name} (or dataset._target_="
+                      f"{LEGACY_DATASETS[name]}); it will be removed in the next release"]
+
+    def build_collate(self):
+        """The collate function, or None for torch's default."""
+        if self.collate_fn is None:
+            return None
+        from fastpipe.targets import instantiate
+
+        params = {k: v for k, v in self.collate_fn.items() if k != "_target_"}
+        return instantiate("dataset.collate_fn", self.collate_fn["_target_"], params)
 
 
 @dataclass
-class ModelConfig:
-    _target_: str = MISSING  # dotted path of an nn.Module class or factory
+class TaskConfig(ObjectConfig):
+    """task: the objective, a class with ``loss``, ``metrics``, ``primary`` and ``higher_is_better``."""
+
+    GROUP: ClassVar[str] = "task"
+
+
+@dataclass
+class OptimizerConfig(ObjectConfig):
+    """optimizer: a torch.optim optimizer (or a project's own) with ``_partial_: true``."""
+
+    GROUP: ClassVar[str] = "optimizer"
+    RUNTIME_KEYS: ClassVar[tuple] = OPTIMIZER_RUNTIME_KEYS
+
+
+@dataclass
+class LegacyModelSchema:
+    """``schema_model`` of fastpipe < 0.2 (``_target_`` + ``kwargs``): old project configs still compose."""
+
+    _target_: str = MISSING
     kwargs: Dict[str, Any] = field(default_factory=dict)
     activation_checkpointing: bool = False
+
+
+@dataclass
+class LegacyDatasetSchema:
+    """``schema_dataset`` of fastpipe < 0.2 (a built-in chosen by ``name``): old configs still compose."""
+
+    name: str = MISSING
+    root: Optional[str] = None
+    image_size: int = 32
+    augment: bool = False
+    val_fraction: float = 0.2
+    num_classes: int = 4
+    num_images: int = 2400
+    seed: int = 0
+    source_size: Optional[List[int]] = None
+    collate_fn: Optional[Any] = None
+
+
+OBJECT_GROUPS = {"dataset": DatasetConfig, "model": ModelConfig, "task": TaskConfig, "optimizer": OptimizerConfig}
+LEGACY_SCHEMAS = {"model": {"model": LegacyModelSchema}, "dataset": {"dataset": LegacyDatasetSchema}}

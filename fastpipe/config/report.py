@@ -12,12 +12,15 @@ class ReportConfig:
     # The baseline job: null = the job with the first listed value of every swept key; or overrides
     # naming the job, quoted for Hydra: 'report.baseline="precision=amp,compile=off"'; or a job number.
     baseline: Optional[str] = None
-    parity_tol: float = 0.01  # accuracy may fall this much (absolute, 0..1) below the baseline's
+    # How much worse than the baseline's the primary held-out metric may be, absolute, in the metric's
+    # own units and direction: 0.01 = one point of accuracy (0..1), or 0.01 nats of an LM's loss.
+    parity_tol: float = 0.01
     repeats: int = 1  # measure each combination this many times (repeat-K/ folders); median and spread
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.parity_tol <= 1.0:
-            raise ConfigError(f"report.parity_tol={self.parity_tol} must lie in [0, 1] (accuracy is 0..1)")
+        if not self.parity_tol >= 0.0:
+            raise ConfigError(f"report.parity_tol={self.parity_tol} must be >= 0 (how much worse than the "
+                              "baseline's the primary metric may be, in its own units)")
         if self.repeats < 1:
             raise ConfigError(f"report.repeats={self.repeats} must be >= 1")
 

@@ -13,12 +13,14 @@ class TrainConfig:
     epochs: int = 3
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     batch_size: int = 64  # per process
-    lr: float = 0.05  # peak learning rate
+    lr: Optional[float] = None  # deprecated spelling of optimizer.lr (the peak learning rate)
     lr_schedule: str = "cosine"  # cosine (linear warm-up, then cosine decay to 0) | constant
     lr_warmup_steps: int = 0
-    optimizer: str = "sgd"  # sgd | adamw (fused)
-    momentum: float = 0.9  # sgd only
-    weight_decay: float = 5e-4
+    # Moved to the optimizer group (optimizer=adamw, optimizer.momentum, optimizer.weight_decay):
+    # kept only to say so when an old command line sets them.
+    optimizer: Optional[str] = None
+    momentum: Optional[float] = None
+    weight_decay: Optional[float] = None
     grad_accum: int = 1  # micro-batches per optimizer step
     max_nonfinite_steps: int = 20  # stop after this many non-finite losses in a row
     checkpoint_every: Optional[int] = 0  # steps between checkpoints in <run>/checkpoints; 0 or null = off
@@ -28,7 +30,13 @@ class TrainConfig:
     resume: Optional[str] = None
 
     def __post_init__(self) -> None:
-        one_of("train.optimizer", self.optimizer, ("sgd", "adamw"))
+        for key, new in (("optimizer", "optimizer={value} (with its lr: optimizer.lr=...)"),
+                         ("momentum", "optimizer.momentum={value}"),
+                         ("weight_decay", "optimizer.weight_decay={value}")):
+            value = getattr(self, key)
+            if value is not None:
+                raise ConfigError(f"train.{key} moved to the optimizer group: use {new.format(value=value)} "
+                                  f"instead of train.{key}={value}")
         one_of("train.lr_schedule", self.lr_schedule, ("cosine", "constant"))
         if self.lr_warmup_steps < 0:
             raise ConfigError(f"train.lr_warmup_steps={self.lr_warmup_steps} must be >= 0")

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 from fastpipe.config import DaliLoaderConfig
 from fastpipe.data.device import MEAN, STD
-from fastpipe.errors import DataError, EnvironmentProblem
+from fastpipe.data.splits import DataSplits
+from fastpipe.errors import ConfigError, DataError, EnvironmentProblem
 from fastpipe.runtime import Runtime
 
 READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
@@ -109,12 +110,16 @@ class DaliLoader:
         self._open = False
 
 
-def build_dali_loader(cfg: DaliLoaderConfig, spec, runtime: Runtime, batch_size: int, seed: int, train: bool,
-                      channels_last: bool) -> DaliLoader:
+def build_dali_loader(cfg: DaliLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int, seed: int,
+                      train: bool, channels_last: bool) -> DaliLoader:
     """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader."""
+    if not splits.is_images:
+        raise ConfigError(f"data=dali decodes image files, but dataset={splits.name} gives other samples; "
+                          "use data=default or data=mmap")
     dali = import_dali()
     dist, device = runtime.dist, runtime.device
-    files, labels = (spec.train_files, spec.train_labels) if train else (spec.val_files, spec.val_labels)
+    images = splits.train if train else splits.val
+    files, labels = images.files, images.labels
     decoder = cfg.decoder_for(device.type)
     on_gpu = device.type == "cuda"
     threads = cfg.threads(runtime.cores_per_process)
@@ -130,7 +135,7 @@ def build_dali_loader(cfg: DaliLoaderConfig, spec, runtime: Runtime, batch_size:
     layout = "HWC" if channels_last else "CHW"
     pipe = dali.pipeline_def(_graph)(
         dali, [str(f) for f in files], [int(x) for x in labels], dist.rank, dist.world_size, train,
-        spec.augment and train, spec.image_size, decoder, on_gpu, cfg, layout,
+        images.augment and train, images.image_size, decoder, on_gpu, cfg, layout,
         batch_size=batch_size, num_threads=threads, device_id=(device.index or 0) if on_gpu else None,
         seed=(seed + dist.rank) % 2**31,  # each rank its own augmentation stream
         prefetch_queue_depth=cfg.prefetch_queue_depth, exec_dynamic=cfg.exec_dynamic)

@@ -1,11 +1,12 @@
 """Device-side batch preparation shared by every loader: copy, normalise, channels_last.
 
-Loaders hand over uint8 NCHW images (4x fewer bytes than float to move and pin); the float
-conversion and ImageNet normalisation run on the training device, on the GPU when there is one.
+A batch is ``(inputs, targets)``, each a tensor or a tuple / dict of them, moved to the training
+device as it is. Image loaders hand over uint8 NCHW images (4x fewer bytes than float to move and
+pin); the float conversion and ImageNet normalisation run on the training device.
 """
 from __future__ import annotations
 
-from typing import Iterator, Tuple
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -29,19 +30,76 @@ class Normalizer:
         return images.contiguous(memory_format=self.memory_format)
 
 
-class DeviceLoader:
-    """Wraps a host-side iterable of (uint8 images, labels): yields normalised device batches.
+def to_device(value: Any, device: torch.device) -> Any:
+    """``value`` (a tensor, or a tuple / list / dict of them) on ``device``; other leaves unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_device(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    return value
 
-    On CUDA the next batch is copied and normalised on a side stream while the current step runs,
+
+def head(value: Any, n: int) -> Any:
+    """The first ``n`` samples of a batch structure (copies, so the batch itself can be freed)."""
+    if isinstance(value, torch.Tensor):
+        return value[:n].clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(head(v, n) for v in value)
+    if isinstance(value, dict):
+        return {k: head(v, n) for k, v in value.items()}
+    return value
+
+
+def tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a batch structure."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from tensors(v)
+
+
+class ImagePrep:
+    """(uint8 images, labels) on the host -> (normalised float images, labels) on the device."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        self.normalize, self.device = normalizer, normalizer.device
+
+    def __call__(self, batch):
+        images, labels = batch
+        return self.normalize(images), labels.to(self.device, non_blocking=True)
+
+
+class MovePrep:
+    """Any (inputs, targets) batch, moved to the device as it is."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self, batch):
+        inputs, targets = batch
+        return to_device(inputs, self.device), to_device(targets, self.device)
+
+
+class DeviceLoader:
+    """Wraps a host-side iterable of (inputs, targets): yields batches prepared on the device by
+    ``prepare`` (an ImagePrep, a MovePrep, or a loader's own transform).
+
+    On CUDA the next batch is copied and prepared on a side stream while the current step runs,
     so the step never waits on a host-to-device copy.
     """
 
-    def __init__(self, loader, normalizer: Normalizer, sampler=None, description: str = "") -> None:
+    def __init__(self, loader, prepare: Callable, sampler=None, description: str = "") -> None:
         self.loader = loader
         self.description = description
-        self.normalize = normalizer
+        self.prepare = prepare
         self.sampler = sampler
-        self.stream = torch.cuda.Stream() if normalizer.device.type == "cuda" else None
+        self.stream = torch.cuda.Stream() if prepare.device.type == "cuda" else None
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -60,26 +118,22 @@ class DeviceLoader:
         self.sampler.skip_next(batches * self.loader.batch_size)
         return True
 
-    def _prepare(self, batch) -> Tuple[torch.Tensor, torch.Tensor]:
-        images, labels = batch
-        return self.normalize(images), labels.to(self.normalize.device, non_blocking=True)
-
-    def __iter__(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple]:
         if self.stream is None:
             for batch in self.loader:
-                yield self._prepare(batch)
+                yield self.prepare(batch)
             return
         current = torch.cuda.current_stream()
         pending = None
         for batch in self.loader:
             with torch.cuda.stream(self.stream):
-                ready = self._prepare(batch)
+                ready = self.prepare(batch)
             if pending is not None:
                 yield pending
             # The consumer's stream must wait for the copy, and the tensors must not be freed
             # while the side stream still writes them.
             current.wait_stream(self.stream)
-            for t in ready:
+            for t in tensors(ready):
                 t.record_stream(current)
             pending = ready
         if pending is not None:

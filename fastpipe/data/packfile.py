@@ -9,18 +9,23 @@ Layout (all integers little-endian; this table is the format's one description, 
         16     8  file_size        u64, total bytes; a shorter file is truncated
         24     8  data_offset      u64, where the images start (a multiple of 4096, page aligned)
         32     8  count            u64, number of images (both splits)
-        40     4  height           u32, stored image height
-        44     4  width            u32, stored image width
-        48     4  channels         u32, 3 (RGB)
-        52     4  chunk_images     u32, images per checksum chunk (the last chunk may be shorter)
+        40     4  height           u32, stored image height (records: 1)
+        44     4  width            u32, stored image width (records: bytes per record)
+        48     4  channels         u32, 3 (RGB) (records: 1)
+        52     4  chunk_images     u32, images (records) per checksum chunk (the last may be shorter)
         56     4  meta_size        u32, bytes of the JSON metadata
-        60     4  dtype            u32, 1 = uint8
-        64  meta_size             JSON: classes, dtype, layout, source, settings
-         .  4*count  labels        i32 per image
+        60     4  dtype            u32, 1 = uint8 images; 2 = records (version 2)
+        64  meta_size             JSON: classes, dtype, layout, source, settings; records: "fields"
+         .  4*count  labels        i32 per image (records: 0)
          .    count  split         u8 per image: 0 = train, 1 = held-out (val)
          .  4*chunks checksums     u32 zlib.crc32 of each chunk's image bytes
          .        .  zero padding up to data_offset
-    data_offset  count*height*width*channels  images, uint8, N x H x W x C (row-major)
+    data_offset  count*height*width*channels  images, uint8, N x H x W x C (row-major); or records
+
+Version 2 adds the records kind (dtype code 2): each record is one sample of any dataset whose
+samples are fixed-shape tensors or numbers, its fields laid out at the byte offsets the metadata's
+"fields" list gives (name, dtype, shape, offset) and "structure" (how the fields form (input,
+target)); fastpipe/data/records.py reads and writes them. Version 1 files (images only) still read.
 
 The writer is atomic (temporary file, fsync, rename); the reader checks magic, version, sizes and
 the header checksum when it opens a file, and ``verify()`` checks every chunk of image data.
@@ -39,10 +44,12 @@ import numpy as np
 from fastpipe.errors import DataError
 
 MAGIC = b"\x89FPPACK\n"  # a high byte first: a text-mode copy or a stray text file cannot match
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sIIQQQIIIIII")  # the fixed 64-byte header above
 ALIGN = 4096  # images start on a page boundary so they can be memory-mapped directly
-DTYPE_UINT8 = 1
+DTYPE_UINT8 = 1  # images: N x H x W x 3 uint8
+DTYPE_RECORDS = 2  # records of any fixed layout (version 2)
 DEFAULT_CHUNK_IMAGES = 256
 TRAIN, VAL = 0, 1
 REPACK = "repack it with `python -m fastpipe.pack SRC OUT` (or delete it: a cached pack is rebuilt)"
@@ -62,17 +69,18 @@ class PackWriter:
 
     def __init__(self, path, height: int, width: int, classes: List[str], labels: Sequence[int],
                  split: Sequence[int], meta: Optional[dict] = None,
-                 chunk_images: int = DEFAULT_CHUNK_IMAGES) -> None:
+                 chunk_images: int = DEFAULT_CHUNK_IMAGES, record_bytes: Optional[int] = None) -> None:
         self.path = Path(path)
-        self.shape = (height, width, 3)
+        self.dtype_code = DTYPE_UINT8 if record_bytes is None else DTYPE_RECORDS
+        self.shape = (height, width, 3) if record_bytes is None else (1, record_bytes, 1)
         self.labels = np.asarray(labels, dtype=np.int64)
         self.split = np.asarray(split, dtype=np.uint8)
         if len(self.labels) != len(self.split) or len(self.labels) == 0:
             raise DataError(f"cannot pack {self.path}: {len(self.labels)} labels and {len(self.split)} "
                             "split flags; need one of each per image, and at least one image")
         self.count, self.chunk_images = len(self.labels), chunk_images
-        self.meta = json.dumps({**(meta or {}), "classes": list(classes), "dtype": "uint8",
-                                "layout": "NHWC"}, sort_keys=True).encode()
+        layout = {"dtype": "uint8", "layout": "NHWC"} if record_bytes is None else {"kind": "records"}
+        self.meta = json.dumps({**(meta or {}), "classes": list(classes), **layout}, sort_keys=True).encode()
         index_len = len(_index_bytes(self.meta, self.labels, self.split, [0] * self.num_chunks))
         self.data_offset = -(-(HEADER.size + index_len) // ALIGN) * ALIGN
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
@@ -91,6 +99,8 @@ class PackWriter:
 
     def write(self, image: np.ndarray) -> None:
         """Append one H x W x 3 uint8 image (the next in label/split order)."""
+        if self.dtype_code == DTYPE_RECORDS:
+            image = np.asarray(image).reshape(self.shape)  # one record's bytes
         if image.shape != self.shape or image.dtype != np.uint8:
             raise DataError(f"cannot pack {self.path}: image {self.written} is {image.dtype} "
                             f"{tuple(image.shape)}, expected uint8 {self.shape}")
@@ -118,7 +128,7 @@ class PackWriter:
         index = _index_bytes(self.meta, self.labels, self.split, self.crcs)
         file_size = self.data_offset + self.count * int(np.prod(self.shape))
         fields = struct.pack("<QQQIIIIII", file_size, self.data_offset, self.count, *self.shape,
-                             self.chunk_images, len(self.meta), DTYPE_UINT8)  # header bytes 16..64
+                             self.chunk_images, len(self.meta), self.dtype_code)  # header bytes 16..64
         covered = fields + index + bytes(self.data_offset - HEADER.size - len(index))
         self.file.seek(0)
         self.file.write(MAGIC + struct.pack("<II", FORMAT_VERSION, zlib.crc32(covered)) + covered)
@@ -168,8 +178,10 @@ class PackReader:
         if magic != MAGIC:
             raise DataError(f"{self.path} is not a fastpipe pack (bad magic bytes {magic!r}, expected "
                             f"{MAGIC!r}); give data.path a file written by `python -m fastpipe.pack`")
-        if version != FORMAT_VERSION:
-            raise self._bad(f"has format version {version}, but this fastpipe reads version {FORMAT_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise self._bad(f"has format version {version}, but this fastpipe reads versions "
+                            f"{', '.join(map(str, READABLE_VERSIONS))}")
+        self.version = version
         if self.data_offset % ALIGN or not HEADER.size + self.meta_size <= self.data_offset <= self.file_size:
             raise self._bad(f"has a corrupt header (data offset {self.data_offset}, file size {self.file_size})")
         if size < self.data_offset:
@@ -180,7 +192,9 @@ class PackReader:
         if zlib.crc32(self._fields + rest) != self.header_crc:
             raise self._bad("has a corrupt header (header checksum mismatch)")
         expected = self.data_offset + self.count * self.height * self.width * self.channels
-        if self.file_size != expected or self.channels != 3 or self.chunk_images < 1 or self.dtype != DTYPE_UINT8:
+        layout_ok = ((self.dtype == DTYPE_UINT8 and self.channels == 3) or
+                     (self.dtype == DTYPE_RECORDS and self.version >= 2 and self.height == self.channels == 1))
+        if self.file_size != expected or not layout_ok or self.chunk_images < 1:
             raise self._bad(f"has an inconsistent header ({self.count} images of {self.shape}, dtype code "
                             f"{self.dtype}, file size {self.file_size}, chunk {self.chunk_images})")
         if self.actual_size < self.file_size:
@@ -197,7 +211,7 @@ class PackReader:
         self.labels = np.frombuffer(rest, "<i4", n, meta_end).astype(np.int64)
         self.split = np.frombuffer(rest, np.uint8, n, meta_end + 4 * n)
         self.checksums = np.frombuffer(rest, "<u4", self.num_chunks, meta_end + 5 * n)
-        if n and (self.labels.min() < 0 or self.labels.max() >= len(self.classes)):
+        if n and self.is_images and (self.labels.min() < 0 or self.labels.max() >= len(self.classes)):
             raise self._bad(f"has labels outside 0..{len(self.classes) - 1}")
         if n and self.split.max() > VAL:
             raise self._bad("has split flags other than 0 (train) and 1 (val)")
@@ -205,6 +219,10 @@ class PackReader:
     @property
     def shape(self) -> tuple:
         return (self.height, self.width, self.channels)
+
+    @property
+    def is_images(self) -> bool:
+        return self.dtype == DTYPE_UINT8
 
     @property
     def num_chunks(self) -> int:
@@ -249,6 +267,8 @@ class PackReader:
 
     def describe(self) -> str:
         n_val = int((self.split == VAL).sum())
-        return (f"{self.path}: {self.count} images ({self.count - n_val} train, {n_val} val), "
-                f"{self.height}x{self.width}x{self.channels} uint8, {len(self.classes)} classes, "
-                f"{self.num_chunks} chunks of {self.chunk_images}, format v{FORMAT_VERSION}")
+        what = (f"{self.height}x{self.width}x{self.channels} uint8, {len(self.classes)} classes" if self.is_images
+                else f"records of {self.width} bytes ({', '.join(f['name'] for f in self.meta.get('fields', []))})")
+        kind = "images" if self.is_images else "records"
+        return (f"{self.path}: {self.count} {kind} ({self.count - n_val} train, {n_val} val), {what}, "
+                f"{self.num_chunks} chunks of {self.chunk_images}, format v{self.version}")

@@ -1,30 +1,59 @@
-"""The training sampler of file loaders: an order fixed by (seed, epoch), resumable part-way.
+"""The training sampler of map-style datasets: an order fixed by (seed, epoch), resumable part-way.
 
-A resumed run must see the same batches as an uninterrupted one. DistributedSampler already draws
-each epoch's permutation from ``seed + epoch`` alone (not from a generator whose state depends on
-how many epochs this process has run), so it serves single-process runs too (one replica);
-``skip_next`` makes the next epoch start part-way without reading the skipped samples.
+A resumed run must see the same batches as an uninterrupted one, so each epoch's order is drawn
+from ``seed + epoch`` alone (as torch's DistributedSampler draws it), not from a generator whose
+state depends on how many epochs this process has run. A dataset may define its epoch itself:
+``epoch_indices(seed, epoch)`` (e.g. random token windows, drawn with replacement) and
+``epoch_length`` (samples per epoch). ``skip_next`` makes the next epoch start part-way without
+reading the skipped samples.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, List
 
-from torch.utils.data import DistributedSampler
+import torch
+from torch.utils.data import Sampler
 
 
-class ResumableSampler(DistributedSampler):
-    """DistributedSampler (shuffled by ``seed + epoch``) whose next epoch can start ``n`` samples in."""
+def epoch_order(dataset, seed: int, epoch: int) -> List[int]:
+    """Every sample index of one epoch, in training order (the same on every rank)."""
+    draw = getattr(dataset, "epoch_indices", None)
+    if callable(draw):
+        return torch.as_tensor(draw(seed, epoch)).tolist()
+    g = torch.Generator()
+    g.manual_seed(seed + epoch)
+    return torch.randperm(len(dataset), generator=g).tolist()
+
+
+def epoch_size(dataset) -> int:
+    return int(getattr(dataset, "epoch_length", None) or len(dataset))
+
+
+class EpochSampler(Sampler[int]):
+    """This rank's share of each epoch's order: ranks take interleaved slices of equal length."""
 
     def __init__(self, dataset, num_replicas: int = 1, rank: int = 0, seed: int = 0, drop_last: bool = True):
-        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed,
-                         drop_last=drop_last)
+        self.dataset, self.num_replicas, self.rank, self.seed = dataset, num_replicas, rank, seed
+        n = epoch_size(dataset)
+        self.num_samples = n // num_replicas if drop_last else -(-n // num_replicas)
+        self.total_size = self.num_samples * num_replicas
+        self.epoch = 0
         self._skip = (0, 0)  # (epoch, samples)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def skip_next(self, samples: int) -> None:
         """This epoch (the one ``set_epoch`` chose) leaves out its first ``samples`` indices: resume."""
         self._skip = (self.epoch, samples)
 
+    def __len__(self) -> int:
+        return self.num_samples
+
     def __iter__(self) -> Iterator[int]:
-        indices = list(super().__iter__())
+        indices = epoch_order(self.dataset, self.seed, self.epoch)
+        if len(indices) < self.total_size:  # pad by repeating the start (drop_last=false)
+            indices += (indices * (-(-self.total_size // max(1, len(indices)))))[:self.total_size - len(indices)]
+        indices = indices[self.rank:self.total_size:self.num_replicas]
         epoch, samples = self._skip
         return iter(indices[samples:] if epoch == self.epoch else indices)  # only the resumed epoch

@@ -1,7 +1,55 @@
-"""Device-resident random batches for ``dataset=synthetic``: the model alone, no input pipeline."""
+"""``dataset=synthetic``: random batches generated on the training device, to measure the model alone.
+
+Images (``num_classes`` classes at ``image_size``) for classification, or, with ``vocab_size`` set,
+token sequences of ``seq_len`` for ``task=lm``. Nothing to learn: held-out metrics are null.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
+
+from fastpipe.errors import ConfigError
+
+
+@dataclass
+class SyntheticData:
+    """The settings of the synthetic batches; ``SyntheticLoader`` makes them on the device."""
+
+    num_samples: int  # per epoch
+    num_classes: Optional[int]  # images (None for tokens)
+    image_size: Optional[int]
+    vocab_size: Optional[int] = None  # set: token sequences (a model takes it from here, as it does num_classes)
+    seq_len: Optional[int] = None
+
+    @property
+    def tokens(self) -> bool:
+        return self.vocab_size is not None
+
+    def describe(self) -> str:
+        what = (f"token sequences: vocab_size={self.vocab_size}  seq_len={self.seq_len}" if self.tokens else
+                f"images: classes={self.num_classes}  image_size={self.image_size}")
+        return f"samples/epoch={self.num_samples}  random {what}  (generated on the device)"
+
+
+def synthetic(num_classes: int = 1000, image_size: int = 224, num_images: int = 25600,
+              vocab_size: Optional[int] = None, seq_len: int = 1024) -> SyntheticData:
+    """Device-resident random data: ``num_images`` samples per epoch; tokens when ``vocab_size`` is set."""
+    if vocab_size is not None and vocab_size < 2:
+        raise ConfigError(f"dataset.vocab_size={vocab_size} must be >= 2 (or null for images)")
+    if vocab_size is None:
+        return SyntheticData(num_images, num_classes, image_size)
+    return SyntheticData(num_images, None, None, vocab_size, seq_len)
+
+
+def _kind(params: dict) -> str:
+    return "tokens" if params.get("vocab_size") is not None else "images"
+
+
+synthetic.sample_kind = _kind
+synthetic.loaders = ("default",)
+synthetic.loaders_note = "it is generated on the device and has no files"
 
 
 class SyntheticLoader:
@@ -9,15 +57,21 @@ class SyntheticLoader:
 
     DISTINCT = 4  # a handful of distinct batches: no cache effects from one repeated tensor
 
-    def __init__(self, spec, device: torch.device, batch_size: int, seed: int, channels_last: bool) -> None:
+    def __init__(self, data: SyntheticData, device: torch.device, batch_size: int, seed: int,
+                 channels_last: bool) -> None:
         g = torch.Generator(device="cpu").manual_seed(seed)
+        self.batches = [self._batch(data, batch_size, g, device, channels_last) for _ in range(self.DISTINCT)]
+        self.steps = max(1, data.num_samples // batch_size)
+
+    @staticmethod
+    def _batch(data: SyntheticData, batch_size: int, g: torch.Generator, device, channels_last: bool):
+        if data.tokens:  # a target that is the input shifted by one, as in language modelling
+            seq = torch.randint(0, data.vocab_size, (batch_size, data.seq_len + 1), generator=g).to(device)
+            return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
         fmt = torch.channels_last if channels_last else torch.contiguous_format
-        shape = (batch_size, 3, spec.image_size, spec.image_size)
-        self.batches = [
-            (torch.randn(shape, generator=g).to(device).contiguous(memory_format=fmt),
-             torch.randint(0, spec.num_classes, (batch_size,), generator=g).to(device))
-            for _ in range(self.DISTINCT)]
-        self.steps = max(1, spec.synthetic_samples // batch_size)
+        shape = (batch_size, 3, data.image_size, data.image_size)
+        return (torch.randn(shape, generator=g).to(device).contiguous(memory_format=fmt),
+                torch.randint(0, data.num_classes, (batch_size,), generator=g).to(device))
 
     def __len__(self) -> int:
         return self.steps

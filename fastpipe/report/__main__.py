@@ -24,7 +24,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help='the baseline job: overrides ("precision=amp,compile=off") or a job number; '
                              "default: the sweep's report.baseline, else the first value of every swept key")
     parser.add_argument("--parity-tol", type=float, metavar="TOL",
-                        help="accuracy drop (absolute, 0..1) still counted as parity; default: the sweep's report.parity_tol")
+                        help="how much worse than the baseline's the primary metric may be (absolute, in its units); "
+                             "default: the sweep's report.parity_tol")
     parser.add_argument("--quiet", action="store_true", help="do not print report.md")
     return parser.parse_args(argv)
 
@@ -41,8 +42,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if spec is not None and args.baseline is not None:
             spec.baseline = args.baseline
         if spec is not None and args.parity_tol is not None:
-            if not 0.0 <= args.parity_tol <= 1.0:
-                raise FastpipeError(f"--parity-tol={args.parity_tol} must lie in [0, 1] (accuracy is 0..1)")
+            if not args.parity_tol >= 0.0:
+                raise FastpipeError(f"--parity-tol={args.parity_tol} must be >= 0 (in the primary metric's units)")
             spec.parity_tol = args.parity_tol
         result = write_report(args.sweep_dir, spec, save_best=args.save_best)
     except FastpipeError as exc:

@@ -23,7 +23,8 @@ METRICS = {
     "data_wait_pct": ("data_wait_pct", "% of the steady state waiting for data"),
     "gpu_util_pct": ("gpu_util_pct", "mean NVML GPU utilisation (%)"),
     "peak_mem_gb": ("peak_mem_gb", "peak memory (GB)"),
-    "accuracy": ("accuracy", "held-out top-1 (0..1)"),
+    "accuracy": ("accuracy", "held-out top-1 (0..1), classification"),
+    "primary_metric": ("metric_value", "the task's primary held-out metric (e.g. accuracy 0..1, an LM's loss)"),
 }
 
 

@@ -37,7 +37,7 @@ def write_plot(result: SweepResult, path: Path) -> None:
                 hatch="//" if r["status"] != "ok" else None)
         speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x"
         notes = [r["status"]] if r["status"] != "ok" else []
-        notes += ["baseline"] * r["baseline"] + ["best"] * r["best"] + ["accuracy FAIL"] * (r["parity"] == "FAIL")
+        notes += ["baseline"] * r["baseline"] + ["best"] * r["best"] + [f"{r['metric']} FAIL"] * (r["parity"] == "FAIL")
         ax.text(r["throughput"], y, f" {speed}  {', '.join(notes)}", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([_label(r, result.columns) for r in rows], fontsize=8)

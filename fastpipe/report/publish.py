@@ -53,7 +53,7 @@ def write_report(sweep_dir: Path, spec: Optional[SweepSpec] = None, save_best: O
         best_path.unlink()  # a stale winner from an earlier report would mislead
     if save_best is not None:
         if result.best is None:
-            raise ConfigError(f"--save-best: no job of {sweep_dir} qualifies (none is ok with its accuracy "
+            raise ConfigError(f"--save-best: no job of {sweep_dir} qualifies (none is ok with its primary metric "
                               "held); see report.md")
         save_best = Path(save_best)
         save_best.parent.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,11 @@ tables.py, plots.py, hparams.py and winner.py.
 
 - Baseline: the job with the first listed value of every swept key (Hydra's BasicSweeper runs the
   cartesian product in that order, so it is normally job 0), or the job ``report.baseline`` names.
-- Parity: a job whose accuracy is more than ``report.parity_tol`` below the baseline's is
-  ``FAIL``ed and never chosen. A missing accuracy (dataset=synthetic, a failed baseline) gives
-  ``n/a``, which does not disqualify: there is nothing to compare.
+- Parity: each job's task names its primary held-out metric and its direction (accuracy, higher is
+  better; an LM's loss, lower is better). A job whose primary metric is worse than the baseline's by
+  more than ``report.parity_tol`` (absolute, in the metric's own units) is ``FAIL``ed and never
+  chosen. A missing metric (dataset=synthetic, a failed baseline) gives ``n/a``, which does not
+  disqualify: there is nothing to compare.
 - Best: the fastest job with status ok (no compile fall-back) whose parity did not fail.
 """
 from __future__ import annotations
@@ -134,11 +136,13 @@ def pick_baseline(jobs: List[Job], spec: SweepSpec) -> Optional[Job]:
     return sorted(matches, key=lambda j: (j not in default, j.num))[0]
 
 
-def parity(accuracy: Optional[float], base_accuracy: Optional[float], tol: float) -> str:
-    """``ok`` when accuracy held within ``tol`` of the baseline's, ``FAIL`` if not, ``n/a`` if unknown."""
-    if accuracy is None or base_accuracy is None:
+def parity(value: Optional[float], base_value: Optional[float], tol: float, higher_is_better: bool = True) -> str:
+    """``ok`` when the primary metric held within ``tol`` of the baseline's (in its direction),
+    ``FAIL`` if not, ``n/a`` if either is unknown."""
+    if value is None or base_value is None:
         return "n/a"
-    return "ok" if accuracy >= base_accuracy - tol - 1e-12 else "FAIL"
+    worse_by = base_value - value if higher_is_better else value - base_value
+    return "ok" if worse_by <= tol + 1e-12 else "FAIL"
 
 
 def job_status(metrics: Optional[dict]):
@@ -165,7 +169,7 @@ def swept_columns(jobs: List[Job]) -> List[str]:
 
 
 def pick_best(rows: List[dict]) -> Optional[dict]:
-    """The fastest row with status ok whose accuracy held (parity not FAIL)."""
+    """The fastest row with status ok whose primary metric held (parity not FAIL)."""
     eligible = [r for r in rows if r["status"] == "ok" and r["parity"] != "FAIL" and r["throughput"] is not None]
     return max(eligible, key=lambda r: r["throughput"]) if eligible else None
 
@@ -174,6 +178,8 @@ def _row(job: Job, columns: List[str]) -> dict:
     m = job.metrics or {}
     status, reason = job_status(job.metrics)
     rep, step = m.get("repeats") or {}, m.get("step_time_ms") or {}
+    primary = m.get("primary_metric") or ({"name": "accuracy", "value": m["accuracy"], "higher_is_better": True}
+                                          if m.get("accuracy") is not None else {})  # records before 0.2
     pct = lambda v: None if v is None else 100.0 * v  # noqa: E731
     values = job.values()
     return {
@@ -185,7 +191,9 @@ def _row(job: Job, columns: List[str]) -> dict:
         "data_wait_pct": pct(m.get("data_wait_frac")), "gpu_util_pct": m.get("gpu_util"),
         "peak_mem_gb": m.get("peak_mem_gb"), "peak_mem_kind": m.get("peak_mem_kind"),
         "mfu_pct": pct(m.get("mfu")),
-        "accuracy": m.get("accuracy"), "accuracy_delta": None, "parity": "n/a",
+        "metric": primary.get("name"), "metric_value": primary.get("value"),
+        "higher_is_better": primary.get("higher_is_better", True), "metric_delta": None, "parity": "n/a",
+        "accuracy": m.get("accuracy"), "val_metrics": m.get("val_metrics"),
         "step_time_median_ms": step.get("median"), "step_time_p90_ms": step.get("p90"),
         "final_loss": m.get("final_loss"), "env": m.get("env"), "baseline": False, "best": False,
     }
@@ -214,21 +222,22 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         base["baseline"] = True
         if base["throughput"] is None:
             notes.append(f"the baseline (job {base['job']}) has no throughput ({base['status']}): no speed-ups")
-        if base["accuracy"] is None:
-            notes.append("the baseline has no accuracy (dataset=synthetic or not ok): parity is n/a")
+        if base["metric_value"] is None:
+            notes.append("the baseline has no held-out metric (dataset=synthetic or not ok): parity is n/a")
     for r in rows:
         if base is not None and base["throughput"] and r["throughput"] is not None:
             r["speedup"] = r["throughput"] / base["throughput"]
-        base_acc = None if base is None else base["accuracy"]
-        if r["accuracy"] is not None and base_acc is not None:
-            r["accuracy_delta"] = r["accuracy"] - base_acc
-        r["parity"] = parity(r["accuracy"], base_acc, spec.parity_tol)
-        if r is base and r["accuracy"] is not None:
+        comparable = base is not None and base["metric_value"] is not None and r["metric"] == base["metric"]
+        base_value = base["metric_value"] if comparable else None
+        if r["metric_value"] is not None and base_value is not None:
+            r["metric_delta"] = r["metric_value"] - base_value
+        r["parity"] = parity(r["metric_value"], base_value, spec.parity_tol, r["higher_is_better"])
+        if r is base and r["metric_value"] is not None:
             r["parity"] = "baseline"
     best = pick_best(rows)
     if best is not None:
         best["best"] = True
     else:
-        notes.append("no job qualifies as best (none is ok with its accuracy held)")
+        notes.append("no job qualifies as best (none is ok with its primary metric held)")
     rows.sort(key=lambda r: (r["throughput"] is None, -(r["throughput"] or 0.0), r["job"]))
     return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes)

@@ -11,7 +11,7 @@ from fastpipe.report.sweep import SweepResult
 
 CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throughput_max", "repeats",
               "speedup", "epoch_time_s", "warmup_s", "data_wait_pct", "gpu_util_pct", "mfu_pct", "peak_mem_gb",
-              "peak_mem_kind", "accuracy", "accuracy_delta", "parity", "step_time_median_ms",
+              "peak_mem_kind", "metric", "metric_value", "metric_delta", "accuracy", "parity", "step_time_median_ms",
               "step_time_p90_ms", "final_loss", "baseline", "best", "overrides", "dir")
 
 
@@ -65,9 +65,24 @@ def _throughput(r: dict) -> str:
     return text
 
 
+def metric_text(name: Optional[str], value: Optional[float], delta: bool = False) -> str:
+    """A held-out metric for a report cell: accuracy in % (a difference in pp), others in their units."""
+    if value is None:
+        return "n/a"
+    if name == "accuracy":
+        return f"{100 * value:+.1f} pp" if delta else f"{100 * value:.1f} %"
+    return f"{value:+.4g}" if delta else f"{value:.4g}"
+
+
+def primary_metric(result: SweepResult) -> Optional[str]:
+    """The primary metric the rows share (the baseline's), e.g. ``accuracy`` or ``loss``."""
+    names = [r["metric"] for r in ([result.baseline] if result.baseline else []) + result.rows if r.get("metric")]
+    return names[0] if names else None
+
+
 def _parity(r: dict) -> str:
     if r["parity"] == "FAIL":
-        return f"**FAIL** ({100 * r['accuracy_delta']:+.1f} pp)"
+        return f"**FAIL** ({metric_text(r['metric'], r['metric_delta'], delta=True)})"
     return r["parity"]
 
 
@@ -90,8 +105,11 @@ def markdown(result: SweepResult) -> str:
     out += machine_lines(result)
     how = "named by report.baseline" if result.spec.baseline not in (None, "") else "the first listed value of every swept key"
     out.append(f"- baseline: job {base['job']} ({_label(base, cols)}), {how}" if base else "- baseline: none")
-    out.append(f"- parity: accuracy may fall at most {100 * result.spec.parity_tol:.1f} pp below the "
-               f"baseline's (report.parity_tol={result.spec.parity_tol:g}); n/a = no accuracy to compare")
+    metric = primary_metric(result)
+    direction = "higher" if (result.baseline or {}).get("higher_is_better", True) else "lower"
+    out.append(f"- parity: the primary held-out metric ({metric or 'none'}, {direction} is better) may be at most "
+               f"report.parity_tol={result.spec.parity_tol:g} worse than the baseline's (absolute, in its own units); "
+               "n/a = nothing to compare")
     if best:
         speed = f", {best['speedup']:.2f}x the baseline" if best["speedup"] is not None else ""
         out.append(f"- best: job {best['job']} ({_label(best, cols)}): {_num(best['throughput'], ',.1f')} "
@@ -101,15 +119,15 @@ def markdown(result: SweepResult) -> str:
         out.append(f"- peak memory: {', '.join(MEMORY_KINDS.get(k, k) for k in kinds)}")
     out.append("")
     head = ["job"] + cols + ["throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)",
-                             "data-wait", "GPU util", "MFU", "peak mem (GB)", "accuracy", "parity", "status"]
+                             "data-wait", "GPU util", "MFU", "peak mem (GB)", f"held-out {metric or 'metric'}",
+                             "parity", "status"]
     out += ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         mark = " (best)" if r["best"] else " (baseline)" if r["baseline"] else ""
-        acc = None if r["accuracy"] is None else 100 * r["accuracy"]
         cells = [f"{r['job']}{mark}"] + [_cell(r["swept"][k], 60) for k in cols] + [
             _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
             _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
-            _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), _num(acc, ".1f", " %"), _parity(r), _status(r)]
+            _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)]
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
             "warm-up/compile); speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, "

@@ -22,6 +22,7 @@ from typing import Dict, List
 from omegaconf import OmegaConf
 
 from fastpipe.overrides import override_key
+from fastpipe.report.tables import metric_text
 
 # Overrides that select a preset sweep or a ladder step: the step's group choices are pinned
 # instead (ladder steps only choose groups, so nothing is lost).
@@ -73,9 +74,9 @@ def experiment_hint(path: Path) -> str:
 def winner_text(best: dict, result, path: Path) -> str:
     """best.yaml / --save-best content for the winning row at ``path``, with where it came from."""
     speed = "" if best["speedup"] is None else f", {best['speedup']:.2f}x the baseline (job {result.baseline['job']})"
-    acc = "n/a" if best["accuracy"] is None else f"{100 * best['accuracy']:.2f} %"
+    held = f"{best['metric']} {metric_text(best['metric'], best['metric_value'])}" if best["metric"] else "no held-out metric"
     comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}",
-                f"{best['throughput']:,.1f} samples/s{speed}; accuracy {acc} (parity {best['parity']})",
+                f"{best['throughput']:,.1f} samples/s{speed}; {held} (parity {best['parity']})",
                 f"run it:  {experiment_hint(path)}",
                 f"same as: {command_line(best['overrides'], best['choices'])}", ""]
     return winner_yaml(best["overrides"], best["choices"], comments)

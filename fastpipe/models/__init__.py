@@ -1,0 +1,94 @@
+"""Models: the built-in TinyCNN and GPT, ``build_model`` for any ``model._target_``, activation checkpointing."""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+from torch import nn
+
+from fastpipe.config import ModelConfig
+from fastpipe.errors import ConfigError
+from fastpipe.models.gpt import GPT
+
+
+class TinyCNN(nn.Module):
+    """Three conv blocks and a linear head: learns the built-in shapes dataset on a CPU in seconds."""
+
+    def __init__(self, num_classes: int = 10, width: int = 32) -> None:
+        super().__init__()
+
+        def block(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                                 nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+
+        self.features = nn.Sequential(block(3, width), block(width, 2 * width), block(2 * width, 4 * width))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+def build_model(cfg: ModelConfig, dataset_facts: dict) -> nn.Module:
+    """Instantiate ``model._target_`` with its keys; ``dataset_facts`` (num_classes, vocab_size,
+    seq_len) are passed when the callable takes them and the config does not set them."""
+    from fastpipe.targets import parameters
+
+    takes = parameters(cfg.callable()) or {}
+    for name in ("vocab_size", "num_classes", "seq_len"):
+        p = takes.get(name)
+        if p is not None and p.default is p.empty and cfg.params.get(name) is None and name not in dataset_facts:
+            raise ConfigError(f"model={cfg.short_name} needs {name}, which dataset gives none of; choose a dataset "
+                              f"that has it, or set model.{name}=N")
+    model = cfg.build(**dataset_facts)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model._target_={cfg.target!r} returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def is_conv_net(model: nn.Module) -> bool:
+    """True when the model has 2-D convolutions (channels_last pays off for those)."""
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def repeated_blocks(model: nn.Module) -> List[nn.Module]:
+    """The model's blocks: the modules of every ``nn.ModuleList`` (a transformer's layers) and the
+    multi-layer children of its top-level ``nn.Sequential`` stages (ResNet layers, TinyCNN blocks)."""
+    blocks = [m for container in model.modules() if isinstance(container, nn.ModuleList) for m in container]
+    if blocks:
+        return blocks
+    return [child for stage in model.children() if isinstance(stage, nn.Sequential)
+            for child in stage.children() if len(list(child.children())) > 1]
+
+
+class Checkpointed(nn.Module):
+    """Recomputes ``inner``'s activations in backward instead of storing them (training only)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        from torch.utils.checkpoint import checkpoint
+
+        if self.training:
+            return checkpoint(self.inner, *args, use_reentrant=False, **kwargs)
+        return self.inner(*args, **kwargs)
+
+
+def enable_activation_checkpointing(model: nn.Module) -> int:
+    """Wrap each of ``repeated_blocks(model)`` in ``Checkpointed``; returns how many were wrapped."""
+    targets = {id(b) for b in repeated_blocks(model)}
+    wrapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in targets:
+                setattr(parent, name, Checkpointed(child))  # a ModuleList's entries are named "0", "1", ...
+                wrapped += 1
+    if not wrapped:
+        raise ConfigError(f"model.activation_checkpointing=true found no blocks to checkpoint in "
+                          f"{type(model).__name__}: it wraps the modules of nn.ModuleList containers, or the "
+                          "blocks of top-level nn.Sequential stages")
+    return wrapped
+
+
+__all__ = ["GPT", "TinyCNN", "build_model", "enable_activation_checkpointing", "is_conv_net", "repeated_blocks"]

@@ -1,0 +1,166 @@
+"""A project's own data, model and objective: the example project run as a new user would, its
+task's metrics in metrics.json and the report, clear lines for wrong _target_s, and old configs."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make_settings
+from fastpipe.errors import ConfigError
+
+EXAMPLE = REPO / "examples" / "friedman"
+SHORT = ["train.epochs=2", "dataset.num_samples=1024", "train.batch_size=64", "measure.warmup_steps=2",
+         "measure.window=4", "runtime.progress=false"]
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A copy of examples/friedman outside the repository, as a user would have it."""
+    folder = tmp_path / "friedman"
+    shutil.copytree(EXAMPLE, folder)
+    return folder
+
+
+def fastpipe(folder: Path, *args, timeout=300) -> subprocess.CompletedProcess:
+    """``python -m fastpipe ARGS`` from ``folder`` (the project's own module imports from there)."""
+    env = {**os.environ, "FASTPIPE_CACHE": str(folder / "cache")}
+    return subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=folder, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.slow
+def test_example_project_runs_as_its_readme_says(project):
+    """The README's command: the project's recipe reaches near the noise floor (mse ~1)."""
+    proc = fastpipe(project, "--config-dir", "conf", "+experiment=regression", "runtime.progress=false",
+                    "hydra.run.dir=run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((project / "run" / "metrics.json").read_text())
+    assert m["status"] == "ok" and m["task"] == "MSE" and m["accuracy"] is None
+    assert set(m["val_metrics"]) == {"mse", "mae", "rmse"}
+    assert m["primary_metric"] == {"name": "mse", "value": m["val_metrics"]["mse"], "higher_is_better": False}
+    assert m["val_metrics"]["rmse"] == pytest.approx(m["val_metrics"]["mse"] ** 0.5)
+    assert m["val_metrics"]["mse"] < 2.0, m["val_metrics"]  # y's variance is ~24; noise alone gives 1.0
+    assert "held-out     mse" in proc.stdout and "(primary)" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data", ["default", "mmap"])
+def test_project_trains_through_both_loaders_with_its_own_metrics(project, data):
+    proc = fastpipe(project, "--config-dir", "conf", "dataset=friedman", "model=mlp", "task=mse", f"data={data}",
+                    *SHORT, "hydra.run.dir=run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((project / "run" / "metrics.json").read_text())
+    assert m["status"] == "ok" and m["choices"]["data"] == data and m["choices"]["task"] == "mse"
+    assert m["primary_metric"]["name"] == "mse" and m["val_metrics"]["mse"] > 0
+    graph = (project / "run" / "graph.txt").read_text()
+    assert "input=float32[10]  target=float32[1]" in graph and "MSE  primary metric: mse (lower is better)" in graph
+    if data == "mmap":
+        assert "packed now" in graph and len(list((project / "cache" / "packs").glob("*records*.fppack"))) == 1
+
+
+@pytest.mark.slow
+def test_project_trains_under_ddp(project):
+    proc = fastpipe(project, "--config-dir", "conf", "+experiment=regression", "launcher=ddp",
+                    "launcher.nproc_per_node=2", *SHORT, "hydra.run.dir=run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((project / "run" / "metrics.json").read_text())
+    assert m["status"] == "ok" and m["env"]["world_size"] == 2 and len(m["per_rank"]["throughput"]) == 2
+    assert m["primary_metric"]["name"] == "mse" and m["val_metrics"]["mse"] > 0
+
+
+@pytest.mark.slow
+def test_sweep_report_judges_parity_by_the_primary_metric_and_its_direction(project):
+    """precision x compile over the project: the parity line names mse (lower is better), each row's
+    held-out cell is its mse, and the winner qualifies by it."""
+    proc = fastpipe(project, "--config-dir", "conf", "-m", "+experiment=regression", "precision=fp32,amp",
+                    "compile=off,default", *SHORT, "report.parity_tol=0.5", "hydra.sweep.dir=sweep", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = (project / "sweep" / "report.md").read_text()
+    assert "primary held-out metric (mse, lower is better)" in md and "| held-out mse |" in md
+    rows = list(csv.DictReader((project / "sweep" / "report.csv").open()))
+    assert len(rows) == 4 and {r["metric"] for r in rows} == {"mse"}
+    base = next(r for r in rows if r["baseline"] == "True")
+    for r in rows:
+        worse = float(r["metric_value"]) - float(base["metric_value"])
+        assert r["parity"] == ("baseline" if r is base else "ok" if worse <= 0.5 + 1e-9 else "FAIL")
+    best = next(r for r in rows if r["best"] == "True")
+    assert best["parity"] in ("ok", "baseline") and "mse" in (project / "sweep" / "best.yaml").read_text()
+
+
+def test_a_wrong_target_is_one_clear_line_naming_the_key(tmp_path, monkeypatch):
+    (tmp_path / "wrongs.py").write_text(
+        "import torch\n"
+        "def not_a_dataset(): return 42\n"
+        "def not_a_model(num_classes=4): return 'a string'\n"
+        "class NoMetrics:\n    primary = 'x'\n    higher_is_better = True\n    def loss(self, o, t): return o.sum()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^model._target_='nosuch.Net' cannot be imported .*PYTHONPATH"):
+        make_settings(["model._target_=nosuch.Net"])
+    with pytest.raises(Exception, match=r"Could not override 'train.epoch'"):  # fastpipe's own keys: Hydra's line
+        make_settings(["train.epoch=3"])
+    with pytest.raises(ConfigError, match=r"^train.epoch is not a key of TrainConfig \(its keys: .*epochs"):
+        make_settings(["+train.epoch=3"])  # added with +: refused too, never silently dropped
+    with pytest.raises(ConfigError, match=r"model.widht is not a parameter of fastpipe.models.TinyCNN"):
+        make_settings(["+model.widht=8"])
+    with pytest.raises(ConfigError, match=r"optimizer.momentun is not a parameter of torch.optim.SGD"):
+        make_settings(["optimizer=sgd", "+optimizer.momentun=0.9"])
+    from conftest import run_in_process
+
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "wrong.yaml").write_text("_target_: wrongs.not_a_dataset\n")
+    with pytest.raises(ConfigError, match=r"dataset._target_='wrongs.not_a_dataset' returned int; return a map-style"):
+        run_in_process(tmp_path / "a", ["dataset=wrong", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"])
+    with pytest.raises(ConfigError, match=r"model._target_='wrongs.not_a_model' returned str, not an nn.Module"):
+        run_in_process(tmp_path / "b", ["model._target_=wrongs.not_a_model", "dataset.num_images=64",
+                                        "dataset.image_size=16", "runtime.progress=false", "data.num_workers=0"])
+    with pytest.raises(ConfigError, match=r"task._target_='wrongs.NoMetrics' gives a NoMetrics without metrics"):
+        run_in_process(tmp_path / "c", ["task._target_=wrongs.NoMetrics", "dataset.num_images=64",
+                                        "dataset.image_size=16", "runtime.progress=false", "data.num_workers=0"])
+
+
+def test_configs_written_for_fastpipe_0_1_still_compose_with_a_warning(tmp_path):
+    """``defaults: [schema_model]`` + ``kwargs``, a dataset chosen by ``name``, and ``train.lr``."""
+    conf = tmp_path / "conf"
+    (conf / "model").mkdir(parents=True)
+    (conf / "dataset").mkdir()
+    (conf / "model" / "old.yaml").write_text("defaults:\n  - schema_model\n_target_: fastpipe.models.TinyCNN\n"
+                                             "kwargs:\n  width: 8\n")
+    (conf / "dataset").joinpath("old.yaml").write_text("defaults:\n  - schema_dataset\nname: shapes\n"
+                                                       "num_images: 120\nimage_size: 16\n")
+    from hydra import compose, initialize_config_dir
+
+    from fastpipe.config import register_configs, to_settings
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["model=old", "dataset=old", "train.lr=0.01",
+                                           f"hydra.searchpath=[file://{conf}]"])
+    settings = to_settings(cfg, {"model": "old", "dataset": "old"})
+    assert settings.model.params == {"width": 8} and settings.dataset.target == "fastpipe.data.images.shapes"
+    assert settings.dataset.params["num_images"] == 120 and settings.optimizer.params["lr"] == 0.01
+    notes = " ".join(settings.deprecations)
+    assert "model.kwargs is deprecated" in notes and "dataset.name=shapes is deprecated" in notes
+    assert "use optimizer.lr=0.01" in notes
+
+
+@pytest.mark.slow
+def test_an_old_project_config_runs_and_warns(tmp_path):
+    conf = tmp_path / "conf" / "model"
+    conf.mkdir(parents=True)
+    conf.joinpath("old.yaml").write_text("defaults:\n  - schema_model\n_target_: fastpipe.models.TinyCNN\n"
+                                         "kwargs:\n  width: 8\n")
+    proc = subprocess.run([sys.executable, "-m", "fastpipe", "--config-dir", str(tmp_path / "conf"), "model=old",
+                           "dataset.num_images=120", "dataset.image_size=16", "train.max_steps=6",
+                           "runtime.progress=false", "data.num_workers=0", f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "fastpipe: warning: model.kwargs is deprecated" in proc.stderr
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "ok" and any("model.kwargs is deprecated" in w for w in m["warnings"])
