@@ -18,6 +18,12 @@ class DataError(FastpipeError):
     """A dataset or packed file that is missing, empty, unreadable or corrupt."""
 
 
+def no_full_batch(samples: int, batch_size: int, world_size: int) -> DataError:
+    """The one message of every loader whose epoch holds no full batch for each process."""
+    return DataError(f"{samples} training samples give no full batch of {batch_size} per process over {world_size} "
+                     "process(es); lower train.batch_size or set data.drop_last=false")
+
+
 class EnvironmentProblem(FastpipeError):
     """Something the run needs from the machine is absent (CUDA, DALI, a module)."""
 

@@ -130,7 +130,7 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     dataset = build_dataset(settings.dataset, runtime, name, progress=progress)
     task = settings.task.build()
     check_task(task, settings.task.target)
-    model = build_model(settings.model, dataset.model_kwargs())
+    model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""))
     if settings.model.activation_checkpointing:
         enable_activation_checkpointing(model)
     channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)

@@ -96,6 +96,18 @@ def shapes_splits(**params):
     return DataSplits("shapes", built["train"], built["val"])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """One intra-op thread in the test process: tiny models on a shared 2-core machine run many
+    times faster without OpenMP threads spinning against DataLoader workers and other processes."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tiny():
     return list(TINY)

@@ -114,6 +114,7 @@ def test_unreadable_image_fails_naming_the_file(tmp_path, workers):
     assert reason.endswith("remove or replace the file")
 
 
+@pytest.mark.slow
 def test_missing_pack(tmp_path):
     with pytest.raises(DataError, match=r"pack .*none.fppack does not exist; create it with `python -m fastpipe.pack"):
         run_in_process(tmp_path, LOADER_FREE + ["data=mmap", f"data.path={tmp_path / 'none.fppack'}"])
@@ -138,7 +139,7 @@ def test_dali_missing(tmp_path, monkeypatch):
 
 
 def test_batch_larger_than_the_training_split(tmp_path):
-    with pytest.raises(DataError, match=r"training samples per process give no full batch of 1000; lower train.batch_size"):
+    with pytest.raises(DataError, match=r"training samples give no full batch of 1000 per process over 1 process\(es\); lower train.batch_size"):
         run_in_process(tmp_path, RUN + ["train.batch_size=1000"])
 
 
@@ -181,6 +182,7 @@ def test_out_of_memory_names_the_fixes(tmp_path, monkeypatch):
     assert "traceback" not in read_metrics(tmp_path)
 
 
+@pytest.mark.slow
 def test_cli_failure_in_the_training_process_is_one_line_and_exit_2(tmp_path):
     """A fresh training process: its failure comes back as exit code 2 and one line, no traceback."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))

@@ -31,6 +31,7 @@ def _load_trace_summary():
     return module
 
 
+@pytest.mark.slow
 def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     """A hand-made trace of two 10 ms steps: compute on stream 7, an all-reduce on stream 20 that
     overlaps compute for 1 ms and runs alone for 2 ms, a 3 ms idle gap while the host synchronises."""

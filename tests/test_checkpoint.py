@@ -144,6 +144,7 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> No
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_sigkill_while_training_then_resume_completes(straight, tmp_path):
     _, reference = straight
     process = _start(tmp_path, ["launcher.fresh_process=false", *SLOW])
@@ -170,6 +171,7 @@ main()
 """
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_a_checkpoint_never_loads_the_partial_one(straight, tmp_path):
     _, reference = straight
     process = _start(tmp_path, ["launcher.fresh_process=false"], code=KILL_IN_WRITE)

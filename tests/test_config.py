@@ -10,10 +10,24 @@ from fastpipe.errors import ConfigError
 
 
 
+def _have(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def all_choices():
     for group in GROUPS:
         for path in sorted((CONF_DIR / group).glob("*.yaml")):
-            yield group, path.stem
+            marks = []
+            if (group, path.stem) == ("data", "dali") and not _have("nvidia.dali"):
+                marks.append(pytest.mark.skip(reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"'))
+            if group == "compile" and path.stem != "off":
+                marks.append(pytest.mark.slow)  # Inductor's first compile of a process takes seconds
+            yield pytest.param(group, path.stem, marks=marks, id=f"{group}-{path.stem}")
 
 
 @pytest.mark.parametrize("group,choice", list(all_choices()))
@@ -78,12 +92,14 @@ def test_imagefolder_without_root_is_a_clear_error():
         make_settings(["dataset=imagefolder", "dataset.root=null"])
 
 
+@pytest.mark.slow
 def test_unknown_choice_lists_valid_ones_on_the_command_line():
     proc = run_cli(["precision=fp64"])
     assert proc.returncode != 0
     assert "precision/fp64" in proc.stderr and "fp32" in proc.stderr and "amp" in proc.stderr
 
 
+@pytest.mark.slow
 def test_help_and_cfg_job_keep_hydra_conventions():
     help_out = run_cli(["--help"])
     assert help_out.returncode == 0 and "precision: amp, fp32" in help_out.stdout

@@ -46,6 +46,7 @@ def loader(spec, train, batch=8, dist=Dist(), channels_last=False, cfg=CFG):
     return build_loader(cfg, spec, cpu_runtime(dist), batch, 0, train=train, channels_last=channels_last)
 
 
+@pytest.mark.slow
 @needs_dali
 def test_dali_cpu_training_reaches_the_default_loader_band(tmp_path):
     """The README's default run (shapes, tiny_cnn, 3 epochs, seed 0): data=default ends at 93.5 %
@@ -208,6 +209,7 @@ def test_loader_benchmark_smoke(tmp_path):
     assert len((tmp_path / "loaders.jsonl").read_text().splitlines()) == 3
 
 
+@pytest.mark.slow
 def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path):
     proc = _bench(tmp_path, "--loaders", "dali", "dali:data.no_such_key=1")
     assert proc.returncode == 1

@@ -170,6 +170,7 @@ def test_ddp_settings_are_checked_for_buckets_and_hooks():
         make_settings(["launcher=ddp", "launcher.bucket_cap_mb=0"])
 
 
+@pytest.mark.slow
 def test_ddp_wrap_sets_bucket_size_compression_and_buffer_broadcast(tmp_path):
     """Two real gloo ranks: the gradient is the ranks' mean, rounded to 16 bits only with comm_hook=bf16/fp16;
     BatchNorm statistics are rank 0's on every rank only with broadcast_buffers=true."""
@@ -298,6 +299,7 @@ def test_slurm_launcher_config_composes():
     assert plain.hydra.launcher._target_ == launcher._target_
 
 
+@pytest.mark.slow
 def test_slurm_launcher_config_prints_from_the_command_line():
     proc = _run([sys.executable, "-m", "fastpipe", "hydra/launcher=fastpipe_slurm", "--cfg", "hydra",
                  "--package", "hydra.launcher"], timeout=120)

@@ -85,6 +85,7 @@ def test_truncated_pack_fails_when_opened(packed, tmp_path, size):
         PackReader(bad)
 
 
+@pytest.mark.slow
 def test_flipped_image_byte_fails_verify_naming_the_chunk(packed, folder, tmp_path):
     pack = PackReader(packed)
     offset = pack.data_offset + 2 * 64 * 24 * 24 * 3 + 1000  # inside chunk 2 (images 128..191)
@@ -126,6 +127,7 @@ def test_pack_cli_bad_input_is_one_clear_line(tmp_path, capsys):
     assert not (tmp_path / "x.fppack").exists()
 
 
+@pytest.mark.slow
 def test_mmap_training_reaches_the_accuracy_band_of_data_default(tmp_path):
     common = ["dataset.num_images=800", "dataset.image_size=16", "train.epochs=4", "train.batch_size=32",
               "runtime.progress=false"]

@@ -26,3 +26,4 @@ def test_installed_entry_point_finds_the_packaged_configs():
     from fastpipe.config import config_dir
 
     assert (CONF_DIR / "config.yaml").samefile(f"{config_dir()}/config.yaml")
+

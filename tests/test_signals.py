@@ -12,6 +12,7 @@ from fastpipe.errors import EXIT_PREEMPTED
 from test_checkpoint import BASE, SLOW, TOTAL, _start, _wait_for
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,fresh_process", [(signal.SIGTERM, True), (signal.SIGUSR1, False)])
 def test_stop_signal_checkpoints_and_exits_then_resume_completes(sig, fresh_process, tmp_path):
     # checkpoint_every=0: the signal writes a checkpoint even with periodic ones off. With a fresh
@@ -35,6 +36,7 @@ def test_stop_signal_checkpoints_and_exits_then_resume_completes(sig, fresh_proc
     assert any(f"at step {step} " in w for w in resumed["warnings"])
 
 
+@pytest.mark.slow
 def test_stop_signal_ends_a_sweep_and_sweep_resume_continues_the_stopped_job(tmp_path):
     """SIGTERM to a sweep checkpoints the running job and stops the sweep (exit 75), instead of going
     on to the next job; re-running with sweep.resume=true continues that job from its checkpoint."""

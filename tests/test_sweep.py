@@ -371,3 +371,28 @@ def test_bad_override_still_fails_fast(tmp_path):
     proc = sweep_cli(tmp_path / "sweep", ["precision=fp32,fp64"] + TINY)
     assert proc.returncode != 0 and "Could not find 'precision/fp64'" in proc.stderr
     assert not list((tmp_path / "sweep").glob("*/metrics.json"))  # nothing ran
+
+
+@pytest.mark.slow
+def test_a_winner_that_pins_every_group_profile_included_runs_again_as_an_experiment(tmp_path):
+    """best.yaml pins each group as a group (``override /profile: "on"``, not a ``profile: 'on'`` key),
+    so the spelling every saved winner prints, ``+experiment=NAME``, composes and trains."""
+    from fastpipe.config import GROUPS
+
+    choices = {"dataset": "shapes", "model": "tiny_cnn", "task": "classification", "optimizer": "adamw",
+               "data": "default", "precision": "fp32", "compile": "off", "launcher": "single", "profile": "on"}
+    assert set(choices) == set(GROUPS)
+    proc = sweep_cli(tmp_path / "sweep", [f"{g}={c}" for g, c in choices.items()] + TINY
+                     + ["profile.wait=1", "profile.warmup=1", "profile.active=1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    shutil.copy(tmp_path / "sweep" / "best.yaml", conf / "winner.yaml")
+    text = (conf / "winner.yaml").read_text()
+    for group, choice in choices.items():
+        assert f'- override /{group}: "{choice}"' in text, group
+    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "ok" and m["choices"] == choices
+    assert list((tmp_path / "run" / "profile").glob("*.pt.trace.json"))

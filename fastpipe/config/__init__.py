@@ -106,6 +106,9 @@ class Config:
             raise ConfigError(f"task={self.choices.get('task', self.task.short_name)} trains on {' or '.join(wanted)} "
                               f"data, but dataset={self.choices.get('dataset', self.dataset.short_name)} gives "
                               f"{kind}; choose a matching dataset (e.g. task=lm dataset=tokens)")
+        if self.dataset.collate_fn is not None and self.data.name != "default":
+            raise ConfigError(f"dataset.collate_fn is used by data=default only; data={self.data.name} makes its "
+                              "batches itself: use data=default, or drop dataset.collate_fn")
         loaders = self.dataset.declared("loaders") or ("default", "mmap")  # dali reads image files only
         if self.data.name not in loaders:
             why = self.dataset.declared("loaders_note") or "it has no image files for DALI to decode"
@@ -153,7 +156,8 @@ def _refuse_added_keys(node: DictConfig, path: str = "") -> None:
         known = {f.name for f in fields(kind)}
         extra = sorted(k for k in node.keys() if k not in known)
         if extra:
-            raise ConfigError(f"{path}{extra[0]} is not a key of {kind.__name__} (its keys: {', '.join(sorted(known))}); "
+            keys = sorted(known - set(getattr(kind, "MOVED_KEYS", ())))
+            raise ConfigError(f"{path}{extra[0]} is not a key of {kind.__name__} (its keys: {', '.join(keys)}); "
                               "fix the spelling")
     for key in node.keys():
         child = node._get_node(key)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from fastpipe.config._checks import one_of
 from fastpipe.errors import ConfigError
@@ -10,6 +10,8 @@ from fastpipe.errors import ConfigError
 
 @dataclass
 class TrainConfig:
+    MOVED_KEYS: ClassVar[tuple] = ("lr", "optimizer", "momentum", "weight_decay")  # old spellings, not listed as keys
+
     epochs: int = 3
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     batch_size: int = 64  # per process

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from fastpipe.config import DaliLoaderConfig
 from fastpipe.data.device import MEAN, STD
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import ConfigError, DataError, EnvironmentProblem
+from fastpipe.errors import ConfigError, EnvironmentProblem, no_full_batch
 from fastpipe.runtime import Runtime
 
 READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
@@ -130,8 +130,7 @@ def build_dali_loader(cfg: DaliLoaderConfig, splits: DataSplits, runtime: Runtim
     else:
         policy = dali.LastBatchPolicy.DROP if cfg.drop_last else dali.LastBatchPolicy.PARTIAL
         if cfg.drop_last and shard < batch_size:
-            raise DataError(f"{len(files)} training images give no full batch of {batch_size} per process "
-                            f"over {dist.world_size} process(es); lower train.batch_size or set data.drop_last=false")
+            raise no_full_batch(len(files), batch_size, dist.world_size)
     layout = "HWC" if channels_last else "CHW"
     pipe = dali.pipeline_def(_graph)(
         dali, [str(f) for f in files], [int(x) for x in labels], dist.rank, dist.world_size, train,

@@ -10,7 +10,7 @@ from fastpipe.config import DefaultLoaderConfig
 from fastpipe.data.device import DeviceLoader, ImagePrep, MovePrep, Normalizer
 from fastpipe.data.sampler import EpochSampler
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import DataError
+from fastpipe.errors import no_full_batch
 from fastpipe.runtime import Runtime
 
 
@@ -35,8 +35,7 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
         persistent_workers=cfg.persistent_workers and workers > 0,
         prefetch_factor=cfg.prefetch_factor if workers > 0 else None, multiprocessing_context=context)
     if train and len(loader) == 0:
-        raise DataError(f"{len(sampler)} training samples per process give no full batch of {batch_size}; "
-                        "lower train.batch_size or set data.drop_last=false")
+        raise no_full_batch(len(sampler) * dist.world_size, batch_size, dist.world_size)
     prepare = ImagePrep(Normalizer(device, channels_last)) if splits.is_images else MovePrep(device)
     description = (f"default  DataLoader  num_workers={workers}  pin_memory={pin}  "
                    f"persistent_workers={loader.persistent_workers}  prefetch_factor={cfg.prefetch_factor}  "

@@ -26,7 +26,7 @@ from fastpipe.data.device import DeviceLoader, MovePrep
 from fastpipe.data.packfile import TRAIN, VAL, PackReader
 from fastpipe.data.records import RecordPack
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import ConfigError, DataError
+from fastpipe.errors import ConfigError, DataError, no_full_batch
 from fastpipe.runtime import Runtime
 
 
@@ -182,9 +182,11 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
         reader, how = open_pack(path, cfg.verify, threads), f"cache, {how}"
     if splits.is_images:
         _check_images(reader, splits)
-    elif reader.is_images or (len(reader.indices(TRAIN)), len(reader.indices(VAL))) != (len(splits.train), len(splits.val)):
-        raise DataError(f"pack {reader.path} does not hold dataset={splits.name}'s samples; set data.path=null "
-                        "to pack this dataset")
+    elif (reader.is_images or reader.meta.get("identity") not in (None, splits.identity)
+          or (len(reader.indices(TRAIN)), len(reader.indices(VAL))) != (len(splits.train), len(splits.val))):
+        raise DataError(f"pack {reader.path} does not hold dataset={splits.name}'s samples (it was packed from "
+                        f"{reader.meta.get('dataset', 'another dataset')} with other settings); repack it, or set "
+                        "data.path=null to pack this dataset into the cache")
     return reader, how
 
 
@@ -216,8 +218,7 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
     host = PackBatches(source, indices, batch_size, dist, seed, train, cfg.drop_last and train, threads,
                        cfg.prefetch, pin, device, epochs=dataset if train else None)
     if train and len(host) == 0:
-        raise DataError(f"{host._epoch_size()} training samples give no full batch of {batch_size} per process; "
-                        "lower train.batch_size or set data.drop_last=false")
+        raise no_full_batch(host._epoch_size(), batch_size, dist.world_size)
     description = (f"mmap  {how}  threads={threads}  prefetch={cfg.prefetch}  pin_memory={pin}  "
                    f"drop_last={host.drop_last}  verify={cfg.verify}  on {device.type}: {geometry}")
     return MmapLoader(host, prepare, host, description)

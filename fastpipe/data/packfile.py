@@ -192,6 +192,8 @@ class PackReader:
         if zlib.crc32(self._fields + rest) != self.header_crc:
             raise self._bad("has a corrupt header (header checksum mismatch)")
         expected = self.data_offset + self.count * self.height * self.width * self.channels
+        if self.dtype == DTYPE_RECORDS and self.version < 2:
+            raise self._bad(f"claims format version {self.version}, which holds images only, but stores records")
         layout_ok = ((self.dtype == DTYPE_UINT8 and self.channels == 3) or
                      (self.dtype == DTYPE_RECORDS and self.version >= 2 and self.height == self.channels == 1))
         if self.file_size != expected or not layout_ok or self.chunk_images < 1:
@@ -268,7 +270,7 @@ class PackReader:
     def describe(self) -> str:
         n_val = int((self.split == VAL).sum())
         what = (f"{self.height}x{self.width}x{self.channels} uint8, {len(self.classes)} classes" if self.is_images
-                else f"records of {self.width} bytes ({', '.join(f['name'] for f in self.meta.get('fields', []))})")
+                else f"records of {self.width} bytes ({', '.join(f.get('where', f['name']) for f in self.meta.get('fields', []))})")
         kind = "images" if self.is_images else "records"
         return (f"{self.path}: {self.count} {kind} ({self.count - n_val} train, {n_val} val), {what}, "
                 f"{self.num_chunks} chunks of {self.chunk_images}, format v{self.version}")

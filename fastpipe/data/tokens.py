@@ -144,7 +144,7 @@ class TokenWindows(_TokenFile):
         self.epoch_length = windows_per_epoch
 
     def __len__(self) -> int:
-        return self.num_tokens - self.seq_len - 1
+        return self.num_tokens - self.seq_len  # every start with seq_len + 1 tokens after it
 
     def starts(self, indices: np.ndarray) -> np.ndarray:
         return indices
@@ -165,8 +165,8 @@ class TokenChunks(_TokenFile):
         return indices * self.seq_len
 
 
-def tokens(files: Optional[str] = None, seq_len: int = 256, windows_per_epoch: int = 8192,
-           val_fraction: float = 0.1, cache_root: Optional[Path] = None, progress: bool = False) -> dict:
+def tokens(files: Optional[str] = None, seq_len: int = 64, windows_per_epoch: int = 12800,
+           val_fraction: float = 0.05, cache_root: Optional[Path] = None, progress: bool = False) -> dict:
     """Byte-level token windows of a text corpus (see the module docstring)."""
     paths = corpus_files(files)
     if cache_root is None:
@@ -179,7 +179,7 @@ def tokens(files: Optional[str] = None, seq_len: int = 256, windows_per_epoch: i
 
 
 def _check(params: dict) -> None:
-    if params.get("seq_len", 256) < 1 or params.get("windows_per_epoch", 8192) < 1:
+    if params.get("seq_len", 64) < 1 or params.get("windows_per_epoch", 12800) < 1:
         raise ConfigError("dataset.seq_len and dataset.windows_per_epoch must be >= 1")
 
 

@@ -28,17 +28,17 @@ class TinyCNN(nn.Module):
         return self.head(self.features(x))
 
 
-def build_model(cfg: ModelConfig, dataset_facts: dict) -> nn.Module:
+def build_model(cfg: ModelConfig, dataset_facts: dict, choice: str = "") -> nn.Module:
     """Instantiate ``model._target_`` with its keys; ``dataset_facts`` (num_classes, vocab_size,
     seq_len) are passed when the callable takes them and the config does not set them."""
     from fastpipe.targets import parameters
 
     takes = parameters(cfg.callable()) or {}
-    for name in ("vocab_size", "num_classes", "seq_len"):
-        p = takes.get(name)
-        if p is not None and p.default is p.empty and cfg.params.get(name) is None and name not in dataset_facts:
-            raise ConfigError(f"model={cfg.short_name} needs {name}, which dataset gives none of; choose a dataset "
-                              f"that has it, or set model.{name}=N")
+    for key in ("vocab_size", "num_classes", "seq_len"):
+        p = takes.get(key)
+        if p is not None and p.default is p.empty and cfg.params.get(key) is None and key not in dataset_facts:
+            raise ConfigError(f"model={choice or cfg.short_name} needs {key}, which the dataset does not give; "
+                              f"choose a dataset that has it (e.g. dataset=tokens), or set model.{key}=N")
     model = cfg.build(**dataset_facts)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model._target_={cfg.target!r} returned {type(model).__name__}, not an nn.Module")

@@ -130,8 +130,9 @@ def markdown(result: SweepResult) -> str:
             _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)]
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
-            "warm-up/compile); speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, "
-            "torch.utils.flop_counter) x samples/s over the GPU's dense datasheet peak for the precision. Every job's folder holds its "
+            "warm-up/compile); speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, the "
+            "model's own count or torch.utils.flop_counter: metrics.json's flops_method) x samples/s over the GPU's "
+            "dense datasheet peak for the precision. Every job's folder holds its "
             "metrics.json, graph.txt and TensorBoard scalars; the sweep's HParams are in `hparams/` "
             "(`tensorboard --logdir <sweep>/hparams`)."]
     return "\n".join(out) + "\n"
