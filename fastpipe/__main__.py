@@ -11,7 +11,9 @@ from omegaconf import DictConfig
 
 from fastpipe import results
 from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
-from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError
+from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
+
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 register_configs()
 
@@ -22,36 +24,67 @@ def run(cfg: DictConfig):
     from fastpipe.launcher import launch
     from fastpipe.repeats import finished_metrics, launch_repeats
     from fastpipe.runtime import environment
+    from fastpipe.signals import stop_while_launching
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
     overrides = list(hc.overrides.task)
     try:
-        settings = to_settings(cfg, choices)
-        settings.overrides = overrides
-        if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
-            done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
-            if done is not None:
-                print(f"fastpipe: sweep.resume: {run_dir} finished ok earlier; skipped", flush=True)
-                return done
-            if settings.train.resume is None and (run_dir / "checkpoints").is_dir():
-                settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
-        metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
-    except FastpipeError as exc:  # settings that cannot work: a failed row, one clear line
+        with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
+            settings = to_settings(cfg, choices)
+            settings.overrides = overrides
+            if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
+                done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
+                if done is not None:
+                    print(f"fastpipe: sweep.resume: {run_dir} finished ok earlier; skipped", flush=True)
+                    return done
+                if settings.train.resume is None and (run_dir / "checkpoints").is_dir():
+                    settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
+            metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
+    except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
         metrics = results.failed(str(exc), choices, overrides, environment(None, 1))
+        metrics.update(getattr(exc, "metrics", None) or {})
         results.write(run_dir, metrics)
-    if metrics.get("status") != "ok":
+    except KeyboardInterrupt:
+        metrics = interrupted(run_dir, choices, overrides)
+    status = metrics.get("status")
+    if status != "ok":
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
-        if metrics.get("status") == "preempted":  # the stop signal was for the whole run or sweep
-            sys.exit(EXIT_PREEMPTED)
+        if status in ("preempted", "interrupted"):  # for the whole run or sweep
+            sys.exit(EXIT_PREEMPTED if status == "preempted" else EXIT_INTERRUPTED)
         if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
             sys.exit(EXIT_CODE)
     return metrics
 
 
+def interrupted(run_dir: Path, choices: dict, overrides: list) -> dict:
+    """Ctrl-C: the trainer's own record when it wrote one, else one naming the newest good checkpoint."""
+    from fastpipe.checkpoint_files import newest_good
+
+    record = results.read(run_dir)
+    if record is not None and record.get("status") == "interrupted":
+        return record
+    latest = newest_good(run_dir / "checkpoints")
+    record = results.failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
+                                                         "no checkpoint was written"),
+                            choices, overrides, status="interrupted", checkpoint=latest and str(latest))
+    results.write(run_dir, record)
+    return record
+
+
 def main() -> None:
-    run()
+    from fastpipe.signals import exit_on_stop_signals
+
+    exit_on_stop_signals()
+    try:
+        run()
+    except Preempted as exc:  # a stop signal outside any job (between a sweep's jobs)
+        print(f"fastpipe: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_PREEMPTED)
+    except KeyboardInterrupt:
+        print("fastpipe: error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

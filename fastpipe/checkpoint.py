@@ -1,21 +1,19 @@
 """Checkpoint and resume: what the loop calls. Saves every ``train.checkpoint_every`` steps and on a
 stop signal; ``train.resume`` (auto | PATH) continues exactly where a run stopped.
 
-A checkpoint holds the model, optimizer, GradScaler, every rank's RNG states (Python, NumPy, torch
-CPU, CUDA) and the loop position (epoch, optimizer steps into it, global step). The loader position
-follows from it: loaders fix each epoch's order by ``set_epoch`` and ``epoch_batches`` skips the
-batches already trained on, so a resumed run sees the batches an uninterrupted one would. Files and
-their integrity checks live in checkpoint_files.py; only rank 0 writes.
+A checkpoint holds the model, optimizer, GradScaler, every rank's RNG states and the loop position
+(checkpoint_state.py). The loader position follows from it: loaders fix each epoch's order by
+``set_epoch`` and ``epoch_batches`` skips the batches already trained on, so a resumed run sees the
+batches an uninterrupted one would. A checkpoint is written only from finite weights, so the
+newest one is always a good one. Files and their integrity checks live in checkpoint_files.py;
+only rank 0 writes.
 """
 from __future__ import annotations
 
-import random
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
-import numpy as np
 import torch
 
 from fastpipe import signals
@@ -27,19 +25,9 @@ from fastpipe.checkpoint_files import (
     verify,
     write_checkpoint,
 )
+from fastpipe.checkpoint_state import Position, apply_state, rng_state, state_of
 from fastpipe.config import TrainConfig
-from fastpipe.errors import ConfigError, DataError, Preempted
-
-
-@dataclass
-class Position:
-    """Where the loop is: after ``step`` optimizer steps, ``step_in_epoch`` of them in ``epoch``."""
-
-    epoch: int = 0
-    step_in_epoch: int = 0
-    step: int = 0
-    nonfinite_steps: Any = 0  # a count, or the loop's device tensor (read only when saving)
-    final_loss: Any = None  # likewise a float or a 0-d tensor
+from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted
 
 
 def epoch_batches(loader, epoch: int, skip_batches: int):
@@ -51,24 +39,6 @@ def epoch_batches(loader, epoch: int, skip_batches: int):
     for _ in range(skip_batches):  # a loader that cannot skip: read and drop (same order by set_epoch)
         next(batches)
     return batches
-
-
-def rng_state(device: torch.device) -> dict:
-    """Python, NumPy, torch CPU and CUDA generator states, as plain types (loadable weights_only)."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
-    return {"python": random.getstate(), "numpy": [kind, keys.tolist(), pos, has_gauss, gauss],
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and state.get("cuda") is not None:
-        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 class Checkpointer:
@@ -85,6 +55,7 @@ class Checkpointer:
         self.pending = False  # a save fell in a non-finite streak: retry at the next good step
         self.stopped_by: Optional[str] = None
         self.steps_per_epoch = 0
+        self.position: Optional[Position] = None  # the loop's latest, for an interrupted run's record
 
     def log(self, text: str, warnings: Optional[List[str]] = None) -> None:
         if self.dist.is_main:
@@ -110,14 +81,15 @@ class Checkpointer:
             self.log(f"no complete checkpoint in {self.folder}: starting at step 0",
                      warnings if candidates else None)
             return Position()
-        pos = apply_state(g, state, steps_per_epoch, warnings)
-        self.latest, self.last_step = path, pos.step
+        pos = apply_state(g, path, state, steps_per_epoch, warnings)
+        self.latest, self.last_step, self.position = path, pos.step, pos
         self.log(f"resuming from {path} at step {pos.step} (epoch {pos.epoch + 1}, step {pos.step_in_epoch} "
                  f"of {steps_per_epoch}); timings cover the steps after it only", warnings)
         return pos
 
     def after_step(self, g, pos: Position, streak: torch.Tensor, edge: bool) -> bool:
         """Save when due; True when a stop signal ends training now (``preempted()`` says how)."""
+        self.position = pos
         stop = self._stop_requested(g, edge)
         if stop or self.pending or (self.every and pos.step % self.every == 0):
             self.pending = self.save(g, pos, streak) is None and not stop and self.folder is not None
@@ -132,8 +104,12 @@ class Checkpointer:
         """Write a checkpoint (rank 0; every rank takes part); None when not written."""
         if self.folder is None:
             return None
-        if streak is not None and g.all_reduce_sum(streak.detach().clone()).item() > 0:
-            return None  # non-finite now: BatchNorm buffers may hold NaN; keep the last good checkpoint
+        bad = streak.detach().clone().float() if streak is not None else torch.zeros((), device=g.device)
+        bad = bad + (~finite_state(g.model)).float()  # the loss was finite but the update may not have been
+        if g.all_reduce_sum(bad.reshape(1)).item() > 0:
+            self.log(f"no checkpoint at step {pos.step}: the weights or buffers hold NaN/inf; the newest good one "
+                     f"stays {self.latest}")
+            return None
         rngs = g.gather(rng_state(g.device))
         path = self.folder / f"step-{pos.step:08d}.pt"
         if self.dist.is_main:
@@ -143,6 +119,12 @@ class Checkpointer:
             g.all_reduce_sum(torch.zeros(1, device=g.device))  # a barrier: no rank leaves mid-write
         self.latest, self.last_step = path, pos.step
         return path
+
+    def past_the_end(self, pos: Position, total: int) -> "NothingToTrain":
+        """A resume at or beyond this run's last step: nothing to train, which is not a failure."""
+        return NothingToTrain(f"the checkpoint {self.latest} is at step {pos.step} ({pos.samples_seen} samples), at "
+                              f"or past this run's end (step {total}): nothing to train; raise train.epochs or "
+                              "train.max_steps to train further", metrics={"status": "ok", "steps": pos.step})
 
     def preempted(self, pos: Position) -> Preempted:
         """The error that ends a signalled run (exit code EXIT_PREEMPTED)."""
@@ -170,32 +152,18 @@ class Checkpointer:
         return True
 
 
-def state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
-    """Everything a resumed run needs, as plain types and CPU-loadable tensors."""
-    position = asdict(pos)
-    position["nonfinite_steps"] = int(pos.nonfinite_steps)
-    position["final_loss"] = None if pos.final_loss is None else float(pos.final_loss)
-    s = g.settings
-    return {"format": 1, "position": position, "model": g.model.state_dict(),
-            "optimizer": g.optimizer.state_dict(), "scaler": g.precision.scaler.state_dict(), "rng": rngs,
-            "meta": {"steps_per_epoch": steps_per_epoch, "batch_size": s.train.batch_size,
-                     "grad_accum": s.train.grad_accum, "world_size": g.runtime.dist.world_size, "seed": s.seed}}
+class NothingToTrain(FastpipeError):
+    """A resumed run already at its end: one line, exit code 0, no training."""
+
+    exit_code = 0
+
+    def __init__(self, message: str, metrics: dict) -> None:
+        super().__init__(message)
+        self.metrics = metrics
 
 
-def apply_state(g, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
-    """Load ``state`` into the graph and this process's RNGs; returns the loop position."""
-    g.model.load_state_dict(state["model"])
-    g.optimizer.load_state_dict(state["optimizer"])
-    if g.precision.scaler.is_enabled() and state.get("scaler"):
-        g.precision.scaler.load_state_dict(state["scaler"])
-    dist, meta, rngs = g.runtime.dist, state.get("meta", {}), state.get("rng") or []
-    if len(rngs) == dist.world_size:
-        set_rng_state(rngs[dist.rank], g.device)
-    elif dist.is_main:
-        warnings.append(f"the checkpoint has RNG states of {len(rngs)} process(es), this run "
-                        f"{dist.world_size}: random streams restart from the seed")
-    if (meta.get("steps_per_epoch"), meta.get("world_size")) != (steps_per_epoch, dist.world_size) and dist.is_main:
-        warnings.append(f"the checkpoint was written with {meta.get('steps_per_epoch')} steps/epoch on "
-                        f"{meta.get('world_size')} process(es), this run has {steps_per_epoch} on "
-                        f"{dist.world_size}: its data position is approximate")
-    return Position(**state["position"])
+def finite_state(model: torch.nn.Module) -> torch.Tensor:
+    """True (a 0-d device tensor) when every parameter and floating buffer is finite."""
+    checks = [torch.isfinite(t).all() for t in list(model.parameters()) + list(model.buffers())
+              if t.is_floating_point() and t.numel()]
+    return torch.stack(checks).all() if checks else torch.ones((), dtype=torch.bool)

@@ -98,6 +98,11 @@ def load_verified(candidates: List[Path], log) -> tuple:
     return None, None
 
 
+def newest_good(folder: Path) -> Optional[Path]:
+    """The newest complete checkpoint in ``folder`` (its sidecar matches), or None."""
+    return next((p for p in checkpoints_in(folder) if verify(p) is None), None)
+
+
 def resolve_candidates(resume: str, folder: Path) -> List[Path]:
     """``train.resume`` -> the checkpoints to try, newest first (auto: this run's folder)."""
     if resume == "auto":

@@ -10,15 +10,15 @@ import torch
 
 from fastpipe import graph as training_graph
 from fastpipe import results
-from fastpipe.checkpoint import Checkpointer
+from fastpipe.checkpoint import Checkpointer, NothingToTrain
 from fastpipe.config import Config
-from fastpipe.errors import FastpipeError, OutOfMemory
+from fastpipe.errors import EnvironmentProblem, FastpipeError, OutOfMemory
 from fastpipe.loop import train
 from fastpipe.measure import StepMeter, combine_ranks
 from fastpipe.profiling import build_profiler
 from fastpipe.recorder import RunRecorder
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
-from fastpipe.signals import stop_on_signals
+from fastpipe.signals import stop_on_signals, training
 
 
 def run_training(settings: Config, run_dir: Path) -> dict:
@@ -29,54 +29,90 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     """
     dist = dist_from_env()
     recorder = RunRecorder(run_dir, enabled=dist.is_main)
-    metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size))
+    metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size),
+                                 settings.run_id)
     warnings = metrics["warnings"]
     for note in settings.deprecations:
         warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
+    ckpt = Checkpointer(settings.train, run_dir, dist)
     try:
-        runtime = setup_runtime(settings)
-        metrics["env"] = environment(runtime.device, dist.world_size)
-        show = settings.runtime.progress and dist.is_main
-        g = training_graph.build(settings, runtime, warnings, progress=show)
-        description = g.describe()
+        with stop_on_signals():  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training)
+            return _train_and_record(settings, run_dir, dist, recorder, metrics, warnings, ckpt)
+    except NothingToTrain as exc:  # a resume at the run's end: said in one line, not a failure
+        metrics.update(exc.metrics, reason=str(exc), checkpoint=str(ckpt.latest))
         if dist.is_main:
-            print(description, flush=True)
-        recorder.write_text("graph.txt", description)
-        meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
-                          settings.measure.gpu_util_interval_s, world_size=dist.world_size)
-        ckpt = Checkpointer(settings.train, run_dir, dist)
-        profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main, warnings)
-        with stop_on_signals(), profile as profiler:  # SIGTERM/SIGUSR1: checkpoint, then exit 75
-            result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
-        measured = combine_ranks(g.gather(meter.summary()))  # job-level: throughput summed over ranks
-        if measured["throughput"] is None:
-            warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
-                            "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")
-        metrics.update(measured)
-        metrics.update(model_flops(g, result, measured["throughput"], dist.world_size))
-        metrics.update(outcome(g, result))
-        metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest))
-        recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
-        recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
+            print(f"fastpipe: {exc}", file=sys.stderr, flush=True)
+        return metrics
     except BaseException as exc:
-        oom = _out_of_memory(settings, exc) if isinstance(exc, torch.OutOfMemoryError) else None
-        failure = oom or exc  # out of memory is a setting to change, not a crash: name the fixes
-        metrics["status"] = "failed"
-        metrics["reason"] = _fixable(failure) if isinstance(failure, FastpipeError) else _short(failure)
-        metrics.update(getattr(failure, "metrics", None) or {})  # e.g. status=preempted, steps so far
-        if not isinstance(failure, FastpipeError):
-            metrics["traceback"] = traceback.format_exc()
-        if oom is not None:
-            raise oom from exc
+        failure = _fixable_failure(settings, exc)
+        _record_failure(failure, metrics, ckpt)
+        if failure is not exc:
+            raise failure from exc
         raise
     finally:
         recorder.write_metrics(metrics)
         recorder.close()
+
+
+def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: dict, warnings: list,
+                      ckpt: Checkpointer) -> dict:
+    """Build, train, measure; fill ``metrics`` (written by the caller, whatever happens)."""
+    runtime = setup_runtime(settings)
+    metrics["env"] = environment(runtime.device, dist.world_size)
+    show = settings.runtime.progress and dist.is_main
+    g = training_graph.build(settings, runtime, warnings, progress=show)
+    description = g.describe()
+    if dist.is_main:
+        print(description, flush=True)
+    recorder.write_text("graph.txt", description)
+    meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
+                      settings.measure.gpu_util_interval_s, world_size=dist.world_size)
+    profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main, warnings)
+    with training(), profile as profiler:  # a stop signal now: checkpoint at the next step boundary
+        result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
+    measured = combine_ranks(g.gather(meter.summary()))  # job-level: throughput summed over ranks
+    if measured["throughput"] is None:
+        warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
+                        "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")
+    metrics.update(measured)
+    metrics.update(model_flops(g, result, measured["throughput"], dist.world_size))
+    metrics.update(outcome(g, result))
+    metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest))
+    recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
+    recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
     if dist.is_main:
         print(results.summary_text(metrics), flush=True)
     return metrics
+
+
+def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
+    """The error a user can act on for a known failure (out of memory, a dead DataLoader worker), else ``exc``."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return _out_of_memory(settings, exc)
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if isinstance(exc, RuntimeError) and "DataLoader worker" in text and ("killed" in text or "exited" in text):
+        return EnvironmentProblem(f"a DataLoader worker process died ({text}); the out-of-memory killer is the "
+                                  "usual cause: lower data.num_workers or train.batch_size, or read a pack with "
+                                  "data=mmap")
+    return exc
+
+
+def _record_failure(failure: BaseException, metrics: dict, ckpt) -> None:
+    """Fill ``metrics`` for a run that did not finish: one line of reason, the newest good checkpoint."""
+    latest = None if ckpt is None or ckpt.latest is None else str(ckpt.latest)
+    metrics.update(status="failed", checkpoint=latest)
+    if isinstance(failure, KeyboardInterrupt):
+        step = ckpt.position.step if ckpt is not None and ckpt.position is not None else 0
+        metrics.update(status="interrupted", steps=step,
+                       reason=f"interrupted (Ctrl-C) at step {step}; " + (
+                           f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"))
+        return
+    metrics["reason"] = _fixable(failure) if isinstance(failure, FastpipeError) else _short(failure)
+    metrics.update(getattr(failure, "metrics", None) or {})  # e.g. status=preempted, steps so far
+    if not isinstance(failure, FastpipeError):
+        metrics["traceback"] = traceback.format_exc()
 
 
 def outcome(g, result) -> dict:

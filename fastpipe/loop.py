@@ -8,7 +8,8 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from fastpipe.checkpoint import Checkpointer, Position, epoch_batches
+from fastpipe.checkpoint import Checkpointer, epoch_batches
+from fastpipe.checkpoint_state import Position, global_batch
 from fastpipe.config import TrainConfig
 from fastpipe.data.device import head
 from fastpipe.graph import TrainingGraph
@@ -76,8 +77,10 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     steps_per_epoch = len(g.train_loader) // accum
     total = steps_per_epoch * cfg.epochs if cfg.max_steps is None else min(cfg.max_steps, steps_per_epoch * cfg.epochs)
     start = ckpt.restore(g, steps_per_epoch, warnings)  # step 0, or where a checkpoint left off
+    if start.step >= total or start.epoch >= cfg.epochs:
+        raise ckpt.past_the_end(start, total)
     res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
-    samples_per_step = g.batch_size * accum
+    samples_per_step, step_samples = g.batch_size * accum, global_batch(g)  # this process's; all processes'
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
     bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
@@ -120,7 +123,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                 bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
                 if worst.item() >= cfg.max_nonfinite_steps:
                     raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
-            pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss)
+            pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
+                           start.samples_seen + (res.steps - start.step) * step_samples)
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise ckpt.preempted(pos)
         meter.close_window()

@@ -17,8 +17,10 @@ def build_optimizer(cfg: OptimizerConfig, train: TrainConfig, model: torch.nn.Mo
     fused=True is passed when the optimizer takes it (torch's SGD, Adam, AdamW): one kernel per step,
     and device-side skipping of non-finite steps (``step_unless``).
     """
+    from fastpipe.targets import call_partial
+
     made = cfg.build(params=list(model.parameters()), fused=True)
-    optimizer = made() if isinstance(made, functools.partial) else made
+    optimizer = call_partial("optimizer", cfg.target, cfg.params, made) if isinstance(made, functools.partial) else made
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ConfigError(f"optimizer._target_={cfg.target!r} gives a {type(optimizer).__name__}, not a "
                           "torch.optim.Optimizer")

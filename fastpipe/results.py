@@ -12,26 +12,28 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional
 
 FILE = "metrics.json"
+PREVIOUS = "metrics.previous.json"  # an earlier run's record in a reused folder
 
-KEYS = ("status", "reason", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
+KEYS = ("status", "reason", "run_id", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
         "epoch_time_s", "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind",
         "gpu_util", "final_loss", "val_metrics", "primary_metric", "accuracy", "val_loss", "corpus_baselines",
         "nonfinite_steps", "steps", "measured_steps", "compile_fallback", "flops_per_sample", "flops_method",
         "peak_tflops", "mfu", "checkpoint", "per_rank", "env", "warnings")
 
 
-def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None) -> dict:
+def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
+               run_id: Optional[str] = None) -> dict:
     """Every documented key, null until measured; status ``failed`` until the run says otherwise."""
     record = {key: None for key in KEYS}
     record.update(status="failed", choices=dict(choices or {}), overrides=list(overrides or []), env=env,
-                  warnings=[])
+                  warnings=[], run_id=run_id)
     return record
 
 
 def failed(reason: str, choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
-           traceback: Optional[str] = None, **extra) -> dict:
+           traceback: Optional[str] = None, run_id: Optional[str] = None, **extra) -> dict:
     """The record of a run that failed (or stopped) for ``reason``; ``extra`` keys are merged in."""
-    record = new_record(choices, overrides, env)
+    record = new_record(choices, overrides, env, run_id)
     record["reason"] = reason
     if traceback:
         record["traceback"] = traceback
@@ -64,6 +66,24 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 def write(run_dir: Path, record: dict) -> None:
     """Write ``record`` as the run folder's metrics.json."""
     write_json_atomic(Path(run_dir) / FILE, record)
+
+
+def begin(run_dir: Path, choices: Dict[str, str], overrides: Iterable[str], run_id: str) -> None:
+    """A run starts in ``run_dir``: an earlier run's record moves to ``metrics.previous.json`` (kept,
+    never reported as this run's), and a ``running`` record of this run takes its place."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    old = run_dir / FILE
+    if old.exists():
+        os.replace(old, run_dir / PREVIOUS)
+    write(run_dir, failed("the run did not finish: its process died or is still running", choices, overrides,
+                          run_id=run_id, status="running"))
+
+
+def own(run_dir: Path, run_id: Optional[str]) -> Optional[dict]:
+    """The run folder's record if this run (``run_id``) wrote it, else None."""
+    record = read(run_dir)
+    return record if record is not None and record.get("run_id") == run_id else None
 
 
 def read(run_dir: Path) -> Optional[dict]:

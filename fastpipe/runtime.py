@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import platform
 import random
+import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -97,6 +99,18 @@ def setup_runtime(settings) -> Runtime:
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
     return Runtime(device, dist, cache_root(), cpu_cores())
+
+
+def die_with_parent(parent: int) -> None:
+    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
+    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
+    is gone; a parent already gone by now means exit at once."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def cpu_cores() -> int:

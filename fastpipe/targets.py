@@ -83,6 +83,20 @@ def check_params(group: str, fn: Callable, target: str, params: Dict[str, Any],
         raise ConfigError(f"{group}: {target} needs the argument {missing[0]!r}; add {group}.{missing[0]}=VALUE")
 
 
+def _failed(group: str, target: str, keys: Dict[str, Any], cause: BaseException) -> ConfigError:
+    given = ", ".join(f"{group}.{k}={v!r}" for k, v in keys.items() if k not in HYDRA_KEYS)[:300]
+    return ConfigError(f"{group}._target_={target!r} failed: {type(cause).__name__}: {cause}"
+                       + (f" (its keys: {given})" if given else ""))
+
+
+def call_partial(group: str, target: str, keys: Dict[str, Any], made, *args, **kwargs):
+    """Call a ``_partial_`` object's factory; its errors (a bad value) name the group and its keys."""
+    try:
+        return made(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise _failed(group, target, keys, exc) from exc
+
+
 def instantiate(group: str, target: str, keys: Dict[str, Any], /, **runtime_kwargs):
     """``hydra.utils.instantiate`` of ``{_target_: target, **keys}``; ``runtime_kwargs`` are passed
     when the callable accepts them and the config does not set them. Errors name the group."""
@@ -98,5 +112,4 @@ def instantiate(group: str, target: str, keys: Dict[str, Any], /, **runtime_kwar
         cause = exc.__cause__
         if isinstance(cause, FastpipeError):
             raise cause from None  # the callable's own clear message (e.g. a missing dataset folder)
-        what = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
-        raise ConfigError(f"{group}._target_={target!r} failed: {what}") from exc
+        raise _failed(group, target, keys, cause if cause is not None else exc) from exc

@@ -12,6 +12,7 @@ import pytest
 from fastpipe.config import GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
+HERE_TESTS = Path(__file__).resolve().parent  # test-only modules (fault_models, ...) import from here
 CONF_DIR = REPO / "conf"
 
 # Generated datasets and packs go to a per-session cache, inherited by subprocesses too.

@@ -46,3 +46,14 @@ class OutOfMemoryNet(TinyCNN):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total)")
+
+
+class TabularNet(torch.nn.Module):
+    """A linear classifier of 4 features, for test datasets of small vectors."""
+
+    def __init__(self, num_classes: int = 2) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)

@@ -52,7 +52,8 @@ def test_straight_run_keeps_the_last_k_checkpoints(straight):
     assert metrics["checkpoint"] == str(run_dir / "checkpoints" / "step-00000014.pt")
     state = torch.load(run_dir / "checkpoints" / "step-00000014.pt", weights_only=True)
     assert state["position"] == {"epoch": 1, "step_in_epoch": 5, "step": 14, "nonfinite_steps": 0,
-                                 "final_loss": pytest.approx(metrics["final_loss"], abs=1e-6)}
+                                 "final_loss": pytest.approx(metrics["final_loss"], abs=1e-6),
+                                 "samples_in_epoch": 5 * 16, "samples_seen": 14 * 16}  # batch 16, one process
     assert set(state["rng"][0]) == {"python", "numpy", "torch", "cuda"}
 
 

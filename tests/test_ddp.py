@@ -19,7 +19,8 @@ import torch
 from conftest import REPO, make_settings
 
 from fastpipe.errors import ConfigError
-from fastpipe.launcher import elastic_config, failure_reason, launch
+from fastpipe.elastic import elastic_config, failure_reason
+from fastpipe.launcher import launch
 from fastpipe.measure import combine_ranks
 
 TESTS = Path(__file__).resolve().parent
@@ -210,12 +211,16 @@ def test_single_launcher_under_torchrun_is_refused(tmp_path, monkeypatch):
 
 def test_process_counts_and_backend_resolve_per_device():
     cfg = make_settings(["launcher=ddp", "device=cpu"]).launcher
-    assert cfg.processes(gpus=0) == 2  # auto on a CPU
-    assert cfg.processes(gpus=4) == 4  # auto: one per visible GPU
+    assert cfg.processes(gpus=0, cores=16) == 2  # auto on a CPU
+    assert cfg.processes(gpus=4, cores=16) == 4  # auto: one per visible GPU
+    assert cfg.processes(gpus=0, cores=1) == 1
     cfg.nproc_per_node = 3
-    assert cfg.processes(gpus=0) == 3
+    assert cfg.processes(gpus=0, cores=16) == 3
     with pytest.raises(ConfigError, match="2 GPU"):
-        cfg.processes(gpus=2)
+        cfg.processes(gpus=2, cores=16)
+    cfg.nproc_per_node = 64
+    with pytest.raises(ConfigError, match="launcher.nproc_per_node=64 but this machine has 2 CPU core"):
+        cfg.processes(gpus=0, cores=2)
     assert cfg.backend_for("cpu") == "gloo" and cfg.backend_for("cuda") == "nccl"
     cfg.backend = "nccl"
     with pytest.raises(ConfigError, match="nccl needs CUDA"):

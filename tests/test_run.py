@@ -33,8 +33,6 @@ def test_cli_run_writes_every_artefact_and_metric(tmp_path):
     assert math.isfinite(m["final_loss"]) and 0 <= m["accuracy"] <= 1
     assert m["steps"] == 12 and m["measured_steps"] == 10
     assert m["env"]["world_size"] == 1 and m["env"]["device"] == "cpu" and m["env"]["torch"]
-    # samples/s agrees with the step time (batch 16 per step), within what a busy machine's windows vary
-    assert 0.2 < m["throughput"] / (16 * 1000 / m["step_time_ms"]["median"]) < 5
 
 
 def test_short_run_learns(tmp_path):

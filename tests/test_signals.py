@@ -71,8 +71,9 @@ def test_results_of_a_finished_worker_survive_a_signal_on_its_way_out(tmp_path):
     from fastpipe.results import write_json_atomic
 
     settings = make_settings([])
-    settings.choices, settings.overrides = {}, []
-    write_json_atomic(tmp_path / "metrics.json", {"status": "ok", "throughput": 6513.5, "warnings": []})
+    settings.choices, settings.overrides, settings.run_id = {}, [], "this-run"
+    write_json_atomic(tmp_path / "metrics.json", {"status": "ok", "throughput": 6513.5, "warnings": [],
+                                                  "run_id": "this-run"})
     kept = collect(tmp_path, -signal.SIGTERM, settings)
     assert kept["status"] == "ok" and kept["throughput"] == 6513.5 and kept["exitcode"] == -signal.SIGTERM
     assert kept["warnings"] == ["training process killed by SIGTERM after it had finished and written these results"]

@@ -78,6 +78,7 @@ class Config:
     # Filled by the entry point from Hydra's runtime, for the record (metrics.json, reports):
     overrides: List[str] = field(default_factory=list)
     choices: Dict[str, str] = field(default_factory=dict)
+    run_id: str = ""  # set by each launch: a record says which run wrote it
 
     def __post_init__(self) -> None:
         one_of("device", self.device, ("auto", "cpu", "cuda"))

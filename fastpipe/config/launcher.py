@@ -61,13 +61,17 @@ class DdpLauncherConfig:
             raise ConfigError(f"launcher.nnodes={self.nnodes} needs launcher.rdzv_endpoint=HOST:PORT "
                               "(a port on node 0 that every node can reach)")
 
-    def processes(self, gpus: int) -> int:
-        """Processes on this machine: ``auto`` = one per visible GPU, or 2 on a CPU."""
+    def processes(self, gpus: int, cores: int) -> int:
+        """Processes on this machine: ``auto`` = one per visible GPU, or 2 on a CPU (a CPU run gets
+        at most one process per core: more would only wait for each other)."""
         if self.nproc_per_node == "auto":
-            return gpus or 2
+            return gpus or min(2, cores)
         if gpus and self.nproc_per_node > gpus:
             raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but {gpus} GPU(s) are visible; "
                               "DDP runs one process per GPU: lower it, or use launcher.nproc_per_node=auto")
+        if not gpus and self.nproc_per_node > cores:
+            raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but this machine has {cores} CPU "
+                              f"core(s) and no GPU; use at most {cores} (or launcher.nproc_per_node=auto)")
         return self.nproc_per_node
 
     def backend_for(self, device_type: str) -> str:

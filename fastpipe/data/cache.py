@@ -8,6 +8,7 @@ samples is written sample by sample into a records pack (records.py). ``pack_ima
 from __future__ import annotations
 
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Callable, Iterable, Tuple
 
 from torchvision import transforms
 
+from fastpipe.data.cachedir import writing_into
 from fastpipe.data.images import ImageFiles
 from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, TRAIN, VAL, PackWriter
 from fastpipe.data.records import pack_records
@@ -92,17 +94,43 @@ def records_key(identity: str, train, val) -> str:
     return h.hexdigest()
 
 
+def _remove_leftovers(path: Path) -> None:
+    """Remove every ``.NAME.tmp-PID`` of the pack ``path`` (PackWriter's temporary file). Call under
+    the pack's lock: every packer of the cache holds it while writing, so a temporary file seen
+    then is a dead writer's."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+        tmp.unlink(missing_ok=True)
+
+
+def _clean_after_dead_writers(path: Path) -> None:
+    # A reused pack: clean only if there is something to clean and no packer holds the lock now;
+    # a read-only cache (packs made by someone else) is fine as it is.
+    try:
+        if not any(path.parent.glob(f".{glob.escape(path.name)}.tmp-*")):
+            return
+        with open(path.parent / f".{path.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _remove_leftovers(path)
+    except OSError:  # locked by a packer, or not ours to write
+        pass
+
+
 def _cached(folder: Path, filename: str, make: Callable[[Path], Path]) -> Tuple[Path, str]:
     """``folder/filename``, made by ``make(path)`` under a file lock unless it exists: (path, how it was
     found: "reused", "packed now", or "packed by another process" that held the lock)."""
     path = folder / filename
     if path.is_file():
+        _clean_after_dead_writers(path)
         return path, "reused"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f".{path.name}.lock", "w") as lock:
+    lock_path = folder / f".{path.name}.lock"
+    with writing_into(folder):  # the first write into the cache: an unwritable one is one clear line
+        folder.mkdir(parents=True, exist_ok=True)
+        lock_path.touch()
+    with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes; one DDP rank packs
         if path.is_file():  # another process packed it while this one waited
             return path, "packed by another process"
+        _remove_leftovers(path)
         return make(path), "packed now"
 
 

@@ -59,7 +59,8 @@ class PackBatches:
     """Host side: this rank's batches out of ``source``, read ahead by threads.
 
     ``indices`` are the split's positions in the source. Training epochs are a permutation of them
-    drawn from (seed, epoch), or the dataset's own ``epoch_indices``; ranks take equal slices.
+    drawn from (seed, epoch), or the dataset's own ``epoch_indices``; ranks take every
+    ``world_size``-th sample of it (a resume leaves out the epoch's first samples over all ranks).
     Held-out: a contiguous block per rank, every sample evaluated exactly once.
     """
 
@@ -75,8 +76,8 @@ class PackBatches:
         self.epoch = epoch
 
     def skip_next(self, samples: int) -> None:
-        """Resume: the next epoch starts ``samples`` in (whole batches), without reading them."""
-        self._skip = samples // self.batch_size
+        """Resume: the next epoch starts ``samples`` per rank in (whole batches), without reading them."""
+        self._skip = (samples // self.batch_size) * self.batch_size * self.dist.world_size
 
     def _epoch_size(self) -> int:
         return int(getattr(self.epochs, "epoch_length", None) or len(self.indices))
@@ -98,15 +99,16 @@ class PackBatches:
             else:
                 rng = np.random.default_rng([self.seed % 2**32, self.epoch])
                 order = self.indices[rng.permutation(len(self.indices))]
-            share = self._per_rank()
-            mine = order[self.dist.rank * share:(self.dist.rank + 1) * share]
+            world = self.dist.world_size
+            mine = order[self._skip:self._per_rank() * world][self.dist.rank::world]
         else:
             mine = np.array_split(self.indices, self.dist.world_size)[self.dist.rank]
         bs = self.batch_size
-        return [np.sort(mine[i * bs:(i + 1) * bs]) for i in range(len(self))]
+        count = len(mine) // bs if self.drop_last else -(-len(mine) // bs)
+        return [np.sort(mine[i * bs:(i + 1) * bs]) for i in range(count)]
 
     def __iter__(self):
-        batches = iter(self.epoch_batches()[self._skip:])
+        batches = iter(self.epoch_batches())
         self._skip = 0
         # Pinning in a fresh thread would touch the current device, GPU 0, unless told this rank's GPU.
         bind = dict(initializer=torch.cuda.set_device, initargs=(self.device,)) \

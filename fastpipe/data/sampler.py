@@ -5,7 +5,8 @@ from ``seed + epoch`` alone (as torch's DistributedSampler draws it), not from a
 state depends on how many epochs this process has run. A dataset may define its epoch itself:
 ``epoch_indices(seed, epoch)`` (e.g. random token windows, drawn with replacement) and
 ``epoch_length`` (samples per epoch). ``skip_next`` makes the next epoch start part-way without
-reading the skipped samples.
+reading the skipped samples: the first samples of the epoch's order over all processes, so a
+resume on another number of processes leaves out the same samples.
 """
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ class EpochSampler(Sampler[int]):
         self.epoch = epoch
 
     def skip_next(self, samples: int) -> None:
-        """This epoch (the one ``set_epoch`` chose) leaves out its first ``samples`` indices: resume."""
-        self._skip = (self.epoch, samples)
+        """This epoch (the one ``set_epoch`` chose) starts ``samples`` per process in: the first
+        ``samples x processes`` positions of the epoch's order are left out on every rank (resume)."""
+        self._skip = (self.epoch, samples * self.num_replicas)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -54,6 +56,6 @@ class EpochSampler(Sampler[int]):
         indices = epoch_order(self.dataset, self.seed, self.epoch)
         if len(indices) < self.total_size:  # pad by repeating the start (drop_last=false)
             indices += (indices * (-(-self.total_size // max(1, len(indices)))))[:self.total_size - len(indices)]
-        indices = indices[self.rank:self.total_size:self.num_replicas]
-        epoch, samples = self._skip
-        return iter(indices[samples:] if epoch == self.epoch else indices)  # only the resumed epoch
+        epoch, skipped = self._skip
+        start = skipped if epoch == self.epoch else 0  # only the resumed epoch
+        return iter(indices[start:self.total_size][self.rank::self.num_replicas])

@@ -1,24 +1,28 @@
 """The built-in ``shapes`` dataset: coloured shapes on noise, one class per shape, as JPEG files.
 
 Every image is drawn from its own seeded generator, so the same settings always give byte-identical
-files (for the same Pillow build), and generation is written atomically: a folder that exists is
-complete.
+files (for the same Pillow build). Generation is written atomically, with a manifest (the settings
+and each class's file count) checked whenever the folder is opened: a folder found incomplete (a
+class or files deleted) is regenerated, never trained on.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from fastpipe.errors import ConfigError
+from fastpipe.data.cachedir import remove_dead_tmp, tmp_sibling, writing_into
+from fastpipe.errors import ConfigError, DataError
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond", "hbar", "vbar")
 GENERATOR_VERSION = 2  # bump when drawing changes, so cached folders are not reused
@@ -80,37 +84,114 @@ def _write_one(tmp: Path, classes: Tuple[str, ...], size: Tuple[int, int], seed:
     draw_shape(kind, size, np.random.default_rng([seed, index])).save(tmp / kind / f"{index:07d}.jpg", quality=90)
 
 
+MANIFEST = "manifest.json"
+
+
+def manifest(num_classes: int, num_images: int, size: Tuple[int, int], seed: int) -> dict:
+    """What a complete folder holds: the settings and each class's number of files."""
+    classes = SHAPES[:num_classes]
+    return {"generator": GENERATOR_VERSION, "num_classes": num_classes, "num_images": num_images,
+            "size": list(size), "seed": seed,
+            "files": {name: len(range(i, num_images, num_classes)) for i, name in enumerate(classes)}}
+
+
+def incomplete(root: Path, expected: dict) -> Optional[str]:
+    """Why ``root`` is not the complete folder ``expected`` describes, or None. Counting the files
+    costs one directory listing per class: cheap enough to do on every open."""
+    try:
+        found = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return f"its {MANIFEST} is missing or unreadable"
+    if found != expected:
+        return f"its {MANIFEST} describes other settings"
+    for name, count in expected["files"].items():
+        if not (root / name).is_dir():
+            return f"class folder {name}/ is missing"
+        have = sum(1 for e in os.scandir(root / name) if e.name.endswith(".jpg"))
+        if have != count:
+            return f"class folder {name}/ holds {have} of its {count} images"
+    extra = sorted((set(SHAPES) - set(expected["files"])) & {e.name for e in os.scandir(root)})
+    return f"it holds a folder {extra[0]}/ that is not one of its classes" if extra else None
+
+
+def _refuse_foreign(root: Path) -> None:
+    # Regenerating deletes the folder: never a folder holding anything the generator did not write.
+    foreign = sorted(e.name for e in os.scandir(root) if e.name != MANIFEST and not (e.name in SHAPES and e.is_dir()))
+    if foreign:
+        raise DataError(f"{root} holds {foreign[0]!r}, which the shapes generator did not write, so it cannot be "
+                        "regenerated there; give dataset.root a new or empty folder (your own images: dataset=imagefolder)")
+
+
+def _write(tmp: Path, expected: dict, size: Tuple[int, int], seed: int, progress: bool, threads: int, desc: str) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+    classes = tuple(expected["files"])
+    for name in classes:
+        (tmp / name).mkdir(parents=True)
+    write = partial(_write_one, tmp, classes, tuple(size), seed)
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:
+        done = pool.map(write, range(expected["num_images"]))
+        if progress:
+            from tqdm import tqdm
+            done = tqdm(done, total=expected["num_images"], desc=desc, unit="img", leave=False)
+        for _ in done:  # also raises the first error of any image
+            pass
+    (tmp / MANIFEST).write_text(json.dumps(expected, indent=1))  # inside the folder before the rename
+
+
+def _old(root: Path) -> Path:
+    return root.with_name(root.name + ".old")  # its temporary siblings hold incomplete copies being dropped
+
+
+def _install(tmp: Path, root: Path, replace: bool = False) -> None:
+    """Rename ``tmp`` to ``root``, atomic: the folder appears complete or not at all. ``replace``
+    (under the lock only): move the incomplete ``root`` aside first, then drop it."""
+    stale = tmp_sibling(_old(root))
+    if replace and root.is_dir():
+        os.rename(root, stale)
+    try:
+        os.rename(tmp, root)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+        if not root.is_dir():
+            raise
+    shutil.rmtree(stale, ignore_errors=True)
+
+
 def generate(root: Path, num_classes: int, num_images: int, size: Tuple[int, int], seed: int,
-             progress: bool = False, threads: int = 1) -> Path:
-    """Write the dataset as ``root/<class>/<index>.jpg`` unless it is already there.
+             progress: bool = False, threads: int = 1, fix: str = "give a writable folder") -> Path:
+    """Write the dataset as ``root/<class>/<index>.jpg`` (and ``root/manifest.json``) unless it is
+    already there, complete; an incomplete folder is regenerated, with a warning on stderr.
 
     ``threads`` images are drawn and encoded at once (numpy and Pillow release the GIL for most of
     the work, and ImageNet-sized images are slow to encode on one core); each image has its own
-    seed, so the files are the same for any number of threads.
+    seed, so the files are the same for any number of threads. ``fix`` ends the message when the
+    folder cannot be written.
     """
     if not 2 <= num_classes <= len(SHAPES):
         raise ConfigError(f"dataset.num_classes={num_classes}: the shapes dataset has 2..{len(SHAPES)} classes")
     if num_images < 2 * num_classes:
         raise ConfigError(f"dataset.num_images={num_images} is too few for {num_classes} classes")
-    if root.is_dir():
+    expected = manifest(num_classes, num_images, size, seed)
+    remove_dead_tmp(root)
+    remove_dead_tmp(_old(root))
+    problem = incomplete(root, expected) if root.is_dir() else None
+    if root.is_dir() and problem is None:
         return root
-    tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    classes = SHAPES[:num_classes]
-    for name in classes:
-        (tmp / name).mkdir(parents=True)
-    write = partial(_write_one, tmp, classes, tuple(size), seed)
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:
-        done = pool.map(write, range(num_images))
-        if progress:
-            from tqdm import tqdm
-            done = tqdm(done, total=num_images, desc=f"generating shapes dataset in {root}", unit="img", leave=False)
-        for _ in done:  # also raises the first error of any image
-            pass
-    try:
-        os.rename(tmp, root)  # atomic: the folder appears complete or not at all
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
-        if not root.is_dir():
-            raise
+    desc = f"generating shapes dataset in {root}"
+    with writing_into(root.parent, fix):
+        if problem is None:  # a new folder: no lock (the first rename wins, as before)
+            root.parent.mkdir(parents=True, exist_ok=True)
+            tmp = tmp_sibling(root)
+            _write(tmp, expected, size, seed, progress, threads, desc)
+            _install(tmp, root)
+            return root
+        _refuse_foreign(root)
+        print(f"fastpipe: warning: the shapes dataset in {root} is incomplete ({problem}); generating it again",
+              file=sys.stderr, flush=True)
+        with open(root.parent / f".{root.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process regenerates; the others then find it complete
+            if incomplete(root, expected) is not None:
+                tmp = tmp_sibling(root)
+                _write(tmp, expected, size, seed, progress, threads, desc)
+                _install(tmp, root, replace=True)
     return root

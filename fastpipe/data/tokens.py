@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fastpipe.data.cachedir import remove_dead_tmp, tmp_sibling, writing_into
 from fastpipe.errors import ConfigError, DataError
 
 FORMAT = 1  # bump when the token files change, so cached folders are not reused
@@ -73,30 +74,34 @@ def _held_out(path: Path, fraction: float) -> bool:
 def build_token_files(paths: List[Path], folder: Path, val_fraction: float, progress: bool = False) -> dict:
     """Write ``folder/{train,val}.bin`` (uint16) and ``meta.json`` once; returns the metadata."""
     meta_path = folder / "meta.json"
+    remove_dead_tmp(folder)
     if meta_path.is_file():
         return json.loads(meta_path.read_text())
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     splits = {"train": [], "val": []}
     for p in paths:
         splits["val" if _held_out(p, val_fraction) else "train"].append(p)
     if not splits["val"] or not splits["train"]:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{len(paths)} corpus file(s) give no {'held-out' if not splits['val'] else 'training'} "
                         "file; add files or change dataset.val_fraction (whole files go to one split)")
-    meta = {"format": FORMAT, "vocab_size": VOCAB, "files": {k: len(v) for k, v in splits.items()}}
-    for name, files in splits.items():
-        data = np.frombuffer(b"".join(p.read_bytes() for p in files), dtype=np.uint8).astype(np.uint16)
-        data.tofile(tmp / f"{name}.bin")
-        meta[f"{name}_tokens"] = int(data.size)
-    everything = np.concatenate([np.fromfile(tmp / f"{n}.bin", dtype=np.uint16) for n in ("train", "val")])
-    meta["corpus_baselines"] = entropies(everything)
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    try:
-        os.rename(tmp, folder)  # atomic: the folder appears complete or not at all
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+    # The corpus is read first: an unreadable text file is not a cache problem.
+    tokens = {name: np.frombuffer(b"".join(p.read_bytes() for p in files), dtype=np.uint8).astype(np.uint16)
+              for name, files in splits.items()}
+    meta = {"format": FORMAT, "vocab_size": VOCAB, "files": {k: len(v) for k, v in splits.items()},
+            **{f"{name}_tokens": int(data.size) for name, data in tokens.items()},
+            "corpus_baselines": entropies(np.concatenate([tokens["train"], tokens["val"]]))}
+    tmp = tmp_sibling(folder)
+    with writing_into(folder.parent):
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name, data in tokens.items():
+            data.tofile(tmp / f"{name}.bin")
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        try:
+            os.rename(tmp, folder)  # atomic: the folder appears complete or not at all
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+            if not meta_path.is_file():
+                raise
     return json.loads(meta_path.read_text())
 
 
@@ -165,7 +170,7 @@ class TokenChunks(_TokenFile):
         return indices * self.seq_len
 
 
-def tokens(files: Optional[str] = None, seq_len: int = 64, windows_per_epoch: int = 12800,
+def tokens(files: Optional[str] = None, seq_len: int = 64, windows_per_epoch: int = 10240,
            val_fraction: float = 0.05, cache_root: Optional[Path] = None, progress: bool = False) -> dict:
     """Byte-level token windows of a text corpus (see the module docstring)."""
     paths = corpus_files(files)
@@ -179,7 +184,7 @@ def tokens(files: Optional[str] = None, seq_len: int = 64, windows_per_epoch: in
 
 
 def _check(params: dict) -> None:
-    if params.get("seq_len", 64) < 1 or params.get("windows_per_epoch", 12800) < 1:
+    if params.get("seq_len", 64) < 1 or params.get("windows_per_epoch", 10240) < 1:
         raise ConfigError("dataset.seq_len and dataset.windows_per_epoch must be >= 1")
 
 

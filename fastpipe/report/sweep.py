@@ -77,10 +77,15 @@ def load_spec(sweep_dir: Path) -> SweepSpec:
 def load_jobs(sweep_dir: Path) -> List[Job]:
     """Every job folder under ``sweep_dir`` (found by its ``.hydra/overrides.yaml``), by job number."""
     jobs = []
+    if (Path(sweep_dir) / ".hydra" / "overrides.yaml").is_file():
+        raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
+                          f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
+                          "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
     for path in sorted(Path(sweep_dir).glob("**/.hydra/overrides.yaml")):
         job_dir = path.parent.parent
         hydra_yaml = path.parent / "hydra.yaml"
-        num = OmegaConf.load(hydra_yaml).hydra.job.num if hydra_yaml.is_file() else None
+        num = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.job.num", default=None) \
+            if hydra_yaml.is_file() else None
         if num is None:
             num = int(job_dir.name) if job_dir.name.isdigit() else len(jobs)
         overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]

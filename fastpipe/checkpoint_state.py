@@ -1,0 +1,133 @@
+"""What a checkpoint holds and how a run takes it back: model, optimizer, scaler, RNG states, position.
+
+The position is kept in samples as well as steps (as large-scale trainers keep it), so a resume
+with another batch size, gradient accumulation or number of processes goes on from the same point
+in the data (the samples of the epoch already trained on are left out) and in the schedule (the
+same share of the run), instead of from a step count that means something else now.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, List
+
+import numpy as np
+import torch
+
+from fastpipe.errors import DataError
+
+FORMAT = 2  # 2: positions in samples too (format 1 files still load)
+
+
+@dataclass
+class Position:
+    """Where the loop is: after ``step`` optimizer steps, ``step_in_epoch`` of them in ``epoch``."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    step: int = 0
+    nonfinite_steps: Any = 0  # a count, or the loop's device tensor (read only when saving)
+    final_loss: Any = None  # likewise a float or a 0-d tensor
+    samples_in_epoch: int = 0  # samples of this epoch trained on, over all processes
+    samples_seen: int = 0  # samples trained on since step 0, over all processes
+
+
+def global_batch(g) -> int:
+    """Samples one optimizer step takes, over all processes."""
+    s = g.settings.train
+    return s.batch_size * s.grad_accum * g.runtime.dist.world_size
+
+
+def rng_state(device: torch.device) -> dict:
+    """Python, NumPy, torch CPU and CUDA generator states, as plain types (loadable weights_only)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    return {"python": random.getstate(), "numpy": [kind, keys.tolist(), pos, has_gauss, gauss],
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
+    """Everything a resumed run needs, as plain types and CPU-loadable tensors."""
+    position = asdict(pos)
+    position["nonfinite_steps"] = int(pos.nonfinite_steps)
+    position["final_loss"] = None if pos.final_loss is None else float(pos.final_loss)
+    s = g.settings
+    return {"format": FORMAT, "position": position, "model": g.model.state_dict(),
+            "optimizer": g.optimizer.state_dict(), "scaler": g.precision.scaler.state_dict(), "rng": rngs,
+            "meta": {"steps_per_epoch": steps_per_epoch, "batch_size": s.train.batch_size,
+                     "grad_accum": s.train.grad_accum, "world_size": g.runtime.dist.world_size, "seed": s.seed,
+                     "model": s.model.target, "dataset": s.choices.get("dataset", s.dataset.short_name)}}
+
+
+def _examples(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(repr(k) for k in keys[:3]) + (" ..." if len(keys) > 3 else "")
+
+
+def load_model_state(g, path: Path, state: dict) -> None:
+    """The checkpoint's weights into the model; one clear line when they are not this model's."""
+    if not isinstance(state, dict) or "model" not in state or "position" not in state:
+        keys = list(state)[:3] if isinstance(state, dict) else []
+        raise DataError(f"{path} is not a fastpipe checkpoint (it holds {type(state).__name__}"
+                        + (f" with keys {_examples(keys)}" if keys else "") + "); train.resume takes a checkpoints/"
+                        "step-*.pt file of a fastpipe run, or its run folder")
+    own, theirs = g.model.state_dict(), state["model"]
+    missing, unexpected = set(own) - set(theirs), set(theirs) - set(own)
+    shapes = [k for k in set(own) & set(theirs) if tuple(own[k].shape) != tuple(theirs[k].shape)]
+    if missing or unexpected or shapes:
+        meta = state.get("meta", {})
+        was = f" (written by model {meta['model']} on dataset {meta.get('dataset')})" if meta.get("model") else ""
+        what = [f"{len(missing)} of this model's tensors are missing ({_examples(missing)})"] if missing else []
+        what += [f"{len(unexpected)} are not this model's ({_examples(unexpected)})"] if unexpected else []
+        what += [f"{k} is {list(theirs[k].shape)} there, {list(own[k].shape)} here" for k in sorted(shapes)[:2]]
+        raise DataError(f"checkpoint {path}{was} does not fit this run's model {g.settings.model.target}: "
+                        f"{'; '.join(what)}; resume a checkpoint of the same model and dataset (classes, "
+                        "vocabulary), or start without train.resume")
+    g.model.load_state_dict(theirs)
+
+
+def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
+    """Load ``state`` into the graph and this process's RNGs; returns this run's position."""
+    load_model_state(g, path, state)
+    g.optimizer.load_state_dict(state["optimizer"])
+    if g.precision.scaler.is_enabled() and state.get("scaler"):
+        g.precision.scaler.load_state_dict(state["scaler"])
+    dist, rngs = g.runtime.dist, state.get("rng") or []
+    if len(rngs) == dist.world_size:
+        set_rng_state(rngs[dist.rank], g.device)
+    elif dist.is_main:
+        warnings.append(f"the checkpoint has RNG states of {len(rngs)} process(es), this run "
+                        f"{dist.world_size}: random streams restart from the seed")
+    return position_here(g, state, steps_per_epoch, warnings)
+
+
+def position_here(g, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
+    """The checkpoint's position in this run's steps: the same one when the global batch is the
+    same; otherwise the same samples (rounded down to a whole step of this run)."""
+    saved, meta = dict(state["position"]), state.get("meta", {})
+    old = (meta.get("batch_size") or 1) * (meta.get("grad_accum") or 1) * (meta.get("world_size") or 1)
+    saved.setdefault("samples_in_epoch", saved["step_in_epoch"] * old)  # format 1
+    saved.setdefault("samples_seen", saved["step"] * old)
+    pos = Position(**saved)
+    new = global_batch(g)
+    if new == old and meta.get("steps_per_epoch") == steps_per_epoch:
+        return pos
+    pos.step_in_epoch = pos.samples_in_epoch // new
+    pos.step = pos.samples_seen // new
+    if g.runtime.dist.is_main:
+        warnings.append(f"the checkpoint took {old} samples per step (batch {meta.get('batch_size')} x "
+                        f"{meta.get('grad_accum')} x {meta.get('world_size')} processes), this run takes {new}: it "
+                        f"goes on after {pos.samples_in_epoch} samples of epoch {pos.epoch + 1} and {pos.samples_seen} "
+                        f"in all (step {pos.step} here)")
+    return pos

@@ -1,0 +1,105 @@
+"""One writer per run folder (and per sweep folder): an exclusive ``flock`` held by the job's owner.
+
+The lock lives in ``<folder>/.fastpipe.lock``, which names its holder (pid, host, start time,
+command line) for the message a second run gets. The kernel releases an ``flock`` when its holder
+dies, however it dies, so a lock never outlives a dead run; the file itself stays (deleting a lock
+file races with the next run that opens it).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from fastpipe.errors import ConfigError
+
+NAME = ".fastpipe.lock"
+
+
+class FolderInUse(ConfigError):
+    """Another live fastpipe run holds the folder."""
+
+
+class RunLock:
+    """``with RunLock(folder, "run"):`` or ``acquire()`` / ``release()``; re-entrant per process."""
+
+    _held: dict = {}  # folder -> RunLock, so the same process may ask twice (a sweep job in its sweep)
+
+    def __init__(self, folder: Path, what: str = "run") -> None:
+        self.folder, self.what = Path(folder), what
+        self._file = None
+
+    def acquire(self) -> "RunLock":
+        key = str(self.folder.resolve())
+        if key in RunLock._held:
+            return RunLock._held[key]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        handle = open(self.folder / NAME, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = _describe(handle.read())
+            handle.close()
+            hint = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
+            raise FolderInUse(f"{self.what} folder {self.folder} is in use by another fastpipe run ({holder}); "
+                              f"wait for it to finish, or give this {self.what} its own {hint}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                                 "command": _command()}))
+        handle.flush()
+        self._file = handle
+        RunLock._held[key] = self
+        return self
+
+    def release(self) -> None:
+        if self._file is None:
+            return
+        RunLock._held.pop(str(self.folder.resolve()), None)
+        fcntl.flock(self._file, fcntl.LOCK_UN)
+        self._file.close()
+        self._file = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _command() -> str:
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(("fastpipe/__main__.py", "fastpipe/__main__")):
+        argv[0] = "python -m fastpipe"
+    return " ".join(argv)[:500]
+
+
+def _describe(text: str) -> str:
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return "holder unknown"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("started", 0)))
+    command = info.get("command", "")
+    return f"pid {info.get('pid')} on {info.get('host')} since {started}" + (f": {command}" if command else "")
+
+
+def holder(folder: Path) -> Optional[str]:
+    """Who holds ``folder``'s lock now, or None when nobody does."""
+    path = Path(folder) / NAME
+    if not path.is_file():
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            return _describe(handle.read())
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
