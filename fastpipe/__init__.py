@@ -1,3 +1,10 @@
 """fastpipe: declarative, self-measuring PyTorch training pipelines composed from Hydra config groups."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+
+def load(run_dir, which: str = "best", device="cpu"):
+    """A finished run's trained model back in your code: ``fastpipe.load(run_dir).model`` (fastpipe/trained.py)."""
+    from fastpipe.trained import load as _load
+
+    return _load(run_dir, which, device)

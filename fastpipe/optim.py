@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-import math
+from typing import List
 
 import torch
 
@@ -10,50 +10,64 @@ from fastpipe.config import OptimizerConfig, TrainConfig
 from fastpipe.errors import ConfigError, TrainingError
 
 
+def param_groups(model: torch.nn.Module, no_decay: bool) -> List[dict]:
+    """The model's trainable parameters, and with ``no_decay`` a second group without weight decay for
+    biases and normalisation weights (every parameter of fewer than 2 dimensions), as nanoGPT does."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not no_decay:
+        return [{"params": params}]
+    decay = [p for p in params if p.dim() >= 2]
+    flat = [p for p in params if p.dim() < 2]
+    return [g for g in ({"params": decay}, {"params": flat, "weight_decay": 0.0}) if g["params"]]
+
+
+def wants_no_decay(setting, optimizer_class) -> bool:
+    """``train.no_decay``: ``auto`` = for Adam and AdamW (whose decay is decoupled from the gradient)."""
+    if setting == "auto":
+        return getattr(optimizer_class, "__name__", "") in ("AdamW", "Adam")
+    return bool(setting)
+
+
 def build_optimizer(cfg: OptimizerConfig, train: TrainConfig, model: torch.nn.Module,
-                    device: torch.device) -> torch.optim.Optimizer:
-    """The optimizer ``cfg`` names, over ``model``'s parameters; its ``lr`` is the schedule's peak.
+                    device: torch.device, lr_factor: float = 1.0) -> torch.optim.Optimizer:
+    """The optimizer ``cfg`` names, over ``model``'s parameters; its ``lr`` (times ``lr_factor``, the
+    ``train.lr_scaling`` rule) is the schedule's peak.
 
     fused=True is passed when the optimizer takes it (torch's SGD, Adam, AdamW): one kernel per step,
     and device-side skipping of non-finite steps (``step_unless``).
     """
     from fastpipe.targets import call_partial
 
-    made = cfg.build(params=list(model.parameters()), fused=True)
+    no_decay = wants_no_decay(train.no_decay, cfg.callable())
+    made = cfg.build(params=param_groups(model, no_decay), fused=True)
     optimizer = call_partial("optimizer", cfg.target, cfg.params, made) if isinstance(made, functools.partial) else made
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ConfigError(f"optimizer._target_={cfg.target!r} gives a {type(optimizer).__name__}, not a "
                           "torch.optim.Optimizer")
     for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * lr_factor
         group.setdefault("initial_lr", group["lr"])  # the peak the schedule scales (torch's own key)
     return optimizer
 
 
 def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
-    """``AdamW(fused)  weight_decay=0.1``: what graph.txt shows."""
+    """``AdamW(fused)  lr=0.003  weight_decay=0.1 (not on 1-d parameters)``: what graph.txt shows."""
     group = optimizer.param_groups[0]
     fused = "(fused)" if group.get("fused") else ""
     extras = "  ".join(f"{k}={group[k]}" for k in ("initial_lr", "momentum", "betas", "weight_decay") if k in group)
-    return f"{type(optimizer).__name__}{fused}  {extras}".replace("initial_lr=", "lr=").rstrip()
+    flat = len(optimizer.param_groups) > 1 and optimizer.param_groups[1].get("weight_decay") == 0.0
+    text = f"{type(optimizer).__name__}{fused}  {extras}".replace("initial_lr=", "lr=").rstrip()
+    return text + ("  (no decay on biases and norm weights)" if flat else "")
 
 
-def lr_factor(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """The learning rate of optimizer step ``step`` (0-based) of ``total_steps``, as a fraction of the peak.
-
-    A pure function of the step, so a resumed run continues the same schedule with no state to save.
-    ``cosine``: linear warm-up over ``lr_warmup_steps``, then cosine decay to zero; ``constant``: 1.
-    """
-    if cfg.lr_schedule == "constant":
-        return 1.0
-    if step < cfg.lr_warmup_steps:
-        return (step + 1) / cfg.lr_warmup_steps
-    progress = (step - cfg.lr_warmup_steps) / max(1, total_steps - cfg.lr_warmup_steps)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def set_learning_rate(optimizer: torch.optim.Optimizer, factor: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = group["initial_lr"] * factor  # a Python float: fused kernels take it as a scalar, no sync
+def clip_gradients(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, max_norm: float) -> torch.Tensor:
+    """Clip the gradients' total norm to ``max_norm``; returns the norm before clipping (a device tensor:
+    no host sync). With fp16 loss scaling the gradients are unscaled first, so the norm is the true one."""
+    if scaler.is_enabled():
+        scaler.unscale_(optimizer)
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: the norm over every shard
 
 
 def step_unless(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, skip: torch.Tensor) -> None:

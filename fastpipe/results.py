@@ -12,21 +12,24 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional
 
 FILE = "metrics.json"
+# What each version of the record changed is in docs/measuring.md ("schema versions").
+SCHEMA_VERSION = 2
 PREVIOUS = "metrics.previous.json"  # an earlier run's record in a reused folder
 
-KEYS = ("status", "reason", "run_id", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
+KEYS = ("schema_version", "status", "reason", "run_id", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
         "epoch_time_s", "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind",
         "gpu_util", "final_loss", "val_metrics", "primary_metric", "accuracy", "val_loss", "corpus_baselines",
         "nonfinite_steps", "steps", "measured_steps", "compile_fallback", "flops_per_sample", "flops_method",
-        "peak_tflops", "mfu", "checkpoint", "per_rank", "env", "warnings")
+        "peak_tflops", "mfu", "checkpoint", "checkpoint_stall_s", "weights", "weights_file", "val_metrics_raw", "best", "stopped_early",
+        "grad_norm", "batch_size", "batch_size_search", "per_rank", "env", "warnings")
 
 
 def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
                run_id: Optional[str] = None) -> dict:
     """Every documented key, null until measured; status ``failed`` until the run says otherwise."""
     record = {key: None for key in KEYS}
-    record.update(status="failed", choices=dict(choices or {}), overrides=list(overrides or []), env=env,
-                  warnings=[], run_id=run_id)
+    record.update(schema_version=SCHEMA_VERSION, status="failed", choices=dict(choices or {}),
+                  overrides=list(overrides or []), env=env, warnings=[], run_id=run_id)
     return record
 
 
@@ -98,9 +101,9 @@ def _fmt(value, spec: str, unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
-def held_out_text(m: dict) -> str:
+def held_out_text(m: dict, key: str = "val_metrics") -> str:
     """``accuracy 99.50 % (primary)  loss 0.0213``: the held-out metrics in one line."""
-    values = m.get("val_metrics")
+    values = m.get(key)
     if not values:
         return "n/a (no held-out split)"
     primary = (m.get("primary_metric") or {}).get("name")
@@ -123,6 +126,13 @@ def summary_text(m: dict) -> str:
         f"   GPU util {_fmt(m['gpu_util'], '.0f', ' %')}   peak memory {_fmt(m['peak_mem_gb'], '.3f', ' GB')}",
         f"  held-out     {held_out_text(m)}   final loss {_fmt(m['final_loss'], '.4f')}",
     ]
+    if m.get("weights") == "ema":
+        lines.append(f"  weights      the EMA's (train.ema_decay); the raw weights: {held_out_text(m, 'val_metrics_raw')}")
+    if m.get("best"):
+        best = m["best"]
+        lines.append(f"  best         step {best['step']}: {(m.get('primary_metric') or {}).get('name')} {best['value']:.4g}"
+                     + ("   (stopped early: no gain for train.early_stop_patience evaluations)" if m.get("stopped_early")
+                        else ""))
     if m.get("corpus_baselines"):
         b = m["corpus_baselines"]
         lines.append(f"  baselines    corpus entropy per token: bigram {b['bigram']:.3f}  unigram {b['unigram']:.3f}  "

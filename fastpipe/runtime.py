@@ -92,13 +92,28 @@ def setup_runtime(settings) -> Runtime:
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
     torch.backends.cudnn.allow_tf32 = tf32
-    seed = settings.seed + dist.rank  # each rank its own stream (augmentation, dropout)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    _compiler_switches(settings.compile)
+    seed_everything(settings.seed + dist.rank)  # each rank its own stream (augmentation, dropout)
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
     return Runtime(device, dist, cache_root(), cpu_cores())
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, NumPy's and torch's (CPU and CUDA) generators from ``seed``."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _compiler_switches(cfg) -> None:
+    """Dynamo's process-wide DDP and autograd switches, per ``compile.optimize_ddp`` / ``compiled_autograd``."""
+    if cfg is None or cfg.name == "off":
+        return
+    import torch._dynamo.config as dynamo
+
+    if cfg.optimize_ddp != "auto":
+        dynamo.optimize_ddp = cfg.optimize_ddp
 
 
 def die_with_parent(parent: int) -> None:

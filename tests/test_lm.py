@@ -360,7 +360,7 @@ def test_synthetic_tokens_train_the_lm_and_report_no_held_out_metrics(tmp_path):
 
 @pytest.mark.slow
 def test_checkpoint_and_resume_continue_the_lm_run_exactly(corpus, tmp_path):
-    base = lm_overrides(corpus, "train.checkpoint_every=3", "train.lr_schedule=constant")
+    base = lm_overrides(corpus, "train.checkpoint_every=3", "lr_schedule=constant")
     straight = run_in_process(tmp_path / "straight", base + ["train.max_steps=20"])
     first = run_in_process(tmp_path / "resumed", base + ["train.max_steps=10"])
     assert first["steps"] == 10 and (tmp_path / "resumed" / "checkpoints" / "step-00000010.pt").is_file()

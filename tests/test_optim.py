@@ -1,36 +1,18 @@
-"""The optimizer group, the learning-rate schedule and the device-side skip of non-finite steps."""
+"""The optimizer group, and the device-side skip of non-finite steps."""
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
 from conftest import make_settings
-from fastpipe.optim import build_optimizer, lr_factor, set_learning_rate, step_unless
-
-
-def test_cosine_schedule_warms_up_then_decays_to_zero():
-    cfg = make_settings(["train.lr_warmup_steps=4"]).train
-    factors = [lr_factor(cfg, step, 20) for step in range(20)]
-    assert factors[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
-    assert factors[4] == pytest.approx(1.0) and all(a >= b for a, b in zip(factors[4:], factors[5:]))
-    assert factors[12] == pytest.approx(0.5 * (1 + math.cos(math.pi * 8 / 16)))
-    assert lr_factor(cfg, 20, 20) == pytest.approx(0.0)
-
-
-def test_constant_schedule():
-    cfg = make_settings(["train.lr_schedule=constant"]).train
-    assert {lr_factor(cfg, s, 10) for s in range(10)} == {1.0}
+from fastpipe.optim import build_optimizer, step_unless
 
 
 def test_optimizer_lr_is_the_peak_and_train_lr_still_works_with_a_warning():
     settings = make_settings(["optimizer=sgd", "optimizer.lr=0.2", "optimizer.momentum=0.5"])
     opt = build_optimizer(settings.optimizer, settings.train, torch.nn.Linear(3, 2), torch.device("cpu"))
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.5
-    assert opt.param_groups[0]["fused"] is True
-    set_learning_rate(opt, 0.5)
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.1) and opt.param_groups[0]["initial_lr"] == 0.2
+    assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["initial_lr"] == 0.2
     old = make_settings(["train.lr=0.3"])
     assert old.optimizer.params["lr"] == 0.3 and any("optimizer.lr=0.3" in d for d in old.deprecations)
 

@@ -20,6 +20,7 @@ from fastpipe.errors import ConfigError
 MODEL_RUNTIME_KEYS = ("num_classes", "vocab_size", "seq_len")
 DATASET_RUNTIME_KEYS = ("cache_root", "cpu_threads", "progress", "val_fraction")
 OPTIMIZER_RUNTIME_KEYS = ("params", "fused")
+SCHEDULE_RUNTIME_KEYS = ("optimizer", "total_steps", "T_max")
 
 # The built-in datasets of fastpipe < 0.2, chosen by ``name`` instead of a ``_target_``.
 LEGACY_DATASETS = {"shapes": "fastpipe.data.images.shapes", "imagefolder": "fastpipe.data.images.image_folder",
@@ -184,6 +185,14 @@ class OptimizerConfig(ObjectConfig):
 
 
 @dataclass
+class LrScheduleConfig(ObjectConfig):
+    """lr_schedule: a fastpipe schedule (a function of the step) or a torch scheduler (``_partial_: true``)."""
+
+    GROUP: ClassVar[str] = "lr_schedule"
+    RUNTIME_KEYS: ClassVar[tuple] = SCHEDULE_RUNTIME_KEYS
+
+
+@dataclass
 class LegacyModelSchema:
     """``schema_model`` of fastpipe < 0.2 (``_target_`` + ``kwargs``): old project configs still compose."""
 
@@ -208,5 +217,6 @@ class LegacyDatasetSchema:
     collate_fn: Optional[Any] = None
 
 
-OBJECT_GROUPS = {"dataset": DatasetConfig, "model": ModelConfig, "task": TaskConfig, "optimizer": OptimizerConfig}
+OBJECT_GROUPS = {"dataset": DatasetConfig, "model": ModelConfig, "task": TaskConfig, "optimizer": OptimizerConfig,
+                 "lr_schedule": LrScheduleConfig}
 LEGACY_SCHEMAS = {"model": {"model": LegacyModelSchema}, "dataset": {"dataset": LegacyDatasetSchema}}

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
-from fastpipe.config._checks import one_of
+from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.errors import ConfigError
 
 
@@ -14,10 +14,40 @@ class TrainConfig:
 
     epochs: int = 3
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
-    batch_size: int = 64  # per process
+    # Samples per process per micro-batch, or auto: the largest that fits in device memory (or, with
+    # batch_size_goal=throughput, the fastest of those), found by trying the real step before training
+    # (fastpipe/batch_size.py; on a CPU up to batch_size_max, which is then the answer for memory).
+    batch_size: Any = 64
+    batch_size_goal: str = "memory"  # auto: memory (the largest that fits) or throughput (best samples/s)
+    batch_size_max: Optional[int] = None  # auto's largest candidate; null = 4096 on a GPU, 128 on a CPU
+    # The learning rate follows the global batch (batch_size x grad_accum x processes): none = as
+    # configured; linear = optimizer.lr x global / lr_reference_batch (Goyal et al. 2017); sqrt = x its
+    # square root (often used with Adam). graph.txt shows the lr applied.
+    lr_scaling: str = "none"
+    lr_reference_batch: int = 256  # the global batch optimizer.lr was tuned for
     lr: Optional[float] = None  # deprecated spelling of optimizer.lr (the peak learning rate)
-    lr_schedule: str = "cosine"  # cosine (linear warm-up, then cosine decay to 0) | constant
-    lr_warmup_steps: int = 0
+    # Gradient clipping: the gradients' total L2 norm is scaled down to at most this (after fp16 loss
+    # scaling is undone); null = off. The norm before clipping is logged at window edges.
+    clip_grad_norm: Optional[float] = None
+    # An exponential moving average of the weights (torch.optim.swa_utils.AveragedModel), updated after
+    # every step: ema_t = decay * ema + (1 - decay) * weights; evaluated and checkpointed beside the
+    # raw weights, and the run's held-out metrics are the average's. null = off.
+    ema_decay: Optional[float] = None
+    eval_every: Optional[int] = None  # also evaluate every N optimizer steps (besides each epoch's end)
+    # Stop when the task's primary metric has not improved (by more than early_stop_min_delta, in its
+    # direction) for this many evaluations in a row; null = never.
+    early_stop_patience: Optional[int] = None
+    early_stop_min_delta: float = 0.0
+    # No weight decay on biases and normalisation weights (1-d parameters), as nanoGPT and torchtitan
+    # do: auto = for AdamW/Adam only (decoupled decay); true / false for every optimizer.
+    no_decay: Any = "auto"
+    # Keep the trained weights: checkpoints/best.pt (the best evaluation by the task's primary metric)
+    # and checkpoints/last.pt (the end of the run), for fastpipe.load and python -m fastpipe.evaluate.
+    save_weights: bool = True
+    # fastpipe 0.1's spellings, now the lr_schedule group (lr_schedule=constant,
+    # lr_schedule.warmup_steps=N): still accepted, with a deprecation warning.
+    lr_schedule: Optional[str] = None
+    lr_warmup_steps: Optional[int] = None
     # Moved to the optimizer group (optimizer=adamw, optimizer.momentum, optimizer.weight_decay):
     # kept only to say so when an old command line sets them.
     optimizer: Optional[str] = None
@@ -39,10 +69,21 @@ class TrainConfig:
             if value is not None:
                 raise ConfigError(f"train.{key} moved to the optimizer group: use {new.format(value=value)} "
                                   f"instead of train.{key}={value}")
-        one_of("train.lr_schedule", self.lr_schedule, ("cosine", "constant"))
-        if self.lr_warmup_steps < 0:
-            raise ConfigError(f"train.lr_warmup_steps={self.lr_warmup_steps} must be >= 0")
-        for key in ("epochs", "batch_size", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):
+        auto_or_bool("train.no_decay", self.no_decay)
+        auto_or_int("train.batch_size", self.batch_size, minimum=1)
+        one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))
+        one_of("train.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
+        for key in ("batch_size_max", "lr_reference_batch"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise ConfigError(f"train.clip_grad_norm={self.clip_grad_norm} must be > 0 (or null: no clipping)")
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ConfigError(f"train.ema_decay={self.ema_decay} must lie in (0, 1), e.g. 0.999 (or null: no EMA)")
+        for key in ("eval_every", "early_stop_patience"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1 (or null)")
+        for key in ("epochs", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
         if self.max_steps is not None and self.max_steps < 1:

@@ -10,6 +10,7 @@ from fastpipe.config import DefaultLoaderConfig
 from fastpipe.data.device import DeviceLoader, ImagePrep, MovePrep, Normalizer
 from fastpipe.data.sampler import EpochSampler
 from fastpipe.data.splits import DataSplits
+from fastpipe.data.streams import Shard, epoch_length, is_stream
 from fastpipe.errors import no_full_batch
 from fastpipe.runtime import Runtime
 
@@ -19,23 +20,33 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
     """The training (shuffled by seed and epoch) or held-out loader of ``splits``."""
     dist, device = runtime.dist, runtime.device
     dataset = splits.train if train else splits.val
-    sampler = None
-    if train:  # order = f(seed, epoch) on every rank count, and resumable part-way (checkpoints)
+    sampler, workers = None, cfg.workers(runtime.cores_per_process)
+    persistent = cfg.persistent_workers
+    if is_stream(dataset):  # sharded over ranks and workers; no random access, no sampler
+        quota = None
+        if train:
+            per_worker = epoch_length(dataset, splits.name) // dist.world_size // max(1, workers)
+            quota = per_worker // batch_size * batch_size if cfg.drop_last else per_worker
+        dataset = Shard(dataset, dist.rank, dist.world_size, workers, quota, splits.name)
+        persistent = persistent and not hasattr(dataset.stream, "set_epoch")  # fresh workers see the new epoch
+        sampler = dataset if train else None  # set_epoch reaches the stream through it
+    elif train:  # order = f(seed, epoch) on every rank count, and resumable part-way (checkpoints)
         sampler = EpochSampler(dataset, dist.world_size, dist.rank, seed=seed, drop_last=cfg.drop_last)
     elif dist.world_size > 1:
         dataset = Subset(dataset, range(dist.rank, len(dataset), dist.world_size))  # each sample once
-    workers = cfg.workers(runtime.cores_per_process)
     pin = cfg.pin(device.type)
     # The training process is itself spawned, so its default start method is spawn, which re-imports
     # torch in every worker (seconds per epoch start). Workers never touch CUDA: fork is safe.
     context = "fork" if workers > 0 and "fork" in multiprocessing.get_all_start_methods() else None
     loader = DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, num_workers=workers, pin_memory=pin,
-        drop_last=cfg.drop_last and train, collate_fn=splits.collate_fn, generator=torch.Generator().manual_seed(seed),
-        persistent_workers=cfg.persistent_workers and workers > 0,
+        dataset, batch_size=batch_size, sampler=None if isinstance(dataset, Shard) else sampler, num_workers=workers,
+        pin_memory=pin, drop_last=cfg.drop_last and train, collate_fn=splits.collate_fn,
+        generator=torch.Generator().manual_seed(seed), persistent_workers=persistent and workers > 0,
         prefetch_factor=cfg.prefetch_factor if workers > 0 else None, multiprocessing_context=context)
     if train and len(loader) == 0:
         raise no_full_batch(len(sampler) * dist.world_size, batch_size, dist.world_size)
+    if isinstance(dataset, Shard) and not train:
+        sampler = None
     prepare = ImagePrep(Normalizer(device, channels_last)) if splits.is_images else MovePrep(device)
     description = (f"default  DataLoader  num_workers={workers}  pin_memory={pin}  "
                    f"persistent_workers={loader.persistent_workers}  prefetch_factor={cfg.prefetch_factor}  "

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset, Subset
 
 from fastpipe.config import DatasetConfig
 from fastpipe.data.images import ImageFiles
+from fastpipe.data.streams import epoch_length, is_stream
 from fastpipe.data.synthetic import SyntheticData
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.runtime import Runtime
@@ -89,6 +90,8 @@ class DataSplits:
         return {k: v for k in MODEL_RUNTIME_KEYS if (v := self.fact(k)) is not None}
 
     def describe(self) -> str:
+        if is_stream(self.train):
+            return f"{self.name}  a stream (IterableDataset)  samples/epoch={epoch_length(self.train, self.name)}"
         if self.is_synthetic:
             return f"{self.name}  {self.train.describe()}"
         if self.is_images:
@@ -96,7 +99,7 @@ class DataSplits:
             return (f"{self.name}  root={t.root}  classes={t.num_classes}  train={len(t)}  val={len(self.val)}  "
                     f"image_size={t.image_size}  augment={t.augment}")
         sample = describe_value(self.train[0][0]), describe_value(self.train[0][1])
-        val = len(self.val) if self.val is not None else "none"
+        val = "none" if self.val is None else len(self.val) if hasattr(self.val, "__len__") else "a stream"
         return f"{self.name}  train={len(self.train)}  val={val}  input={sample[0]}  target={sample[1]}"
 
 
@@ -122,8 +125,11 @@ def build_dataset(cfg: DatasetConfig, runtime: Runtime, name: str, progress: boo
             raise ConfigError(f"dataset._target_={cfg.target!r} returned a dict with keys {sorted(built)}; use "
                               "'train' (required), 'val' and 'test'")
         train, val, test = built["train"], built.get("val"), built.get("test")
-        if val is None:
+        if val is None and not is_stream(train):
             train, val = hash_split(train, cfg.val_fraction)
+    elif is_stream(built):
+        raise ConfigError(f"dataset._target_={cfg.target!r} returned a stream (an IterableDataset), which cannot be "
+                          "split by index: return {'train': stream, 'val': a held-out Dataset or stream}")
     elif isinstance(built, Dataset) and hasattr(built, "__getitem__"):
         train, val = hash_split(built, cfg.val_fraction)
         test = None
@@ -131,10 +137,13 @@ def build_dataset(cfg: DatasetConfig, runtime: Runtime, name: str, progress: boo
         raise ConfigError(f"dataset._target_={cfg.target!r} returned {type(built).__name__}; return a map-style "
                           "torch.utils.data.Dataset, or a dict {'train': Dataset, 'val': Dataset}")
     for split in (train, val, test):
-        if split is not None and not (isinstance(split, Dataset) and hasattr(split, "__len__")):
+        if split is not None and not (is_stream(split) or (isinstance(split, Dataset) and hasattr(split, "__len__"))):
             raise ConfigError(f"dataset._target_={cfg.target!r} gave a split of type {type(split).__name__}; "
-                              "each split must be a map-style torch.utils.data.Dataset")
-    _check_sample(name, train)
+                              "each split must be a torch.utils.data.Dataset (map-style, or an IterableDataset)")
+    if is_stream(train):
+        epoch_length(train, name)  # refused at once when a stream has no length
+    else:
+        _check_sample(name, train)
     identity = json.dumps([cfg.target, cfg.params, cfg.val_fraction, getattr(_base(train), "fingerprint", None)],
                           sort_keys=True, default=str)
     return DataSplits(name, train, val, test, collate, identity)

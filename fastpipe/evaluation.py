@@ -1,0 +1,127 @@
+"""Held-out evaluation: the task's metrics over the split, when to evaluate, the best weights so far,
+and early stopping on the task's primary metric."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+
+from fastpipe.config import TrainConfig
+
+
+def batch_length(target) -> int:
+    """Samples in a batch: the first dimension of the target (or of its first tensor)."""
+    while isinstance(target, (tuple, list, dict)):
+        target = next(iter(target.values())) if isinstance(target, dict) else target[0]
+    return int(target.shape[0]) if isinstance(target, torch.Tensor) and target.dim() else 1
+
+
+@torch.no_grad()
+def evaluate(g, model: torch.nn.Module) -> Optional[Dict[str, float]]:
+    """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
+    split and the ranks in one all-reduce, divided by the number of held-out samples; then ``summarize``."""
+    if g.eval_loader is None:
+        return None
+    was_training = model.training
+    model.eval()
+    names, totals, count = None, None, 0
+    for (inputs, targets), counted in (in_lockstep(g, iter(g.eval_loader)) if g.sharded
+                                       else ((batch, True) for batch in g.eval_loader)):
+        with g.precision.autocast():
+            outputs = model(inputs)
+            if not counted:
+                continue
+            sums = g.task.metrics(outputs, targets)
+        if totals is None:
+            names = list(sums)
+            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=g.device)
+        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=g.device).detach().double() for n in names])
+        count += batch_length(targets)
+    model.train(was_training)
+    if totals is None:
+        totals = torch.zeros(1, dtype=torch.float64, device=g.device)  # this rank had no batch
+    totals[-1] = count
+    totals = g.all_reduce_sum(totals).tolist()
+    if not totals[-1] or names is None:
+        return None
+    means = {n: v / totals[-1] for n, v in zip(names, totals)}
+    summarize = getattr(g.task, "summarize", None)
+    return {**means, **(summarize(means) if callable(summarize) else {})}
+
+
+def in_lockstep(g, batches):
+    """(batch, counted) pairs with the same number of forwards on every rank, as a sharded model needs
+    (each forward gathers parameters from all ranks): a rank out of batches repeats its last one,
+    uncounted, while another still has some. One small all-reduce per batch."""
+    from fastpipe.errors import ConfigError
+
+    last = next(batches, None)
+    having = int(g.all_reduce_sum(torch.tensor([float(last is not None)], device=g.device)).item())
+    if having == 0:
+        return
+    if having < g.runtime.dist.world_size:
+        raise ConfigError(f"the held-out split gives {g.runtime.dist.world_size - having} of "
+                          f"{g.runtime.dist.world_size} ranks no batch, and a sharded model's ranks must evaluate "
+                          "together: hold out more samples (or a smaller train.batch_size)")
+    yield last, True
+    while True:
+        batch = next(batches, None)
+        if not bool(g.any_rank(torch.tensor(batch is not None, device=g.device))):
+            return
+        if batch is None:
+            yield last, False
+        else:
+            last = batch
+            yield batch, True
+
+
+class Evaluator:
+    """Evaluates at each epoch's end and every ``train.eval_every`` steps; keeps the best weights by the
+    task's primary metric (``checkpoints/best.pt``, never rotated) and counts evaluations without
+    improvement for ``train.early_stop_patience``. With an EMA, the average's weights are the ones
+    that count; the raw weights' metrics are kept beside them."""
+
+    def __init__(self, g, cfg: TrainConfig, ckpt, ema=None) -> None:
+        self.g, self.cfg, self.ckpt, self.ema = g, cfg, ckpt, ema
+        self.latest: Optional[Dict[str, float]] = None
+        self.raw: Optional[Dict[str, float]] = None
+        self.best: Optional[dict] = None  # {"step", "value", "metrics"}
+        self.since_best = 0
+        self.history = []
+
+    def due(self, step: int) -> bool:
+        return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0
+
+    @property
+    def weights(self) -> str:
+        return "ema" if self.ema is not None else "raw"
+
+    def run(self, step: int) -> Optional[Dict[str, float]]:
+        """Evaluate now; returns the metrics that count (the EMA's when there is one)."""
+        self.raw = evaluate(self.g, self.g.eval_module)
+        self.latest = evaluate(self.g, self.ema.module) if self.ema is not None else self.raw
+        if self.latest is not None:
+            self.history.append({"step": step, **self.latest})
+            self._track_best(step)
+        return self.latest
+
+    def _track_best(self, step: int) -> None:
+        name, higher = self.g.task.primary, self.g.task.higher_is_better
+        value = self.latest.get(name)
+        if value is None:
+            return
+        if self.best is None:
+            improved = True
+        else:
+            gain = value - self.best["value"] if higher else self.best["value"] - value
+            improved = gain > self.cfg.early_stop_min_delta
+        if improved:
+            self.best, self.since_best = {"step": step, "value": value, "metrics": dict(self.latest)}, 0
+            self.ckpt.save_weights(self.g, "best", step, self.ema, {name: value})
+        else:
+            self.since_best += 1
+
+    @property
+    def stop(self) -> bool:
+        """Early stopping: the primary metric has not improved for ``early_stop_patience`` evaluations."""
+        return self.cfg.early_stop_patience is not None and self.since_best >= self.cfg.early_stop_patience

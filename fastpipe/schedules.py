@@ -1,0 +1,105 @@
+"""The ``lr_schedule`` group: how the learning rate moves over the run.
+
+A schedule config is a ``_target_`` giving either
+
+- a pure function of the step (``cosine``, ``constant``, or a project's own callable returning
+  ``factor(step, total_steps) -> float``): the optimizer's lr (its peak) times the factor,
+  recomputed every step, so a resumed run continues the same schedule with nothing to save; or
+- a torch scheduler with ``_partial_: true`` (``torch.optim.lr_scheduler.OneCycleLR`` ...): built on
+  the optimizer (``total_steps`` / ``T_max`` given the run's steps when the config leaves them
+  unset), stepped after every optimizer step, its state saved in checkpoints.
+
+Both are host-side Python floats set on the optimizer's groups: no device synchronisation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Callable, Optional
+
+import torch
+
+from fastpipe.config import LrScheduleConfig
+from fastpipe.errors import ConfigError
+
+
+def cosine(warmup_steps: int = 0, min_lr_ratio: float = 0.0) -> Callable[[int, int], float]:
+    """Linear warm-up over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` x the peak."""
+    if warmup_steps < 0 or not 0.0 <= min_lr_ratio <= 1.0:
+        raise ConfigError(f"lr_schedule.warmup_steps={warmup_steps} must be >= 0 and lr_schedule.min_lr_ratio="
+                          f"{min_lr_ratio} in [0, 1]")
+
+    def factor(step: int, total_steps: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def constant(warmup_steps: int = 0) -> Callable[[int, int], float]:
+    """The optimizer's lr throughout (after an optional linear warm-up)."""
+    if warmup_steps < 0:
+        raise ConfigError(f"lr_schedule.warmup_steps={warmup_steps} must be >= 0")
+
+    def factor(step: int, total_steps: int) -> float:
+        return (step + 1) / warmup_steps if step < warmup_steps else 1.0
+
+    return factor
+
+
+class Schedule:
+    """What the loop calls: ``set(step)`` before each optimizer step, ``after_step()`` after it."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, factor=None, scheduler=None,
+                 name: str = "") -> None:
+        self.optimizer, self.total_steps, self.factor, self.scheduler, self.name = \
+            optimizer, total_steps, factor, scheduler, name
+
+    @property
+    def stateful(self) -> bool:
+        return self.scheduler is not None
+
+    def set(self, step: int) -> None:
+        if self.factor is None:
+            return  # a torch scheduler set the lr when it last stepped
+        f = self.factor(step, self.total_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["initial_lr"] * f  # a Python float: fused kernels take it as a scalar
+
+    def after_step(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def state_dict(self) -> Optional[dict]:
+        return self.scheduler.state_dict() if self.scheduler is not None else None
+
+    def load_state_dict(self, state: Optional[dict]) -> None:
+        if self.scheduler is not None and state:
+            self.scheduler.load_state_dict(state)
+
+    def describe(self) -> str:
+        return f"{self.name} ({'torch scheduler, stepped each step' if self.stateful else 'a function of the step'})"
+
+
+def build_schedule(cfg: LrScheduleConfig, optimizer: torch.optim.Optimizer, total_steps: int,
+                   lr_factor: float = 1.0) -> Schedule:
+    """The Schedule ``cfg`` names for ``optimizer`` over a run of ``total_steps`` optimizer steps. A
+    scheduler that sets its own peak (OneCycleLR's ``max_lr``) gets it times ``lr_factor``
+    (``train.lr_scaling``), as the optimizer's lr does."""
+    from fastpipe.targets import call_partial
+
+    if lr_factor != 1.0 and cfg.params.get("max_lr") is not None:
+        cfg = dataclasses.replace(cfg, params={**cfg.params, "max_lr": cfg.params["max_lr"] * lr_factor})
+
+    made = cfg.build(optimizer=optimizer, total_steps=total_steps, T_max=total_steps)
+    if isinstance(made, functools.partial):
+        made = call_partial("lr_schedule", cfg.target, cfg.params, made)
+    if isinstance(made, torch.optim.lr_scheduler.LRScheduler):
+        return Schedule(optimizer, total_steps, scheduler=made, name=cfg.short_name)
+    if callable(made):
+        return Schedule(optimizer, total_steps, factor=made, name=cfg.short_name)
+    raise ConfigError(f"lr_schedule._target_={cfg.target!r} gives a {type(made).__name__}; give a torch.optim."
+                      "lr_scheduler class with _partial_: true, or a function returning factor(step, total_steps)")

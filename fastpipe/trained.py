@@ -1,0 +1,86 @@
+"""``fastpipe.load(run_dir, which)``: a finished run's trained model back in your code.
+
+    import fastpipe
+    model = fastpipe.load("outputs/2026-11-30/10-00-00").model   # best.pt: the best evaluation's weights
+
+The model is rebuilt from the run's own record (``.hydra/config.yaml``) and the weights file
+(``checkpoints/best.pt`` or ``last.pt``), which also holds what the model took from the dataset
+(``num_classes``, ``vocab_size``...), so the dataset itself is not needed. The project's modules
+must be importable (run from its folder, or put it on PYTHONPATH).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from fastpipe.errors import ConfigError, DataError
+
+WHICH = ("best", "last")
+
+
+@dataclass
+class Trained:
+    """What ``load`` gives back: the model (eval mode, CPU unless ``device``), its run's settings
+    (a fastpipe Config), the weights file and what it recorded (step, metric, ``ema`` or ``raw``)."""
+
+    model: torch.nn.Module
+    config: object
+    path: Path
+    step: int
+    metric: Optional[dict]
+    weights: str
+
+
+def run_settings(run_dir: Path, overrides=()):
+    """A run's settings from its ``.hydra/config.yaml`` (plus ``KEY=VALUE`` overrides), each group typed by
+    its schema again; the ``_target_`` s are not imported until something is built."""
+    from omegaconf import OmegaConf
+
+    from fastpipe.config import SCHEMAS, Config, register_configs, to_settings
+
+    path = Path(run_dir) / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a fastpipe run folder (no .hydra/config.yaml); give a folder "
+                          "that `python -m fastpipe` wrote")
+    register_configs()
+    record = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+    for group, schemas in SCHEMAS.items():  # a group node typed by the schema of its choice
+        node = record.get(group)
+        name = node.get("name") if node is not None and hasattr(node, "get") else None
+        kind = schemas.get(name) or (schemas.get(group) if len(schemas) == 1 and group in ("precision", "compile",
+                                                                                             "profile") else None)
+        if kind is not None and group not in ("dataset", "model"):
+            record[group] = OmegaConf.merge(OmegaConf.structured(kind), node)
+    return to_settings(OmegaConf.merge(OmegaConf.structured(Config), record), check=False)
+
+
+def weights_path(run_dir: Path, which: str) -> Path:
+    if which not in WHICH:
+        raise ConfigError(f"which={which!r}: use one of {', '.join(WHICH)}")
+    path = Path(run_dir) / "checkpoints" / f"{which}.pt"
+    if not path.is_file():
+        why = ("the run had no held-out split, or train.save_weights=false" if which == "best" else
+               "the run did not finish, or train.save_weights=false")
+        raise DataError(f"{path} does not exist ({why}); " + ("try which='last'" if which == "best" else
+                                                             "resume the run, or load a step-*.pt checkpoint"))
+    return path
+
+
+def load(run_dir, which: str = "best", device="cpu") -> Trained:
+    """The model of the run in ``run_dir`` with its ``which`` weights (``best`` by the task's primary
+    metric, or ``last``), in eval mode on ``device``."""
+    from fastpipe.checkpoint_files import load_verified
+    from fastpipe.models import build_model
+
+    path = weights_path(Path(run_dir), which)
+    _, state = load_verified([path], lambda text: None)
+    if state is None or state.get("format") != "weights":
+        raise DataError(f"{path} is damaged or not a weights file (its SHA-256 or format does not match); "
+                        "load the other one, or a step-*.pt checkpoint")
+    settings = run_settings(Path(run_dir))
+    model = build_model(settings.model, state["meta"].get("model_kwargs") or {})
+    model.load_state_dict(state["model"])
+    return Trained(model.to(device).eval(), settings, path, state["step"], state.get("metric"), state["weights"])
