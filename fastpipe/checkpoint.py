@@ -6,11 +6,14 @@ A checkpoint holds the model, optimizer, GradScaler, every rank's RNG states and
 ``set_epoch`` and ``epoch_batches`` skips the batches already trained on, so a resumed run sees the
 batches an uninterrupted one would. A checkpoint is written only from finite weights, so the
 newest one is always a good one. Files and their integrity checks live in checkpoint_files.py;
-only rank 0 writes.
+rank 0 writes, except under launcher=fsdp, where every rank writes its shards (checkpoint_dcp.py).
+Rank 0 chooses the checkpoint to resume, so every rank resumes the same one.
 """
 from __future__ import annotations
 
+import shutil
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -19,13 +22,14 @@ import torch
 from fastpipe import signals
 from fastpipe.checkpoint_files import (
     checkpoints_in,
+    load_state,
     load_verified,
     resolve_candidates,
-    rotate,
     verify,
     write_checkpoint,
 )
-from fastpipe.checkpoint_state import Position, apply_state, rng_state, state_of
+from fastpipe.checkpoint_state import Position, apply_state, rng_state, state_of, train_state_of, weights_of
+from fastpipe.checkpoint_writer import BackgroundWriter
 from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted
 
@@ -50,12 +54,40 @@ class Checkpointer:
         self.folder = None if run_dir is None else Path(run_dir) / "checkpoints"
         self.every, self.keep, self.resume = cfg.checkpoint_every or 0, cfg.keep_checkpoints, cfg.resume
         self.dist = dist or Dist()
-        self.latest: Optional[Path] = None  # the newest good checkpoint: written, or resumed from
+        # Rank 0 writes in the background (checkpoint_writer.py); the newest good checkpoint is the
+        # newest complete write, or the one resumed from.
+        self.writer = BackgroundWriter(self.folder, self.keep) if self.folder is not None and self.dist.is_main \
+            else None
+        self._latest: Optional[Path] = None
+        self.stalls: List[float] = []  # seconds the training thread spent in each save
         self.last_step: Optional[int] = None
         self.pending = False  # a save fell in a non-finite streak: retry at the next good step
         self.stopped_by: Optional[str] = None
         self.steps_per_epoch = 0
         self.position: Optional[Position] = None  # the loop's latest, for an interrupted run's record
+
+    @property
+    def latest(self) -> Optional[Path]:
+        """The newest complete, good checkpoint (a write still in flight is not one yet)."""
+        written = self.writer.written if self.writer is not None else None
+        return written or self._latest
+
+    def settle(self, barrier: bool = True, g=None) -> None:
+        """Wait for the checkpoint write in flight (rank 0), then, under DDP, for every rank: no rank
+        leaves while rank 0 still writes. ``barrier=False`` where only some ranks get here (a crash)."""
+        if self.writer is not None:
+            self.writer.wait()
+        if barrier and g is not None and self.dist.world_size > 1:
+            g.all_reduce_sum(torch.zeros(1, device=g.device))
+
+    def stall_summary(self) -> Optional[dict]:
+        """metrics.json's ``checkpoint_stall_s``: the training thread's stall per checkpoint."""
+        if not self.stalls:
+            return None
+        ordered = sorted(self.stalls)
+        writes = sorted(self.writer.write_s) if self.writer is not None and self.writer.write_s else None
+        return {"median": ordered[len(ordered) // 2], "max": ordered[-1], "count": len(ordered),
+                "write_median": writes[len(writes) // 2] if writes else None}
 
     def log(self, text: str, warnings: Optional[List[str]] = None) -> None:
         if self.dist.is_main:
@@ -74,7 +106,7 @@ class Checkpointer:
                                   "continue it, or give this run its own hydra.run.dir")
             return Position()
         candidates = resolve_candidates(self.resume, self.folder)
-        path, state = load_verified(candidates, lambda text: self.log(text, warnings))
+        path, state = self._choose(candidates, warnings)
         if path is None:
             if self.resume != "auto":
                 raise DataError(f"train.resume={self.resume}: no complete, loadable checkpoint there (see above)")
@@ -82,10 +114,24 @@ class Checkpointer:
                      warnings if candidates else None)
             return Position()
         pos = apply_state(g, path, state, steps_per_epoch, warnings)
-        self.latest, self.last_step, self.position = path, pos.step, pos
+        self._latest, self.last_step, self.position = path, pos.step, pos
         self.log(f"resuming from {path} at step {pos.step} (epoch {pos.epoch + 1}, step {pos.step_in_epoch} "
                  f"of {steps_per_epoch}); timings cover the steps after it only", warnings)
         return pos
+
+    def _choose(self, candidates: List[Path], warnings: List[str]) -> tuple:
+        """(path, state) of the newest good candidate: verified by rank 0 (every SHA-256 read once),
+        which tells the other ranks which one to load."""
+        from fastpipe.runtime import broadcast_from_main
+
+        if self.dist.world_size == 1:
+            return load_verified(candidates, lambda text: self.log(text, warnings))
+        path, state = load_verified(candidates, lambda text: self.log(text, warnings)) if self.dist.is_main \
+            else (None, None)
+        chosen = broadcast_from_main(None if path is None else str(path))
+        if chosen is None or self.dist.is_main:
+            return path, state
+        return Path(chosen), load_state(Path(chosen))
 
     def after_step(self, g, pos: Position, streak: torch.Tensor, edge: bool) -> bool:
         """Save when due; True when a stop signal ends training now (``preempted()`` says how)."""
@@ -96,29 +142,66 @@ class Checkpointer:
         return stop
 
     def finish(self, g, pos: Optional[Position], streak: torch.Tensor) -> None:
-        """The final checkpoint, when checkpointing is on and the last step has none yet."""
+        """The final checkpoint, when checkpointing is on and the last step has none yet; then every
+        write is complete before the run reports."""
         if self.every and pos is not None and pos.step != self.last_step:
             self.save(g, pos, streak)
+        self.settle(g=g)
 
     def save(self, g, pos: Position, streak: Optional[torch.Tensor] = None) -> Optional[Path]:
-        """Write a checkpoint (rank 0; every rank takes part); None when not written."""
+        """Start a checkpoint (every rank takes part; rank 0 snapshots and writes in the background);
+        None when not written. The check for finite weights is this save's one host synchronisation."""
         if self.folder is None:
             return None
+        start = time.perf_counter()
         bad = streak.detach().clone().float() if streak is not None else torch.zeros((), device=g.device)
         bad = bad + (~finite_state(g.model)).float()  # the loss was finite but the update may not have been
         if g.all_reduce_sum(bad.reshape(1)).item() > 0:
+            self.settle(barrier=False)
             self.log(f"no checkpoint at step {pos.step}: the weights or buffers hold NaN/inf; the newest good one "
                      f"stays {self.latest}")
             return None
         rngs = g.gather(rng_state(g.device))
-        path = self.folder / f"step-{pos.step:08d}.pt"
-        if self.dist.is_main:
-            path = write_checkpoint(self.folder, state_of(g, pos, self.steps_per_epoch, rngs))
-            rotate(self.folder, self.keep)
-        if self.dist.world_size > 1:
-            g.all_reduce_sum(torch.zeros(1, device=g.device))  # a barrier: no rank leaves mid-write
-        self.latest, self.last_step = path, pos.step
+        if getattr(g, "sharded", False):
+            path = self._save_sharded(g, pos, rngs)
+        else:
+            path = self.folder / f"step-{pos.step:08d}.pt"
+            if self.writer is not None:
+                self.writer.submit(state_of(g, pos, self.steps_per_epoch, rngs))
+        if self.writer is None:
+            self._latest = path  # other ranks: rank 0 writes (or publishes) it
+        self.last_step = pos.step
+        self.stalls.append(time.perf_counter() - start)
         return path
+
+    def _save_sharded(self, g, pos: Position, rngs: list) -> Path:
+        """launcher=fsdp: every rank writes its shards now (checkpoint_dcp.py); rank 0 publishes the
+        folder in the background once all are written."""
+        from fastpipe.checkpoint_dcp import publish, save_sharded
+
+        final = self.folder / f"step-{pos.step:08d}.dcp"
+        partial = self.folder / f".{final.name}.partial"
+        train_state = train_state_of(g, pos, self.steps_per_epoch, rngs)
+        if self.writer is not None:
+            self.writer.wait()  # the previous publication (and its rotation) first
+            shutil.rmtree(partial, ignore_errors=True)  # an interrupted attempt at this step
+            partial.mkdir(parents=True)
+        g.all_reduce_sum(torch.zeros(1, device=g.device))  # the folder exists, and is empty, for every rank
+        save_sharded(g, train_state, partial)
+        if self.writer is not None:
+            self.writer.run(lambda: publish(partial, final, train_state["position"]))
+        return final
+
+    def save_weights(self, g, which: str, step: int, ema=None, metric: Optional[dict] = None) -> Optional[Path]:
+        """``checkpoints/best.pt`` or ``last.pt``: the weights that count (the EMA's when there is one, the
+        raw ones beside them), for fastpipe.load and python -m fastpipe.evaluate; never rotated. Rank 0
+        writes; under FSDP every rank takes part in gathering the whole weights."""
+        if self.folder is None or not g.settings.train.save_weights:
+            return None
+        if not self.dist.is_main and not getattr(g, "sharded", False):
+            return None
+        weights = weights_of(g, which, step, ema, metric)
+        return write_checkpoint(self.folder, weights, name=which) if self.dist.is_main else None
 
     def past_the_end(self, pos: Position, total: int) -> "NothingToTrain":
         """A resume at or beyond this run's last step: nothing to train, which is not a failure."""
@@ -126,8 +209,9 @@ class Checkpointer:
                               f"or past this run's end (step {total}): nothing to train; raise train.epochs or "
                               "train.max_steps to train further", metrics={"status": "ok", "steps": pos.step})
 
-    def preempted(self, pos: Position) -> Preempted:
-        """The error that ends a signalled run (exit code EXIT_PREEMPTED)."""
+    def preempted(self, pos: Position, g=None) -> Preempted:
+        """The error that ends a signalled run (exit code EXIT_PREEMPTED), once its checkpoint is written."""
+        self.settle(g=g)
         if self.last_step == pos.step:
             saved = f"checkpoint {self.latest} written"
         else:
@@ -163,7 +247,8 @@ class NothingToTrain(FastpipeError):
 
 
 def finite_state(model: torch.nn.Module) -> torch.Tensor:
-    """True (a 0-d device tensor) when every parameter and floating buffer is finite."""
-    checks = [torch.isfinite(t).all() for t in list(model.parameters()) + list(model.buffers())
-              if t.is_floating_point() and t.numel()]
+    """True (a 0-d device tensor) when every parameter and floating buffer is finite (this rank's shard
+    of each under FSDP: the caller sums the verdicts over the ranks)."""
+    tensors = [t.to_local() if hasattr(t, "to_local") else t for t in list(model.parameters()) + list(model.buffers())]
+    checks = [torch.isfinite(t).all() for t in tensors if t.is_floating_point() and t.numel()]
     return torch.stack(checks).all() if checks else torch.ones((), dtype=torch.bool)

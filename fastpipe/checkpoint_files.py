@@ -3,6 +3,8 @@
 ``step-NNNNNNNN.pt`` (torch.save) is written to a temporary file, fsynced and renamed; then its
 sidecar ``step-NNNNNNNN.json`` (size, SHA-256, position) the same way. A checkpoint counts as
 complete only when its sidecar exists and matches, so an interrupted or damaged file is never loaded.
+A sharded checkpoint (launcher=fsdp) is a folder ``step-NNNNNNNN.dcp`` published the same way, its
+sidecar listing every file's size and SHA-256 (checkpoint_dcp.py writes it).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,7 +21,7 @@ import torch
 from fastpipe.errors import ConfigError
 
 FORMAT = 1
-NAME = re.compile(r"^step-(\d{8})\.pt$")
+NAME = re.compile(r"^step-(\d{8})\.(pt|dcp)$")
 
 
 def _before_publish(tmp: Path) -> None:
@@ -36,7 +39,7 @@ def _write_durably(path: Path, write) -> None:
     os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
@@ -44,21 +47,30 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_checkpoint(folder: Path, state: dict) -> Path:
-    """Write ``state`` as ``folder/step-N.pt`` + sidecar, atomically; returns the .pt path."""
+def write_checkpoint(folder: Path, state: dict, name: Optional[str] = None) -> Path:
+    """Write ``state`` as ``folder/step-N.pt`` (or ``folder/NAME.pt``) + sidecar, atomically; returns the .pt path."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"step-{state['position']['step']:08d}.pt"
+    path = folder / (f"{name}.pt" if name else f"step-{state['position']['step']:08d}.pt")
     path.with_suffix(".json").unlink(missing_ok=True)  # rewriting a step: incomplete until the new sidecar
     _write_durably(path, lambda fh: torch.save(state, fh))
-    sidecar = {"format": FORMAT, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path),
-               "position": state["position"]}
+    sidecar = {"format": FORMAT, "file": path.name, "bytes": path.stat().st_size, "sha256": sha256(path),
+               "position": state.get("position")}
+    write_sidecar(path, sidecar)
+    return path
+
+
+def write_sidecar(path: Path, sidecar: dict) -> None:
+    """``path``'s sidecar, written durably last: from now on ``path`` counts as complete."""
     _write_durably(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(sidecar, indent=2).encode()))
+    fsync_folder(path.parent)  # the renames themselves survive a power cut
+
+
+def fsync_folder(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(fd)  # the renames themselves survive a power cut
+        os.fsync(fd)
     finally:
         os.close(fd)
-    return path
 
 
 def checkpoints_in(folder: Path) -> List[Path]:
@@ -77,10 +89,27 @@ def verify(path: Path, need_sidecar: bool = True) -> Optional[str]:
         meta = json.loads(sidecar.read_text())
     except ValueError as exc:
         return f"unreadable sidecar ({exc})"
+    if path.is_dir():
+        return _verify_folder(path, meta.get("files") or {})
     if path.stat().st_size != meta.get("bytes"):
         return f"{path.stat().st_size} bytes, the sidecar recorded {meta.get('bytes')}: truncated"
-    if _sha256(path) != meta.get("sha256"):
+    if sha256(path) != meta.get("sha256"):
         return "SHA-256 differs from the sidecar's: corrupt"
+    return None
+
+
+def _verify_folder(path: Path, files: dict) -> Optional[str]:
+    """None when every file the sidecar lists is in the folder with its size and SHA-256."""
+    if not files:
+        return "its sidecar lists no files"
+    for name, expected in sorted(files.items()):
+        part = path / name
+        if not part.is_file():
+            return f"{name} is missing"
+        if part.stat().st_size != expected.get("bytes"):
+            return f"{name} is {part.stat().st_size} bytes, the sidecar recorded {expected.get('bytes')}: truncated"
+        if sha256(part) != expected.get("sha256"):
+            return f"{name}'s SHA-256 differs from the sidecar's: corrupt"
     return None
 
 
@@ -90,12 +119,23 @@ def load_verified(candidates: List[Path], log) -> tuple:
         problem = verify(path, need_sidecar=NAME.match(path.name) is not None)  # a user's own file: load it
         if problem is None:
             try:
-                return path, torch.load(path, map_location="cpu", weights_only=True)
+                return path, load_state(path)
             except Exception as exc:  # a pickle/zip error: unusable whatever the sidecar says
                 problem = f"torch.load failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
         rest = "falling back to the previous one" if i + 1 < len(candidates) else "no older checkpoint left"
         log(f"checkpoint {path} is not loadable: {problem}; {rest}")
     return None, None
+
+
+def load_state(path: Path) -> dict:
+    """A checkpoint's state: the whole file, or a sharded checkpoint's train state (its model and
+    optimizer shards are read by checkpoint_dcp.load_sharded, all ranks together)."""
+    if path.is_dir():
+        return torch.load(path / TRAIN_STATE, map_location="cpu", weights_only=True)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+TRAIN_STATE = "train_state.pt"  # in a sharded checkpoint: everything but the model and optimizer shards
 
 
 def newest_good(folder: Path) -> Optional[Path]:
@@ -108,6 +148,8 @@ def resolve_candidates(resume: str, folder: Path) -> List[Path]:
     if resume == "auto":
         return checkpoints_in(folder)
     path = Path(resume).expanduser()
+    if path.is_dir() and NAME.match(path.name):  # a sharded checkpoint's folder
+        return [path] + [p for p in checkpoints_in(path.parent) if p.name < path.name]
     if path.is_dir():  # a run folder or its checkpoints/ folder
         return checkpoints_in(path / "checkpoints") or checkpoints_in(path)
     if not path.is_file():
@@ -122,11 +164,14 @@ def rotate(folder: Path, keep: int) -> List[Path]:
     complete = [p for p in checkpoints_in(folder) if p.with_suffix(".json").is_file()]
     removed = []
     for path in complete[keep:]:
-        for stale in (path, path.with_suffix(".json")):
-            stale.unlink(missing_ok=True)
-            removed.append(stale)
+        path.with_suffix(".json").unlink(missing_ok=True)  # incomplete first, then gone
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        removed += [path, path.with_suffix(".json")]
     for tmp in folder.glob(".step-*.tmp-*"):  # a process killed mid-write left it; never loaded
         if not tmp.name.endswith(f".tmp-{os.getpid()}"):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
+    for partial in folder.glob(".step-*.dcp.partial"):  # rotation runs between sharded saves: none in flight
+        shutil.rmtree(partial, ignore_errors=True)
+        removed.append(partial)
     return removed

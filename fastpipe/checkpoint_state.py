@@ -57,17 +57,45 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
-    """Everything a resumed run needs, as plain types and CPU-loadable tensors."""
+def train_state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
+    """Everything a resumed run needs besides the model and optimizer, as plain types."""
     position = asdict(pos)
     position["nonfinite_steps"] = int(pos.nonfinite_steps)
     position["final_loss"] = None if pos.final_loss is None else float(pos.final_loss)
     s = g.settings
-    return {"format": FORMAT, "position": position, "model": g.model.state_dict(),
-            "optimizer": g.optimizer.state_dict(), "scaler": g.precision.scaler.state_dict(), "rng": rngs,
+    return {"format": FORMAT, "position": position, "scaler": g.precision.scaler.state_dict(), "rng": rngs,
+            "schedule": g.schedule.state_dict() if g.schedule is not None else None,
             "meta": {"steps_per_epoch": steps_per_epoch, "batch_size": s.train.batch_size,
                      "grad_accum": s.train.grad_accum, "world_size": g.runtime.dist.world_size, "seed": s.seed,
-                     "model": s.model.target, "dataset": s.choices.get("dataset", s.dataset.short_name)}}
+                     "model": s.model.target, "dataset": s.choices.get("dataset", s.dataset.short_name),
+                     "model_kwargs": g.dataset.model_kwargs(), "task": s.task.target}}
+
+
+def state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
+    """A whole checkpoint (one file): the train state, the model, the optimizer and the EMA."""
+    return {**train_state_of(g, pos, steps_per_epoch, rngs), "model": g.model.state_dict(),
+            "optimizer": g.optimizer.state_dict(), "ema": g.ema.state_dict() if g.ema is not None else None}
+
+
+def whole_model_state(g) -> dict:
+    """The model's state dict with whole tensors; under FSDP gathered from every rank (all ranks call
+    this; rank 0 gets the tensors, in host memory, the others an empty dict)."""
+    if not getattr(g, "sharded", False):
+        return g.model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(g.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def weights_of(g, which: str, step: int, ema=None, metric=None) -> dict:
+    """A weights file (best.pt / last.pt): what rebuilds the trained model without its dataset."""
+    s = g.settings
+    counted = ema.module.state_dict() if ema is not None else whole_model_state(g)
+    return {"format": "weights", "which": which, "step": step, "metric": metric,
+            "model": counted, "raw_model": g.model.state_dict() if ema is not None else None,
+            "weights": "ema" if ema is not None else "raw",
+            "meta": {"model": s.model.target, "model_kwargs": g.dataset.model_kwargs(),
+                     "dataset": s.choices.get("dataset", s.dataset.short_name), "task": s.task.target}}
 
 
 def _examples(keys) -> str:
@@ -98,11 +126,27 @@ def load_model_state(g, path: Path, state: dict) -> None:
 
 
 def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
-    """Load ``state`` into the graph and this process's RNGs; returns this run's position."""
-    load_model_state(g, path, state)
-    g.optimizer.load_state_dict(state["optimizer"])
+    """Load ``state`` (and, for a sharded checkpoint, its shards) into the graph and this process's RNGs;
+    returns this run's position."""
+    if path.is_dir():
+        from fastpipe.checkpoint_dcp import load_sharded
+
+        load_sharded(g, path)
+    elif getattr(g, "sharded", False):
+        raise DataError(f"{path} is a whole-model checkpoint (written by launcher=single or ddp); launcher=fsdp "
+                        "resumes sharded ones (step-*.dcp folders): resume it with the launcher that wrote it")
+    else:
+        load_model_state(g, path, state)
+        g.optimizer.load_state_dict(state["optimizer"])
     if g.precision.scaler.is_enabled() and state.get("scaler"):
         g.precision.scaler.load_state_dict(state["scaler"])
+    if g.schedule is not None:
+        g.schedule.load_state_dict(state.get("schedule"))
+    if g.ema is not None and state.get("ema"):
+        g.ema.load_state_dict(state["ema"])
+    elif g.ema is not None and g.runtime.dist.is_main:
+        warnings.append("the checkpoint has no EMA of the weights (written without train.ema_decay): the average "
+                        "starts from the resumed weights")
     dist, rngs = g.runtime.dist, state.get("rng") or []
     if len(rngs) == dist.world_size:
         set_rng_state(rngs[dist.rank], g.device)

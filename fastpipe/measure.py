@@ -143,6 +143,10 @@ class StepMeter:
         self._open.samples += samples
         if self._open.steps >= self.window:
             self.close_window()
+            # The next window starts now, not at the next fetch: what the loop does at a window edge
+            # (a checkpoint, logging) is training time and counts. Evaluation closes it explicitly.
+            self._open, self._window_t0 = Window(), time.perf_counter()
+            self.util.resume()
             return True
         return False
 

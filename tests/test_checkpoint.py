@@ -21,7 +21,7 @@ BASE = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16"
         "train.checkpoint_every=3",
         # constant: these tests stop a run early with max_steps, and a cosine schedule depends on
         # the run's total steps (a resumed run with the same max_steps follows the same schedule)
-        "train.lr_schedule=constant"]
+        "lr_schedule=constant"]
 TOTAL = 14  # ends mid-epoch 2; half of it (7) is mid-epoch 1
 SLOW = ["model._target_=fault_models.Slow", "+model.sleep_s=0.15"]  # time to act mid-run
 
@@ -47,8 +47,11 @@ def assert_same_run(metrics: dict, reference: dict) -> None:
 def test_straight_run_keeps_the_last_k_checkpoints(straight):
     run_dir, metrics = straight
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    # every 3 steps plus the final one (14); train.keep_checkpoints=3 keeps the newest three
-    assert names == [f"step-{s:08d}.{ext}" for s in (9, 12, 14) for ext in ("json", "pt")]
+    # every 3 steps plus the final one (14); train.keep_checkpoints=3 keeps the newest three, beside
+    # the weights files of train.save_weights (never rotated)
+    weights = [f"{w}.{ext}" for w in ("best", "last") for ext in ("json", "pt")]
+    assert names == weights + [f"step-{s:08d}.{ext}" for s in (9, 12, 14) for ext in ("json", "pt")]
+    assert metrics["checkpoint_stall_s"]["count"] == 5  # steps 3, 6, 9, 12 and 14
     assert metrics["checkpoint"] == str(run_dir / "checkpoints" / "step-00000014.pt")
     state = torch.load(run_dir / "checkpoints" / "step-00000014.pt", weights_only=True)
     assert state["position"] == {"epoch": 1, "step_in_epoch": 5, "step": 14, "nonfinite_steps": 0,
@@ -89,13 +92,13 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(straight, tmp_
 
 
 def test_a_file_that_torch_cannot_load_is_skipped_even_with_a_matching_sidecar(straight, tmp_path):
-    from fastpipe.checkpoint_files import _sha256, load_verified
+    from fastpipe.checkpoint_files import sha256, load_verified
 
     ref_dir, _ = straight
     good = ref_dir / "checkpoints" / "step-00000012.pt"
     bad = tmp_path / "step-00000013.pt"
     bad.write_bytes(b"not a zip file")
-    (tmp_path / "step-00000013.json").write_text('{"bytes": 14, "sha256": "%s"}' % _sha256(bad))
+    (tmp_path / "step-00000013.json").write_text('{"bytes": 14, "sha256": "%s"}' % sha256(bad))
     said = []
     path, state = load_verified([bad, good], said.append)
     assert path == good and state["position"]["step"] == 12
@@ -125,7 +128,7 @@ def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pat
     assert metrics["status"] == "failed" and metrics["steps"] == 12 and metrics["nonfinite_steps"] == 7
     last_good = tmp_path / "checkpoints" / "step-00000004.pt"
     assert metrics["checkpoint"] == str(last_good) and str(last_good) in metrics["reason"]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == ["step-00000002.pt", "step-00000004.pt"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*.pt")) == ["step-00000002.pt", "step-00000004.pt"]
     assert all(torch.isfinite(t.float()).all() for t in weights(last_good).values())
 
 

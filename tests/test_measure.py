@@ -36,6 +36,23 @@ def test_throughput_excludes_warmup_and_counts_data_wait(monkeypatch):
     assert m["gpu_util"] is None and m["peak_mem_kind"] == "cpu_max_rss_process"
 
 
+def test_work_at_a_window_edge_counts_evaluation_does_not(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(measure.time, "perf_counter", clock)
+    meter = StepMeter(torch.device("cpu"), warmup_steps=0, window=2)
+    for step in range(1, 9):
+        meter.before_fetch()
+        clock.now += 0.5
+        if meter.after_step(samples=10) and step == 4:
+            clock.now += 2.0  # a checkpoint written at the edge: the next window pays for it
+        if step == 6:
+            meter.close_window()  # evaluation: outside the windows
+            clock.now += 30.0
+    m = meter.summary()
+    assert m["measured_steps"] == 8
+    assert m["throughput"] == pytest.approx(80 / (8 * 0.5 + 2.0))
+
+
 def test_world_size_scales_throughput(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(measure.time, "perf_counter", clock)

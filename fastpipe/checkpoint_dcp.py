@@ -1,0 +1,90 @@
+"""Sharded checkpoints (launcher=fsdp) through ``torch.distributed.checkpoint`` (DCP).
+
+``step-NNNNNNNN.dcp/`` holds DCP's files (``.metadata`` and one ``__R_0.distcp`` per rank: each rank
+writes only its shards of the model and optimizer) and ``train_state.pt`` (position, every rank's
+RNG states, schedule, scaler, run facts: what a ``.pt`` checkpoint holds besides the tensors). All
+ranks write into ``.step-NNNNNNNN.dcp.partial/``; then rank 0, off the training thread, hashes every
+file into the sidecar and renames the folder: the publication rule of ``.pt`` checkpoints (complete
+only when the sidecar exists and matches). DCP reshards on load, so a run resumes on any number of
+ranks, and under launcher=single or ddp too (the shards are assembled into whole tensors).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+
+from fastpipe.checkpoint_files import TRAIN_STATE, fsync_folder, sha256, write_sidecar
+from fastpipe.errors import DataError
+
+FORMAT = 1
+
+
+def _model_and_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """DCP's view of the model and optimizer: tensors keyed by parameter name (sharded ones stay DTensors)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def save_sharded(g, train_state: dict, partial: Path) -> None:
+    """Every rank: write this rank's shards into ``partial`` (fsynced); rank 0 adds the train state.
+    When rank 0 returns, every rank's files are written (DCP's metadata comes last, from rank 0)."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(_model_and_optimizer(g.model, g.optimizer), storage_writer=dcp.FileSystemWriter(partial, sync_files=True))
+    if g.runtime.dist.is_main:
+        with open(partial / TRAIN_STATE, "wb") as fh:
+            torch.save(train_state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def publish(partial: Path, final: Path, position: dict) -> Path:
+    """Rank 0, in the background: hash every file, rename ``partial`` to ``final``, write the sidecar."""
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in sorted(partial.iterdir())}
+    fsync_folder(partial)
+    final.with_suffix(".json").unlink(missing_ok=True)  # rewriting a step: incomplete until the new sidecar
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    write_sidecar(final, {"format": FORMAT, "file": final.name, "files": files, "position": position})
+    return final
+
+
+def load_sharded(g, path: Path) -> None:
+    """Every rank: read the model and optimizer of the sharded checkpoint ``path`` into ``g`` (resharded
+    to this run's ranks); one clear line when they are not this model's."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = _model_and_optimizer(g.model, g.optimizer)
+    try:
+        dcp.load(state, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
+    except Exception as exc:  # CheckpointException: missing keys, other shapes
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise DataError(f"sharded checkpoint {path} does not fit this run's model {g.settings.model.target} "
+                        f"({type(exc).__name__}: {first}); resume a checkpoint of the same model and dataset, "
+                        "or start without train.resume") from exc
+    set_state_dict(g.model, g.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def read_weights(path: Path) -> dict:
+    """The whole model state dict of a sharded checkpoint, assembled in this process (no process group):
+    for python -m fastpipe.consolidate."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict = {}
+    # What DCP's own dcp_to_torch_save does (a state dict rebuilt from the checkpoint's metadata),
+    # limited to the model: the optimizer's state, twice the model's size with AdamW, is not read.
+    with warnings.catch_warnings():  # "no process group: loading in a single process", which is the intent
+        warnings.simplefilter("ignore", UserWarning)
+        _load_state_dict(state, storage_reader=FileSystemReader(path),
+                         planner=_EmptyStateDictLoadPlanner(keys={"model"}), no_dist=True)
+    return state["model"]

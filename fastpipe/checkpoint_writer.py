@@ -1,0 +1,101 @@
+"""Checkpoints that do not stall training: a snapshot to (pinned) host memory on the training thread,
+the write, fsync and SHA-256 on a background thread.
+
+The training thread only queues device-to-host copies of every tensor into buffers it reuses from
+one checkpoint to the next (pinned on CUDA, so the copies are asynchronous and ordered before the
+next step's updates on the same stream) and records an event; the writer thread waits for that
+event, then writes the file exactly as checkpoint_files.py does (temporary file, fsync, rename,
+sidecar with size and SHA-256) and rotates old ones. A new checkpoint waits for the previous write;
+a stop signal, the end of the run and a failure wait for the write in flight, so every guarantee of
+a synchronous save holds when the run ends.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from fastpipe.checkpoint_files import rotate, write_checkpoint
+
+
+class HostSnapshot:
+    """Copies a state dict's tensors into host buffers kept between snapshots (same paths, shapes)."""
+
+    def __init__(self) -> None:
+        self.buffers = {}
+
+    def take(self, state, path=()):
+        """The same structure with every tensor a host copy (queued, not yet complete on CUDA)."""
+        if isinstance(state, torch.Tensor):
+            buffer = self.buffers.get(path)
+            if buffer is None or buffer.shape != state.shape or buffer.dtype != state.dtype:
+                pin = state.is_cuda and torch.cuda.is_available()
+                buffer = self.buffers[path] = torch.empty(state.shape, dtype=state.dtype, device="cpu",
+                                                          pin_memory=pin)
+            return buffer.copy_(state.detach(), non_blocking=state.is_cuda)
+        if isinstance(state, dict):
+            return {k: self.take(v, path + (k,)) for k, v in state.items()}
+        if isinstance(state, (list, tuple)):
+            return type(state)(self.take(v, path + (i,)) for i, v in enumerate(state))
+        return state
+
+
+class BackgroundWriter:
+    """One checkpoint write at a time, off the training thread; errors surface at the next ``wait``."""
+
+    def __init__(self, folder: Path, keep: int) -> None:
+        self.folder, self.keep = folder, keep
+        self.snapshot = HostSnapshot()
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self.written: Optional[Path] = None  # the newest complete checkpoint this writer wrote
+        self.write_s = []  # seconds each write took in the background
+
+    def submit(self, state: dict) -> None:
+        """Snapshot ``state`` now and write it in the background (after the previous write)."""
+        self.wait()
+        host = self.snapshot.take(state)
+        done = torch.cuda.Event() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        if done is not None:
+            done.record()  # the copies are queued on this stream: the writer waits for them, not the trainer
+
+        def write() -> Path:
+            if done is not None:
+                done.synchronize()
+            return write_checkpoint(self.folder, host)
+
+        self.run(write)
+
+    def run(self, publish: Callable[[], Path]) -> None:
+        """Run ``publish`` (which makes one checkpoint complete and returns its path) in the background,
+        then rotate; after the previous one. The sharded checkpoints' publication (checkpoint_dcp.py)."""
+        self.wait()
+        self._thread = threading.Thread(target=self._write, args=(publish,), name="fastpipe-checkpoint", daemon=False)
+        self._thread.start()
+
+    def _write(self, publish: Callable[[], Path]) -> None:
+        start = time.perf_counter()
+        try:
+            path = publish()
+            rotate(self.folder, self.keep)
+            self.written = path
+        except BaseException as exc:  # e.g. a full disk: raised on the training thread at the next wait
+            self._error = exc
+        finally:
+            self.write_s.append(time.perf_counter() - start)
+
+    def wait(self) -> None:
+        """Until the write in flight is complete; raises its error, if it had one."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
