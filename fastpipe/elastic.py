@@ -1,4 +1,4 @@
-"""launcher=ddp from a plain process: one elastic launch (torchrun's engine) of fresh workers per job.
+"""launcher=ddp / fsdp from a plain process: one elastic launch (torchrun's engine) of fresh workers per job.
 
 A failed rank becomes a failed job naming the rank that caused it (an exception before a killed
 process, both before the lost-peer errors its death causes in the others).
@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Optional
 
 from fastpipe import results
-from fastpipe.config import Config, DdpLauncherConfig
+from fastpipe.config import Config, ProcessGroupLauncherConfig
 from fastpipe.errors import ConfigError
 from fastpipe.runtime import die_with_parent, environment, init_distributed, shutdown_distributed, visible_gpus
 from fastpipe.signals import exit_reason
 
 
-def _ddp_worker(settings: Config, run_dir: str, parent: int) -> Optional[dict]:
+def _worker(settings: Config, run_dir: str, parent: int) -> Optional[dict]:
     """Entry point of each elastic worker: join the group, train, leave. Rank 0 returns the metrics.
 
     Exceptions propagate: the agent records each in the rank's error file and stops the other ranks.
@@ -33,7 +33,7 @@ def _ddp_worker(settings: Config, run_dir: str, parent: int) -> Optional[dict]:
     return metrics if dist.is_main else None
 
 
-def elastic_config(cfg: DdpLauncherConfig, nproc: int):
+def elastic_config(cfg: ProcessGroupLauncherConfig, nproc: int):
     """torchrun's LaunchConfig for ``cfg``."""
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -109,8 +109,8 @@ def _failed(run_dir: Path, settings: Config, reason: str, trace: Optional[str], 
     return metrics
 
 
-def launch_ddp(settings: Config, run_dir: Path) -> dict:
-    """launcher=ddp from a plain process: one elastic launch of fresh workers for this job."""
+def launch_workers(settings: Config, run_dir: Path) -> dict:
+    """launcher=ddp / fsdp from a plain process: one elastic launch of fresh workers for this job."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
@@ -118,18 +118,18 @@ def launch_ddp(settings: Config, run_dir: Path) -> dict:
 
     cfg = settings.launcher
     if not cfg.fresh_process:
-        raise ConfigError("launcher=ddp always trains in fresh worker processes; launcher.fresh_process=false "
+        raise ConfigError(f"launcher={cfg.name} always trains in fresh worker processes; launcher.fresh_process=false "
                           "works with launcher=single (or start fastpipe under torchrun: each rank trains in place)")
     gpus = visible_gpus(settings.device)
     nproc = cfg.processes(gpus, os.cpu_count() or 1)
     world = nproc * cfg.nnodes
     where = f"{nproc} GPU(s)" if gpus else "the CPU"
-    print(f"fastpipe: launcher=ddp: starting {nproc} worker process(es) on {where} of this machine"
+    print(f"fastpipe: launcher={cfg.name}: starting {nproc} worker process(es) on {where} of this machine"
           f"{f' (node {cfg.node_rank} of {cfg.nnodes})' if cfg.nnodes > 1 else ''}, "
           f"{cfg.backend_for('cuda' if gpus else 'cpu')} backend, rendezvous at {cfg.rdzv_endpoint or 'localhost'}",
           file=sys.stderr, flush=True)
     try:
-        elastic_launch(elastic_config(cfg, nproc), _ddp_worker)(settings, str(run_dir), os.getpid())
+        elastic_launch(elastic_config(cfg, nproc), _worker)(settings, str(run_dir), os.getpid())
     except (ChildFailedError, SignalException) as exc:
         recorded = results.own(run_dir, settings.run_id)
         if recorded is not None and recorded.get("status") == "preempted":  # a stop signal: rank 0 checkpointed

@@ -2,6 +2,7 @@
 
 Stages, in order: dataset -> task -> model (+ activation checkpointing, channels_last) -> data-parallel
 wrap -> precision -> compile -> optimizer -> loaders. Each stage is built by its group's one builder.
+launcher=fsdp builds the model on the meta device and shards it before anything is allocated.
 """
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ from typing import List
 import torch
 from torch import nn
 
+from fastpipe.batch_size import lr_factor
 from fastpipe.compile import CompiledModel, build_compiled
 from fastpipe.config import Config, DdpLauncherConfig
 from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
+from fastpipe.ema import build_ema
 from fastpipe.errors import ConfigError
 from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
 from fastpipe.optim import build_optimizer, describe_optimizer
 from fastpipe.precision import Precision, build_precision
 from fastpipe.runtime import Runtime, gather_objects
+from fastpipe.schedules import Schedule, build_schedule
 from fastpipe.tasks import check_task
 
 
@@ -38,6 +42,27 @@ class TrainingGraph:
     train_loader: object
     eval_loader: object
     channels_last: bool
+    schedule: Schedule = None  # the learning-rate schedule over total_steps
+    ema: object = None  # an AveragedModel of the weights (train.ema_decay), or None
+    sharding: str = ""  # launcher=fsdp: how the model is sharded (graph.txt), else empty
+    batch_search: object = None  # train.batch_size=auto: the BatchSearch that chose the batch size
+
+    @property
+    def sharded(self) -> bool:
+        """True under launcher=fsdp: every rank must run each forward (evaluation too) together."""
+        return bool(self.sharding)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.train_loader) // self.settings.train.grad_accum
+
+    @property
+    def total_steps(self) -> int:
+        return total_steps(self.settings.train, self.steps_per_epoch)
+
+    @property
+    def lr_factor(self) -> float:
+        return lr_factor(self.settings.train, self.runtime.dist.world_size)
 
     @property
     def device(self) -> torch.device:
@@ -52,7 +77,11 @@ class TrainingGraph:
         return self.model
 
     def sync_context(self, sync: bool):
-        """DDP: skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+        """Skip the gradient reduction on all but the last micro-batch of an accumulation (DDP's
+        ``no_sync``; FSDP2's ``set_requires_gradient_sync``, which keeps unsharded gradients meanwhile)."""
+        if hasattr(self.train_module, "set_requires_gradient_sync"):
+            self.train_module.set_requires_gradient_sync(sync)
+            return contextlib.nullcontext()
         if sync or not hasattr(self.train_module, "no_sync"):
             return contextlib.nullcontext()
         return self.train_module.no_sync()
@@ -77,33 +106,50 @@ class TrainingGraph:
     def describe(self) -> str:
         s, d = self.settings, self.runtime.dist
         params = sum(p.numel() for p in self.model.parameters())
-        steps = len(self.train_loader) // s.train.grad_accum
-        held_out = len(self.dataset.val) if self.dataset.val is not None else "no"
+        steps = self.steps_per_epoch
+        held_out = "no" if self.dataset.val is None else len(self.dataset.val) if hasattr(self.dataset.val, "__len__") \
+            else "a stream of"
         task = type(self.task).__name__
         direction = "higher" if self.task.higher_is_better else "lower"
         rows = [
             ("runtime", f"device={self.device}  world_size={d.world_size}  seed={s.seed}  "
                         f"cudnn.benchmark={s.runtime.cudnn_benchmark}  channels_last={self.channels_last}"),
             ("dataset", self.dataset.describe()),
-            ("loader", f"data={self.train_loader.describe()}  batch_size={s.train.batch_size}/process"),
+            ("loader", f"data={self.train_loader.describe()}  batch_size={s.train.batch_size}/process"
+                       + (f" {self.batch_search.describe()}" if self.batch_search is not None else "")),
             ("task", f"{task}  primary metric: {self.task.primary} ({direction} is better)"),
             ("model", f"{s.model.target}  params={params / 1e6:.2f}M"
                       + ("  activation_checkpointing" if s.model.activation_checkpointing else "")),
-            ("parallel", f"{type(self.train_module).__name__}  launcher={s.launcher.name}" + (
+            ("parallel", f"launcher=fsdp  {self.sharding}" if self.sharded else
+                         f"{type(self.train_module).__name__}  launcher={s.launcher.name}" + (
                 f"  bucket_cap_mb={'default' if s.launcher.bucket_cap_mb is None else format(s.launcher.bucket_cap_mb, 'g')}"
                 f"  comm_hook={s.launcher.comm_hook}"
-                f"  broadcast_buffers={s.launcher.broadcast_buffers}"
+                f"  broadcast_buffers={s.launcher.broadcast_buffers}  static_graph={s.launcher.static_graph}"
                 if self.train_module is not self.model else "")),
             ("precision", self.precision.describe()),
             ("compile", self.compiled.describe()),
-            ("optimizer", f"{describe_optimizer(self.optimizer)}  ({s.train.lr_schedule} schedule)  "
-                          f"grad_accum={s.train.grad_accum}"),
+            ("optimizer", f"{describe_optimizer(self.optimizer)}  grad_accum={s.train.grad_accum}"
+                          + (f"  (lr_scaling={s.train.lr_scaling}: x{self.lr_factor:.4g} for a global batch of "
+                             f"{s.train.batch_size * s.train.grad_accum * d.world_size} against "
+                             f"{s.train.lr_reference_batch})" if s.train.lr_scaling != "none" else "")
+                          + (f"  clip_grad_norm={s.train.clip_grad_norm}" if s.train.clip_grad_norm else "")),
+            ("schedule", f"{self.schedule.describe()} over {self.total_steps} steps"
+                         + (f"  EMA of the weights (decay {s.train.ema_decay}): its metrics count" if self.ema else "")),
             ("loop", f"epochs={s.train.epochs}  steps/epoch={steps}  max_steps={s.train.max_steps}  "
-                     f"eval each epoch on {held_out} held-out samples"),
+                     f"eval each epoch{f' and every {s.train.eval_every} steps' if s.train.eval_every else ''} on "
+                     f"{held_out} held-out samples"
+                     + (f"  early stop after {s.train.early_stop_patience} without gain" if s.train.early_stop_patience
+                        else "")),
             ("measure", f"warm-up {s.measure.warmup_steps} steps excluded  windows of {s.measure.window} steps"),
         ]
         lines = ["fastpipe training graph"] + [f"  {i + 1:>2}. {name:<10} {text}" for i, (name, text) in enumerate(rows)]
         return "\n".join(lines)
+
+
+def total_steps(cfg, steps_per_epoch: int) -> int:
+    """The run's optimizer steps: epochs x steps per epoch, or train.max_steps when smaller."""
+    full = steps_per_epoch * cfg.epochs
+    return full if cfg.max_steps is None else min(cfg.max_steps, full)
 
 
 def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher: DdpLauncherConfig) -> nn.Module:
@@ -116,7 +162,8 @@ def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher: DdpLauncher
     ids = [runtime.device.index] if runtime.device.type == "cuda" else None
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
                                               bucket_cap_mb=launcher.bucket_cap_mb,
-                                              broadcast_buffers=launcher.broadcast_buffers)
+                                              broadcast_buffers=launcher.broadcast_buffers,
+                                              static_graph=launcher.static_graph)
     hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}.get(launcher.comm_hook)
     if hook is not None:  # state=None: the default process group
         ddp.register_comm_hook(None, hook)
@@ -130,6 +177,8 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     dataset = build_dataset(settings.dataset, runtime, name, progress=progress)
     task = settings.task.build()
     check_task(task, settings.task.target)
+    if settings.launcher.name == "fsdp":
+        return _build_sharded(settings, runtime, warnings, dataset, task)
     model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""))
     if settings.model.activation_checkpointing:
         enable_activation_checkpointing(model)
@@ -138,12 +187,47 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     train_module = wrap_data_parallel(model, runtime, settings.launcher)
     precision = build_precision(settings.precision, device)
     compiled = build_compiled(settings.compile, train_module, device, warnings)
-    optimizer = build_optimizer(settings.optimizer, settings.train, model, device)
+    return _finish(settings, runtime, dataset, task, model, train_module, precision, compiled, channels_last,
+                   build_ema(model, settings.train.ema_decay))
+
+
+def _build_sharded(settings: Config, runtime: Runtime, warnings: List[str], dataset, task) -> TrainingGraph:
+    """launcher=fsdp: the model built on the meta device, its blocks checkpointed (if asked), compiled per
+    unit (if asked) and sharded, then materialised shard by shard (fsdp.py)."""
+    from fastpipe import fsdp
+
+    fsdp.require_fsdp2()
+    if settings.train.ema_decay is not None:
+        raise ConfigError("train.ema_decay with launcher=fsdp: the average would be a second sharded copy of the "
+                          "model, which fastpipe does not keep; drop train.ema_decay, or use launcher=ddp")
+    device, cfg = runtime.device, settings.launcher
+    with torch.device("meta"):
+        model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""))
+    blocks = fsdp.units(model, cfg.shard)
+    if settings.model.activation_checkpointing:
+        enable_activation_checkpointing(model, blocks)
+    precision = build_precision(settings.precision, device, by_fsdp=True)
+    sharding = fsdp.shard(model, blocks, cfg, device, fsdp.mixed_precision(precision.dtype))
+    per_block = cfg.compile_per_block and settings.compile.name != "off"
+    compiled = build_compiled(settings.compile, model, device, warnings, units=blocks if per_block else None)
+    graph = _finish(settings, runtime, dataset, task, model, model, precision, compiled, False, None)
+    graph.sharding = sharding
+    return graph
+
+
+def _finish(settings: Config, runtime: Runtime, dataset, task, model, train_module, precision, compiled,
+            channels_last: bool, ema) -> TrainingGraph:
+    """The stages after the model: optimizer, loaders, schedule."""
+    device = runtime.device
+    optimizer = build_optimizer(settings.optimizer, settings.train, model, device,
+                                lr_factor(settings.train, runtime.dist.world_size))
     loader_args = (settings.data, dataset, runtime, settings.train.batch_size, settings.seed)
     train_loader = build_loader(*loader_args, train=True, channels_last=channels_last)
     eval_loader = build_loader(*loader_args, train=False, channels_last=channels_last)
     if len(train_loader) < settings.train.grad_accum:
         raise ConfigError(f"train.grad_accum={settings.train.grad_accum} exceeds the {len(train_loader)} "
                           "batches of an epoch; lower it or train.batch_size")
+    steps = total_steps(settings.train, len(train_loader) // settings.train.grad_accum)
+    schedule = build_schedule(settings.lr_schedule, optimizer, steps, lr_factor(settings.train, runtime.dist.world_size))
     return TrainingGraph(settings, runtime, dataset, task, model, train_module, precision, compiled, optimizer,
-                         train_loader, eval_loader, channels_last)
+                         train_loader, eval_loader, channels_last, schedule, ema)

@@ -3,8 +3,8 @@
 single: one fresh process per job (spawned), so sweep jobs never share CUDA, compile or worker
 state, and a crash (segfault, OOM kill) becomes a failed job instead of the end of a sweep.
 
-ddp: ``nproc_per_node`` DistributedDataParallel workers per job, started by torch.distributed's
-elastic launcher (elastic.py). When fastpipe itself runs under torchrun/srun, the Hydra process is
+ddp / fsdp: ``nproc_per_node`` DistributedDataParallel (or FSDP2-sharded) workers per job, started by
+torch.distributed's elastic launcher (elastic.py). When fastpipe itself runs under torchrun/srun, the Hydra process is
 a rank and joins that group instead.
 
 Every launch gives the run an id and versions the folder's record first (results.begin), so a run
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fastpipe import results
 from fastpipe.config import Config
+from fastpipe.config.launcher import PROCESS_GROUP
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, init_distributed,
                               shutdown_distributed, started_by_torchrun)
@@ -106,16 +107,17 @@ def launch(settings: Config, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     settings = copy.copy(settings)  # this launch's own id (each repeat of a job is a launch)
     settings.run_id = uuid.uuid4().hex
-    if settings.launcher.name == "ddp" and started_by_torchrun():
+    group = settings.launcher.name in PROCESS_GROUP
+    if group and started_by_torchrun():
         return _join_torchrun(settings, run_dir)
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)
-    if settings.launcher.name == "ddp":
-        from fastpipe.elastic import launch_ddp
+    if group:
+        from fastpipe.elastic import launch_workers
 
-        return launch_ddp(settings, run_dir)
+        return launch_workers(settings, run_dir)
     if started_by_torchrun() and dist_from_env().world_size > 1:
         raise ConfigError(f"fastpipe runs as one of {dist_from_env().world_size} torchrun/srun processes but "
-                          f"launcher={settings.launcher.name}; use launcher=ddp so the ranks train together")
+                          f"launcher={settings.launcher.name}; use launcher=ddp (or fsdp) so the ranks train together")
     if not settings.launcher.fresh_process:
         from fastpipe.job import run_training
 

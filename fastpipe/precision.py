@@ -21,9 +21,10 @@ class Precision:
     device_type: str
     scaler: torch.amp.GradScaler
     tf32: bool = False
+    by_fsdp: bool = False  # launcher=fsdp: FSDP2's MixedPrecisionPolicy casts, not autocast
 
     def autocast(self):
-        if self.dtype is None:
+        if self.dtype is None or self.by_fsdp:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
@@ -31,15 +32,24 @@ class Precision:
         if self.dtype is None:
             return f"fp32  (TF32 {'allowed' if self.tf32 else 'off'})"
         dtype = "bf16" if self.dtype is torch.bfloat16 else "fp16"
+        if self.by_fsdp:
+            return (f"amp  {dtype} by FSDP2's MixedPrecisionPolicy (no autocast)  GradScaler "
+                    f"{'on (sharded)' if self.scaler.is_enabled() else 'off'}")
         return f"amp  {dtype} autocast on {self.device_type}  GradScaler {'on' if self.scaler.is_enabled() else 'off'}"
 
 
-def build_precision(cfg: PrecisionConfig, device: torch.device) -> Precision:
-    """The Precision for ``cfg`` (a PrecisionConfig) on ``device``."""
+def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
+    """The Precision for ``cfg`` (a PrecisionConfig) on ``device``. ``by_fsdp``: the model is FSDP2-sharded,
+    so amp is its MixedPrecisionPolicy (fsdp.py) and fp16's GradScaler is the sharded one."""
     if cfg.name == "fp32":
         return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
                          tf32=cfg.tf32 and device.type == "cuda")
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     dtype = DTYPES[cfg.amp_dtype(device.type, bf16_ok)]
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
-    return Precision("amp", dtype, device.type, scaler)
+    if by_fsdp:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        scaler = ShardedGradScaler(device.type, enabled=dtype is torch.float16)
+    else:
+        scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
+    return Precision("amp", dtype, device.type, scaler, by_fsdp=by_fsdp)

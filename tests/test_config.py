@@ -54,7 +54,18 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
     if group == "model" and choice.startswith("resnet"):
         overrides += ["dataset.image_size=32"]
     settings = make_settings(overrides)
-    g = graph.build(settings, setup_runtime(settings), warnings=[])
+    if choice == "fsdp":  # FSDP2 shards over a process group, which the launcher always starts: one rank here
+        store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+        torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        g = graph.build(settings, setup_runtime(settings), warnings=[])
+        _check_graph(g, settings, lm)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _check_graph(g, settings, lm: bool) -> None:
     text = g.describe()
     assert "fastpipe training graph" in text and len(g.train_loader) > 0
     inputs, targets = next(iter(g.train_loader))

@@ -26,11 +26,13 @@ from fastpipe.config.data import (
 )
 from fastpipe.config.launcher import (
     DdpLauncherConfig,
+    FsdpLauncherConfig,
     LauncherConfig,
+    ProcessGroupLauncherConfig,
     SingleLauncherConfig,
 )
-from fastpipe.config.objects import (LEGACY_SCHEMAS, OBJECT_GROUPS, DatasetConfig, ModelConfig, ObjectConfig,
-                                     OptimizerConfig, TaskConfig)
+from fastpipe.config.objects import (LEGACY_SCHEMAS, OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig,
+                                     ObjectConfig, OptimizerConfig, TaskConfig)
 from fastpipe.config.precision import PrecisionConfig
 from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
@@ -39,8 +41,10 @@ from fastpipe.config.train import TrainConfig
 from fastpipe.errors import ConfigError
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "config_dir", "register_configs", "to_settings", "CompileConfig",
-           "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "LauncherConfig",
-           "LoaderConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig", "OptimizerConfig",
+           "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
+           "LauncherConfig", "ProcessGroupLauncherConfig",
+           "LoaderConfig", "LrScheduleConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig",
+           "OptimizerConfig",
            "PrecisionConfig", "TaskConfig",
            "ProfileConfig", "ReportConfig", "RuntimeConfig", "SingleLauncherConfig", "SweepConfig", "TrainConfig"]
 
@@ -63,6 +67,7 @@ class Config:
     model: Any = _object_group(ModelConfig)  # a ModelConfig
     task: Any = _object_group(TaskConfig)  # a TaskConfig
     optimizer: Any = _object_group(OptimizerConfig)  # an OptimizerConfig
+    lr_schedule: Any = _object_group(LrScheduleConfig)  # an LrScheduleConfig
     data: Any = _group()
     precision: Any = _group()
     compile: Any = _group()
@@ -90,6 +95,22 @@ class Config:
             self.optimizer.params["lr"] = self.train.lr
             self.optimizer.deprecations.append(f"train.lr is deprecated: use optimizer.lr={self.train.lr:g} "
                                                "(it will be removed in the next release)")
+        self._old_schedule_keys()
+
+    def _old_schedule_keys(self) -> None:
+        """``train.lr_schedule`` / ``train.lr_warmup_steps`` of fastpipe 0.1: the lr_schedule group now."""
+        old, warmup = self.train.lr_schedule, self.train.lr_warmup_steps
+        if (old is None and warmup is None) or not isinstance(self.lr_schedule, LrScheduleConfig):
+            return
+        if old is not None:
+            one_of("train.lr_schedule", old, ("cosine", "constant"))
+            self.lr_schedule = LrScheduleConfig(target=f"fastpipe.schedules.{old}")
+        if warmup is not None:
+            self.lr_schedule.params["warmup_steps"] = warmup
+        spelled = " ".join(f"lr_schedule={old}" if k == "lr_schedule" else f"lr_schedule.warmup_steps={warmup}"
+                           for k, v in (("lr_schedule", old), ("warmup", warmup)) if v is not None)
+        self.lr_schedule.deprecations.append(f"train.lr_schedule / train.lr_warmup_steps are deprecated: use {spelled} "
+                                             "(they will be removed in the next release)")
 
     @property
     def deprecations(self) -> List[str]:

@@ -16,6 +16,16 @@ class CompileConfig:
     backend: str = "inductor"  # torch.compile(backend=...)
     fullgraph: bool = False  # fail instead of splitting the graph at a graph break
     dynamic: Optional[bool] = False  # fixed shapes: drop_last keeps the batch constant
+    # How Dynamo compiles a DistributedDataParallel model (torch._dynamo.config.optimize_ddp): auto =
+    # torch's default (ddp_optimizer: one graph per gradient bucket, so all-reduces overlap the
+    # backward); python_reducer = the whole step in one graph with DDP's reducer traced through
+    # compiled autograd (turned on with it); no_optimization = one graph, all-reduces after it.
+    optimize_ddp: str = "auto"
+    # Compiled autograd (torch._dynamo.config.compiled_autograd): the backward captured as a graph too.
+    compiled_autograd: bool = False
 
     def __post_init__(self) -> None:
         one_of("compile.name", self.name, ("off", "default", "reduce-overhead", "max-autotune"))
+        one_of("compile.optimize_ddp", self.optimize_ddp, ("auto", "ddp_optimizer", "python_reducer",
+                                                           "python_reducer_without_compiled_forward",
+                                                           "no_optimization"))

@@ -17,8 +17,9 @@ class SingleLauncherConfig:
 
 
 @dataclass
-class DdpLauncherConfig:
-    """launcher=ddp: DistributedDataParallel workers started by torch's elastic launcher."""
+class ProcessGroupLauncherConfig:
+    """What launcher=ddp and launcher=fsdp share: worker processes started by torch's elastic launcher
+    (or joined from torchrun/srun) that form one process group."""
 
     name: str = "ddp"
     nproc_per_node: Any = "auto"  # processes on this machine; auto = one per visible GPU, or 2 on a CPU
@@ -35,23 +36,9 @@ class DdpLauncherConfig:
     # Workers are always fresh processes (one elastic launch per job); false is refused unless
     # fastpipe itself runs under torchrun/srun, where the Hydra process is the rank.
     fresh_process: bool = True
-    # Gradient bucket size (MB): each bucket's all-reduce starts as soon as its gradients are ready,
-    # so smaller buckets overlap sooner and larger ones launch fewer collectives. null = DDP's own
-    # default, 25 MB buckets after a 1 MB first one (a number, even 25, makes every bucket that size).
-    bucket_cap_mb: Optional[float] = None
-    # How gradients travel: none = as computed (fp32); bf16 / fp16 = compressed to 16 bits for the
-    # all-reduce and decompressed after it (DDP's bf16/fp16_compress_hook: half the bytes on the link).
-    comm_hook: str = "none"
-    # DDP's default re-sends rank 0's buffers (BatchNorm running statistics) to every rank at the start
-    # of each forward; false skips that per-step broadcast (each rank keeps its own statistics).
-    broadcast_buffers: bool = True
 
     def __post_init__(self) -> None:
         auto_or_int("launcher.nproc_per_node", self.nproc_per_node, minimum=1)
-        one_of("launcher.comm_hook", self.comm_hook, ("none", "bf16", "fp16"))
-        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
-            raise ConfigError(f"launcher.bucket_cap_mb={self.bucket_cap_mb} must be > 0 (megabytes per "
-                              "gradient bucket), or null for DDP's default")
         one_of("launcher.backend", self.backend, ("auto", "nccl", "gloo"))
         one_of("launcher.rdzv_backend", self.rdzv_backend, ("c10d", "static", "etcd", "etcd-v2"))
         if self.nnodes < 1 or self.max_restarts < 0 or self.timeout_s < 1 or self.node_rank < 0:
@@ -68,7 +55,8 @@ class DdpLauncherConfig:
             return gpus or min(2, cores)
         if gpus and self.nproc_per_node > gpus:
             raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but {gpus} GPU(s) are visible; "
-                              "DDP runs one process per GPU: lower it, or use launcher.nproc_per_node=auto")
+                              f"launcher={self.name} runs one process per GPU: lower it, or use "
+                              "launcher.nproc_per_node=auto")
         if not gpus and self.nproc_per_node > cores:
             raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but this machine has {cores} CPU "
                               f"core(s) and no GPU; use at most {cores} (or launcher.nproc_per_node=auto)")
@@ -84,5 +72,57 @@ class DdpLauncherConfig:
         return self.backend
 
 
-LauncherConfig = Union[SingleLauncherConfig, DdpLauncherConfig]
-SCHEMAS = {"single": SingleLauncherConfig, "ddp": DdpLauncherConfig}
+@dataclass
+class DdpLauncherConfig(ProcessGroupLauncherConfig):
+    """launcher=ddp: every process holds the whole model; DistributedDataParallel all-reduces gradients."""
+
+    name: str = "ddp"
+    # Gradient bucket size (MB): each bucket's all-reduce starts as soon as its gradients are ready,
+    # so smaller buckets overlap sooner and larger ones launch fewer collectives. null = DDP's own
+    # default, 25 MB buckets after a 1 MB first one (a number, even 25, makes every bucket that size).
+    bucket_cap_mb: Optional[float] = None
+    # How gradients travel: none = as computed (fp32); bf16 / fp16 = compressed to 16 bits for the
+    # all-reduce and decompressed after it (DDP's bf16/fp16_compress_hook: half the bytes on the link).
+    comm_hook: str = "none"
+    # DDP's default re-sends rank 0's buffers (BatchNorm running statistics) to every rank at the start
+    # of each forward; false skips that per-step broadcast (each rank keeps its own statistics).
+    broadcast_buffers: bool = True
+    # DDP's static_graph: the set of parameters that get gradients never changes, so DDP can skip
+    # searching for unused ones and reuse its bucket order after the first step.
+    static_graph: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of("launcher.comm_hook", self.comm_hook, ("none", "bf16", "fp16"))
+        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
+            raise ConfigError(f"launcher.bucket_cap_mb={self.bucket_cap_mb} must be > 0 (megabytes per "
+                              "gradient bucket), or null for DDP's default")
+
+
+@dataclass
+class FsdpLauncherConfig(ProcessGroupLauncherConfig):
+    """launcher=fsdp: parameters, gradients and optimizer state sharded over the processes by PyTorch's
+    FSDP2 (``fully_shard``); the processes start as launcher=ddp's do."""
+
+    name: str = "fsdp"
+    # The modules that become FSDP units, each gathering its parameters just before it runs: auto =
+    # the model's repeated blocks (the modules of its nn.ModuleList, e.g. a GPT's layers); or a list of
+    # class names, e.g. [Block]. The root is sharded last and holds what no unit took.
+    shard: Any = "auto"
+    # Free each unit's gathered parameters after its forward (and gather them again for backward):
+    # less memory for one more all-gather per unit.
+    reshard_after_forward: bool = True
+    # torch.compile each unit on its own instead of the whole model (the compile group's mode).
+    compile_per_block: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.shard != "auto" and not (isinstance(self.shard, list) and self.shard
+                                         and all(isinstance(c, str) for c in self.shard)):
+            raise ConfigError(f"launcher.shard={self.shard!r}: use auto, or a list of module class names "
+                              "(e.g. [Block])")
+
+
+LauncherConfig = Union[SingleLauncherConfig, DdpLauncherConfig, FsdpLauncherConfig]
+PROCESS_GROUP = ("ddp", "fsdp")  # the launchers that start a process group
+SCHEMAS = {"single": SingleLauncherConfig, "ddp": DdpLauncherConfig, "fsdp": FsdpLauncherConfig}

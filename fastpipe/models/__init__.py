@@ -1,7 +1,7 @@
 """Models: the built-in TinyCNN and GPT, ``build_model`` for any ``model._target_``, activation checkpointing."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import torch
 from torch import nn
@@ -60,34 +60,24 @@ def repeated_blocks(model: nn.Module) -> List[nn.Module]:
             for child in stage.children() if len(list(child.children())) > 1]
 
 
-class Checkpointed(nn.Module):
-    """Recomputes ``inner``'s activations in backward instead of storing them (training only)."""
+def enable_activation_checkpointing(model: nn.Module, blocks: Optional[List[nn.Module]] = None) -> int:
+    """Recompute each block's activations in backward instead of storing them: every one of ``blocks``
+    (default ``repeated_blocks(model)``) is replaced by torch's ``checkpoint_wrapper`` of itself, whose
+    state-dict hooks keep the parameter names unchanged (checkpoints load with or without it).
+    Returns how many were wrapped."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, *args, **kwargs):
-        from torch.utils.checkpoint import checkpoint
-
-        if self.training:
-            return checkpoint(self.inner, *args, use_reentrant=False, **kwargs)
-        return self.inner(*args, **kwargs)
-
-
-def enable_activation_checkpointing(model: nn.Module) -> int:
-    """Wrap each of ``repeated_blocks(model)`` in ``Checkpointed``; returns how many were wrapped."""
-    targets = {id(b) for b in repeated_blocks(model)}
+    targets = {id(b) for b in (repeated_blocks(model) if blocks is None else blocks)}
     wrapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if id(child) in targets:
-                setattr(parent, name, Checkpointed(child))  # a ModuleList's entries are named "0", "1", ...
+            if id(child) in targets:  # a ModuleList's entries are named "0", "1", ...
+                setattr(parent, name, checkpoint_wrapper(child, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
                 wrapped += 1
     if not wrapped:
         raise ConfigError(f"model.activation_checkpointing=true found no blocks to checkpoint in "
                           f"{type(model).__name__}: it wraps the modules of nn.ModuleList containers, or the "
-                          "blocks of top-level nn.Sequential stages")
+                          "blocks of top-level nn.Sequential stages (with launcher=fsdp, the launcher.shard units)")
     return wrapped
 
 

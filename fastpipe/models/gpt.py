@@ -60,17 +60,22 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd, bias=bias)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one matrix for the input and output embeddings
-        self.apply(self._init)
-        for name, p in self.named_parameters():  # GPT-2: residual projections scaled by depth
-            if name.endswith(("attn.proj.weight", "mlp.2.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+        self.init_weights()
 
-    @staticmethod
-    def _init(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """GPT-2's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorms, residual projections
+        scaled down by depth. Also run by launcher=fsdp on the shards of a model built on the meta device."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.2.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.n_layer))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         t = tokens.shape[1]
