@@ -55,6 +55,13 @@ class RunGuard(Callback):
             lock.release()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from fastpipe.errors import ConfigError
+        from fastpipe.sweep_check import check_sweep
+
+        try:
+            check_sweep(config)  # a value no job could train with refuses the sweep before any job runs
+        except ConfigError as exc:
+            _refuse(exc)
         self._lock(Path(str(config.hydra.sweep.dir)), "sweep")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -73,7 +80,59 @@ class RunGuard(Callback):
 
 
 class SweepReport(Callback):
-    """When a ``-m`` sweep ends, write its report into the sweep folder and print the table."""
+    """When a ``-m`` sweep ends, write its report into the sweep folder and print the table.
+
+    For a sweeper that optimises the value its jobs return (Optuna, Nevergrad, ...), each job's return
+    becomes its ``report.objective`` (a float) instead of the metrics dict; the sweep's start checks
+    that the sweeper's direction suits a throughput objective."""
+
+    def __init__(self) -> None:
+        self._warned_direction = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from fastpipe.errors import ConfigError
+        from fastpipe.sweeps.objective import OBJECTIVES, direction_name, wants_objective
+
+        objective = str(OmegaConf.select(config, "report.objective", default="throughput"))
+        if objective not in OBJECTIVES:  # before any job starts, for every sweeper
+            _refuse(ConfigError(f"report.objective={objective!r} is not valid; use throughput (the fastest job "
+                                "wins) or primary_metric (the best held-out primary metric wins)"))
+        if not wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
+            return
+        direction = direction_name(OmegaConf.select(config, "hydra.sweeper.direction", default="maximize"))
+        if objective == "throughput" and direction == "minimize":
+            _refuse(ConfigError("report.objective=throughput is higher-is-better but hydra.sweeper.direction="
+                                "minimize: add hydra.sweeper.direction=maximize"))
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        from fastpipe.sweeps.objective import direction_name, higher_is_better, job_return_value
+
+        if job_return is None or job_return.status != JobStatus.COMPLETED or config.hydra.mode != RunMode.MULTIRUN:
+            return
+        metrics = job_return.return_value
+        if not isinstance(metrics, dict):
+            return
+        value = job_return_value(metrics, config)
+        if value is metrics:
+            return
+        job_return.return_value = value
+        objective = str(OmegaConf.select(config, "report.objective", default="throughput"))
+        direction = direction_name(OmegaConf.select(config, "hydra.sweeper.direction", default="maximize"))
+        higher = higher_is_better(metrics, objective)
+        if value is None:
+            print(f"fastpipe: warning: job {config.hydra.job.num} has no {objective} "
+                  f"(status {metrics.get('status')}): the sweeper records a failed trial", file=sys.stderr, flush=True)
+        elif (higher is not None and direction in ("minimize", "maximize") and higher != (direction == "maximize")
+              and not self._warned_direction):
+            self._warned_direction = True
+            name = (metrics.get("primary_metric") or {}).get("name", objective)
+            print(f"fastpipe: warning: report.objective={objective} ({name}) is "
+                  f"{'higher' if higher else 'lower'}-is-better but hydra.sweeper.direction={direction}: the "
+                  f"sweeper is searching for the worst value; set hydra.sweeper.direction="
+                  f"{'maximize' if higher else 'minimize'}", file=sys.stderr, flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import EXIT_CODE, FastpipeError
@@ -81,6 +140,8 @@ class SweepReport(Callback):
         from fastpipe.report.sweep import spec_from_config
 
         sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir() and not (sweep_dir / "multirun.yaml").is_file():
+            OmegaConf.save(config, sweep_dir / "multirun.yaml")  # a sweeper that does not save it (Optuna)
         try:
             result = write_report(sweep_dir, spec_from_config(config))
         except FastpipeError as exc:  # e.g. a report.baseline that names no job: the jobs are safe

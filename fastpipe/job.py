@@ -62,7 +62,13 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: 
     runtime = setup_runtime(settings)
     metrics["env"] = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
+    search = None
+    if settings.train.batch_size == "auto":
+        settings, search = _with_found_batch_size(settings, runtime, warnings)
+        metrics["batch_size_search"] = search.record()
+    metrics["batch_size"] = settings.train.batch_size
     g = training_graph.build(settings, runtime, warnings, progress=show)
+    g.batch_search = search
     description = g.describe()
     if dist.is_main:
         print(description, flush=True)
@@ -79,12 +85,31 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: 
     metrics.update(measured)
     metrics.update(model_flops(g, result, measured["throughput"], dist.world_size))
     metrics.update(outcome(g, result))
-    metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest))
+    primary = metrics["primary_metric"]
+    last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
+    metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
+                   checkpoint_stall_s=ckpt.stall_summary())
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
     recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
     if dist.is_main:
         print(results.summary_text(metrics), flush=True)
     return metrics
+
+
+def _with_found_batch_size(settings: Config, runtime, warnings: list) -> tuple:
+    """``settings`` with ``train.batch_size=auto`` replaced by the size the search found, and the search."""
+    import copy
+    import dataclasses
+
+    from fastpipe.batch_size import find_batch_size
+
+    search = find_batch_size(settings, runtime, warnings)
+    if dist_from_env().is_main:
+        print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
+              flush=True)
+    settings = copy.copy(settings)
+    settings.train = dataclasses.replace(settings.train, batch_size=search.chosen)
+    return settings, search
 
 
 def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
@@ -101,7 +126,11 @@ def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
 
 def _record_failure(failure: BaseException, metrics: dict, ckpt) -> None:
     """Fill ``metrics`` for a run that did not finish: one line of reason, the newest good checkpoint."""
-    latest = None if ckpt is None or ckpt.latest is None else str(ckpt.latest)
+    try:
+        ckpt.settle(barrier=False)  # a write in flight completes first: it may be the newest good one
+    except Exception as exc:  # its own failure (a full disk) is worth a line, not a second crash
+        metrics.setdefault("warnings", []).append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
+    latest = None if ckpt.latest is None else str(ckpt.latest)
     metrics.update(status="failed", checkpoint=latest)
     if isinstance(failure, KeyboardInterrupt):
         step = ckpt.position.step if ckpt is not None and ckpt.position is not None else 0
@@ -122,6 +151,10 @@ def outcome(g, result) -> dict:
         "name": g.task.primary, "value": val[g.task.primary], "higher_is_better": g.task.higher_is_better}
     record = {"steps": result.steps, "final_loss": result.final_loss, "val_metrics": val, "primary_metric": primary,
               "accuracy": (val or {}).get("accuracy"), "val_loss": (val or {}).get("loss"),
+              "weights": "ema" if g.ema is not None else "raw",
+              "val_metrics_raw": result.val_metrics_raw if g.ema is not None else None,
+              "best": result.best and {"step": result.best["step"], "value": result.best["value"]},
+              "stopped_early": result.stopped_early, "grad_norm": result.grad_norm,
               "task": type(g.task).__name__, "nonfinite_steps": result.nonfinite_steps,
               "epoch_times_s": result.epoch_times_s,
               "epoch_time_s": result.epoch_times_s[-1] if result.epoch_times_s else None,

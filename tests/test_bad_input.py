@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import CONF_DIR, REPO, compose, make_settings, run_in_process, without_shapes
+from conftest import CONF_DIR, REPO, compose, make_settings, run_cli, run_in_process, without_shapes
 from fastpipe.errors import (EXIT_CODE, ConfigError, DataError, EnvironmentProblem, OutOfMemory,
                              TrainingError)
 from fastpipe.results import read as read_metrics
@@ -54,8 +54,19 @@ def test_unknown_choice():
 
 def test_value_of_the_wrong_type():
     with pytest.raises(Exception) as excinfo:
-        compose(["train.batch_size=abc"])
+        compose(["train.epochs=abc"])
     assert "Value 'abc' of type 'str' could not be converted to Integer" in message(excinfo)
+
+
+def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(tmp_path):
+    """train.batch_size takes an integer or auto, which Hydra's types cannot say: fastpipe checks every
+    job of the grid (command-line lists and a preset's params) before the first one starts."""
+    proc = run_cli(["-m", "train.batch_size=16,abc", "train.max_steps=1", f"hydra.sweep.dir={tmp_path}"])
+    assert proc.returncode == EXIT_CODE
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1): train.batch_size='abc' is "
+        "not valid; use 'auto' or an integer >= 1; nothing was run")
+    assert not list(tmp_path.rglob("metrics.json"))
 
 
 def test_unknown_key():

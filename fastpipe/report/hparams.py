@@ -33,6 +33,10 @@ def session_hparams(row: dict, result: SweepResult) -> Dict[str, object]:
     hparams: Dict[str, object] = {k: str(v) for k, v in row["choices"].items()}
     hparams.update({k: str(row["swept"][k]) for k in result.columns})
     hparams.update(status=row["status"], parity=row["parity"], job=float(row["job"]))
+    if result.halving is not None:  # the round a pruned combination was dropped in; full = trained in full
+        hparams["round"] = "full" if row.get("stage") == "full" else str(row.get("round") or "n/a")
+    if row.get("gpus"):
+        hparams["gpus"] = row["gpus"]
     return hparams
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 from fastpipe.report.sweep import SweepResult
 
-COLOURS = {"best": "#2ca02c", "baseline": "#7f7f7f", "ok": "#1f77b4", "parity": "#ff7f0e", "failed": "#d62728"}
+COLOURS = {"best": "#2ca02c", "baseline": "#7f7f7f", "ok": "#1f77b4", "parity": "#ff7f0e", "failed": "#d62728",
+           "pruned": "#c5b0d5"}
 
 
 def _label(r: dict, columns) -> str:
@@ -28,15 +29,17 @@ def write_plot(result: SweepResult, path: Path) -> None:
             ax.text(top * 0.03, y, f"{r['status'].upper()}: {str(r['reason'])[:70]}", va="center",
                     fontsize=8, color=COLOURS["failed"])
             continue
-        kind = ("best" if r["best"] else "baseline" if r["baseline"] else
+        kind = ("best" if r["best"] else "baseline" if r["baseline"] else "pruned" if r["status"] == "pruned" else
                 "parity" if r["parity"] == "FAIL" else "failed" if r["status"] != "ok" else "ok")
         err = None
         if r["throughput_min"] is not None and r["repeats"] > 1:  # min..max over the repeats
             err = [[r["throughput"] - r["throughput_min"]], [r["throughput_max"] - r["throughput"]]]
         ax.barh(y, r["throughput"], color=COLOURS[kind], xerr=err, capsize=3,
-                hatch="//" if r["status"] != "ok" else None)
+                hatch=".." if kind == "pruned" else "//" if r["status"] != "ok" else None)
         speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x"
-        notes = [r["status"]] if r["status"] != "ok" else []
+        notes = ([f"pruned in round {r['round']} (probe)"] if kind == "pruned" else
+                 [r["status"]] if r["status"] != "ok" else [])
+        notes += [f"GPU {r['gpus']}"] if r.get("gpus") not in (None, "cpu") else []
         notes += ["baseline"] * r["baseline"] + ["best"] * r["best"] + [f"{r['metric']} FAIL"] * (r["parity"] == "FAIL")
         ax.text(r["throughput"], y, f" {speed}  {', '.join(notes)}", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)))

@@ -10,7 +10,11 @@ tables.py, plots.py, hparams.py and winner.py.
   more than ``report.parity_tol`` (absolute, in the metric's own units) is ``FAIL``ed and never
   chosen. A missing metric (dataset=synthetic, a failed baseline) gives ``n/a``, which does not
   disqualify: there is nothing to compare.
-- Best: the fastest job with status ok (no compile fall-back) whose parity did not fail.
+- Best: the fastest job with status ok (no compile fall-back) whose parity did not fail; with
+  ``report.objective=primary_metric``, the one with the best primary metric (ties: the faster).
+- Halving sweeps (``halving.json`` in the folder): a combination dropped after a probe is a row of its
+  own, status ``pruned``, from its last probe's folder; the sweep's times: fastpipe/report/timing.py.
+- Jobs run by the ``gpus`` launcher carry its ``launcher.json``: the GPUs and cores that measured them.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe import results
 from fastpipe.errors import ConfigError
 from fastpipe.overrides import measured_overrides, override_key
+from fastpipe.report.timing import cores_text, gpus_text, job_seconds, launcher_info
 
 
 @dataclass
@@ -34,6 +39,7 @@ class SweepSpec:
     params: Dict[str, str] = field(default_factory=dict)  # hydra.sweeper.params (preset sweeps)
     baseline: Optional[str] = None  # report.baseline
     parity_tol: float = 0.01  # report.parity_tol
+    objective: str = "throughput"  # report.objective: what makes the winner
 
 
 @dataclass
@@ -42,6 +48,10 @@ class Job:
     dir: Path
     overrides: List[str]
     metrics: Optional[dict]
+    pruned_round: Optional[int] = None  # halving: the probe round it went no further than (dir is that probe's)
+    probe: Optional[dict] = None  # halving: its last probe's metrics
+    note: Optional[str] = None  # halving: why it was dropped
+    full: bool = False  # halving: it trained at full length
 
     def values(self) -> Dict[str, str]:
         """Everything that identifies the job: group choices, then its overrides (key -> value)."""
@@ -65,7 +75,8 @@ def spec_from_config(cfg: DictConfig) -> SweepSpec:
     report = plain.get("report") or {}
     tol = report.get("parity_tol")
     return SweepSpec([str(o) for o in task], {str(k): str(v) for k, v in params.items()},
-                     report.get("baseline"), 0.01 if tol is None else float(tol))
+                     report.get("baseline"), 0.01 if tol is None else float(tol),
+                     str(report.get("objective") or "throughput"))
 
 
 def load_spec(sweep_dir: Path) -> SweepSpec:
@@ -76,13 +87,20 @@ def load_spec(sweep_dir: Path) -> SweepSpec:
 
 def load_jobs(sweep_dir: Path) -> List[Job]:
     """Every job folder under ``sweep_dir`` (found by its ``.hydra/overrides.yaml``), by job number."""
+    from fastpipe.sweeps.halving import PROBE_PREFIX, read
+
     jobs = []
     if (Path(sweep_dir) / ".hydra" / "overrides.yaml").is_file():
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
+    record = read(sweep_dir)
+    if record is not None:
+        return halving_jobs(Path(sweep_dir), record)
     for path in sorted(Path(sweep_dir).glob("**/.hydra/overrides.yaml")):
         job_dir = path.parent.parent
+        if job_dir.parent.name.startswith(PROBE_PREFIX) and job_dir.parent.parent == Path(sweep_dir):
+            continue  # a halving sweep's probe whose record is gone: not a job of its own
         hydra_yaml = path.parent / "hydra.yaml"
         num = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.job.num", default=None) \
             if hydra_yaml.is_file() else None
@@ -173,20 +191,58 @@ def swept_columns(jobs: List[Job]) -> List[str]:
     return [k for k in keys if len({j.values().get(k) for j in jobs}) > 1]
 
 
-def pick_best(rows: List[dict]) -> Optional[dict]:
-    """The fastest row with status ok whose primary metric held (parity not FAIL)."""
+def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]:
+    """The fastest row with status ok whose primary metric held (parity not FAIL); with
+    ``objective="primary_metric"`` the row with the best primary metric (in its direction), the faster
+    one on a tie, among those that have one."""
     eligible = [r for r in rows if r["status"] == "ok" and r["parity"] != "FAIL" and r["throughput"] is not None]
+    if objective == "primary_metric":
+        scored = [r for r in eligible if r["metric_value"] is not None]
+        if scored:
+            return max(scored, key=lambda r: (r["metric_value"] if r["higher_is_better"] else -r["metric_value"],
+                                              r["throughput"]))
     return max(eligible, key=lambda r: r["throughput"]) if eligible else None
+
+
+def halving_jobs(sweep_dir: Path, record) -> List[Job]:
+    """A halving sweep's jobs, one per grid combination: its full run (``N/``) if it had one, else its
+    last probe (``probe-R/N/``), marked pruned; a combination not reached yet is missing."""
+    from fastpipe.sweeps.halving import probe_folder
+
+    jobs = []
+    for num, overrides in enumerate(record.combos):
+        last = record.last_round(num)
+        probe_dir = sweep_dir / probe_folder(last["round"]) / str(num) if last else None
+        probe = results.read(probe_dir) if probe_dir is not None else None
+        if num in record.finals or last is None or num in (last.get("kept") or []):
+            job_dir = sweep_dir / str(num)
+            jobs.append(Job(num, job_dir, list(overrides), results.read(job_dir), probe=probe, full=True))
+            continue
+        kept = last.get("kept") or []
+        rate = (last.get("throughput") or {}).get(str(num))
+        note = (f"dropped in round {last['round']}: {rate:,.1f} samples/s after {last['steps']} steady-state steps, "
+                f"slower than the {len(kept)} kept (slowest kept {last['cutoff']:,.1f})"
+                if rate is not None and last.get("cutoff") is not None else f"dropped in round {last['round']}")
+        jobs.append(Job(num, probe_dir, list(overrides), probe, pruned_round=last["round"], probe=probe, note=note))
+    return jobs
 
 
 def _row(job: Job, columns: List[str]) -> dict:
     m = job.metrics or {}
     status, reason = job_status(job.metrics)
+    pruned = job.pruned_round is not None
+    if pruned and status == "ok":
+        status, reason = "pruned", job.note
+    elif pruned:
+        reason = f"probe (round {job.pruned_round}): {reason}"
     rep, step = m.get("repeats") or {}, m.get("step_time_ms") or {}
     primary = m.get("primary_metric") or ({"name": "accuracy", "value": m["accuracy"], "higher_is_better": True}
                                           if m.get("accuracy") is not None else {})  # records before 0.2
     pct = lambda v: None if v is None else 100.0 * v  # noqa: E731
     values = job.values()
+    if pruned:  # a probe's held-out numbers come from a few steps of training: never compared
+        primary = {}
+    info = launcher_info(job.dir)
     return {
         "job": job.num, "dir": str(job.dir), "swept": {k: values.get(k, "") for k in columns},
         "overrides": measured_overrides(job.overrides), "choices": dict(m.get("choices") or {}),
@@ -198,9 +254,13 @@ def _row(job: Job, columns: List[str]) -> dict:
         "mfu_pct": pct(m.get("mfu")),
         "metric": primary.get("name"), "metric_value": primary.get("value"),
         "higher_is_better": primary.get("higher_is_better", True), "metric_delta": None, "parity": "n/a",
-        "accuracy": m.get("accuracy"), "val_metrics": m.get("val_metrics"),
+        "accuracy": None if pruned else m.get("accuracy"), "val_metrics": None if pruned else m.get("val_metrics"),
         "step_time_median_ms": step.get("median"), "step_time_p90_ms": step.get("p90"),
         "final_loss": m.get("final_loss"), "env": m.get("env"), "baseline": False, "best": False,
+        "batch_size": m.get("batch_size"), "batch_searched": bool(m.get("batch_size_search")),
+        "gpus": gpus_text(info, m.get("env")), "cpus": cores_text(info), "round": job.pruned_round,
+        "stage": None if job.probe is None and not job.full else ("full" if job.full else "probe"),
+        "probe_throughput": (job.probe or {}).get("throughput"), "job_time_s": job_seconds(job.dir, info),
     }
 
 
@@ -213,6 +273,7 @@ class SweepResult:
     baseline: Optional[dict]
     best: Optional[dict]
     notes: List[str]
+    halving: Optional[dict] = None  # halving sweeps: rounds and times (fastpipe/report/timing.py)
 
 
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
@@ -239,10 +300,17 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         r["parity"] = parity(r["metric_value"], base_value, spec.parity_tol, r["higher_is_better"])
         if r is base and r["metric_value"] is not None:
             r["parity"] = "baseline"
-    best = pick_best(rows)
+    best = pick_best(rows, spec.objective)
     if best is not None:
         best["best"] = True
     else:
         notes.append("no job qualifies as best (none is ok with its primary metric held)")
+    halving = None
+    from fastpipe.report.timing import summarize
+    from fastpipe.sweeps.halving import read
+
+    record = read(sweep_dir)
+    if record is not None:
+        halving = summarize(Path(sweep_dir), record, jobs, rows)
     rows.sort(key=lambda r: (r["throughput"] is None, -(r["throughput"] or 0.0), r["job"]))
-    return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes)
+    return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes, halving)

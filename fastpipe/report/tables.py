@@ -12,7 +12,8 @@ from fastpipe.report.sweep import SweepResult
 CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throughput_max", "repeats",
               "speedup", "epoch_time_s", "warmup_s", "data_wait_pct", "gpu_util_pct", "mfu_pct", "peak_mem_gb",
               "peak_mem_kind", "metric", "metric_value", "metric_delta", "accuracy", "parity", "step_time_median_ms",
-              "step_time_p90_ms", "final_loss", "baseline", "best", "overrides", "dir")
+              "step_time_p90_ms", "final_loss", "baseline", "best", "batch_size", "gpus", "cpus", "stage", "round",
+              "probe_throughput", "job_time_s", "overrides", "dir")
 
 
 MEMORY_KINDS = {"cpu_max_rss_process": "the training process's peak RSS (CPU)",
@@ -90,6 +91,37 @@ def _status(r: dict) -> str:
     return "ok" if r["status"] == "ok" else _cell(f"{r['status']}: {r['reason']}", 140)
 
 
+def _duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "n/a"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{seconds:,.0f} s" if minutes == 0 else f"{seconds:,.0f} s ({minutes} min {secs:02d} s)"
+
+
+def halving_lines(h: dict) -> List[str]:
+    """What a halving sweep did and what it saved against the full grid, for report.md's header."""
+    s = h["settings"]
+    steps = "; ".join(f"round {r['round']}: {r['probes']} probe(s) of {r['steps']} steady-state steps, "
+                      f"{r['kept']} kept" + (f", {r['failed']} failed" if r["failed"] else "") for r in h["rounds"])
+    lines = [f"- halving: {h['combinations']} combinations (hydra.sweeper.probe_steps={s.get('probe_steps')}, "
+             f"keep={s.get('keep')}, finalists={s.get('finalists')}); {steps or 'no probes were needed'}; "
+             f"{len(h['finals'])} full run(s), the baseline's included; pruned rows show their last probe's "
+             "throughput"]
+    at_once = f", {h['parallel']} jobs at a time" if h["parallel"] > 1 else ""
+    line = (f"- time: this sweep took {_duration(h['wall_s'])} of wall time{at_once}; its jobs "
+            f"{_duration(h['job_s'])} (probes {h['probe_job_s']:,.0f} s, full runs {h['full_job_s']:,.0f} s)")
+    if h["grid_job_s"]:
+        line += (f"; the full grid's jobs would have taken ≈ {_duration(h['grid_job_s'])} ({h['measured']} measured, "
+                 f"{h['estimated']} estimated from their probes) → this sweep's jobs took "
+                 f"{100 * h['job_s'] / h['grid_job_s']:.0f} % of the grid's")
+        if h["check_max_error"] is not None:
+            line += (f" (the estimate, tried on the {h['checked']} finalist(s), missed their measured full runs by at "
+                     f"most {100 * h['check_max_error']:+.0f} %)")
+    elif h["not_estimated"]:
+        line += f"; the full grid's time cannot be estimated ({h['not_estimated']} combination(s) lack the numbers)"
+    return lines + [line]
+
+
 def _label(r: dict, columns: List[str]) -> str:
     return " ".join(f"{k}={r['swept'][k]}" for k in columns) or f"job {r['job']}"
 
@@ -112,19 +144,30 @@ def markdown(result: SweepResult) -> str:
                "n/a = nothing to compare")
     if best:
         speed = f", {best['speedup']:.2f}x the baseline" if best["speedup"] is not None else ""
+        by = (f" (report.objective=primary_metric: the best {best['metric']}, "
+              f"{metric_text(best['metric'], best['metric_value'])})" if result.spec.objective == "primary_metric"
+              and best["metric_value"] is not None else "")
         out.append(f"- best: job {best['job']} ({_label(best, cols)}): {_num(best['throughput'], ',.1f')} "
-                   f"samples/s{speed} → `best.yaml`")
+                   f"samples/s{speed}{by} → `best.yaml`")
+    if result.halving:
+        out += halving_lines(result.halving)
     out += [f"- note: {n}" for n in result.notes]
     if kinds:
         out.append(f"- peak memory: {', '.join(MEMORY_KINDS.get(k, k) for k in kinds)}")
     out.append("")
-    head = ["job"] + cols + ["throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)",
-                             "data-wait", "GPU util", "MFU", "peak mem (GB)", f"held-out {metric or 'metric'}",
-                             "parity", "status"]
+    gpus = any(r.get("gpus") for r in rows)
+    batch = any(r.get("batch_searched") for r in rows)  # train.batch_size=auto: the size each job trained at
+    halving = result.halving is not None
+    head = ["job"] + cols + ["batch"] * batch + ["gpus"] * gpus + ["halving"] * halving + [
+        "throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)", "data-wait", "GPU util", "MFU",
+        "peak mem (GB)", f"held-out {metric or 'metric'}", "parity", "status"]
     out += ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         mark = " (best)" if r["best"] else " (baseline)" if r["baseline"] else ""
-        cells = [f"{r['job']}{mark}"] + [_cell(r["swept"][k], 60) for k in cols] + [
+        stage = "full" if r.get("stage") == "full" else f"round {r['round']}" if r.get("round") else "n/a"
+        cells = [f"{r['job']}{mark}"] + [_cell(r["swept"][k], 60) for k in cols] \
+            + [_num(r.get("batch_size"), ".0f")] * batch + [r.get("gpus") or "n/a"] * gpus \
+            + [stage] * halving + [
             _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
             _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
             _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)]
@@ -132,7 +175,14 @@ def markdown(result: SweepResult) -> str:
     out += ["", "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
             "warm-up/compile); speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, the "
             "model's own count or torch.utils.flop_counter: metrics.json's flops_method) x samples/s over the GPU's "
-            "dense datasheet peak for the precision. Every job's folder holds its "
+            "dense datasheet peak for the precision. "
+            + ("batch = the batch size each job trained at (train.batch_size=auto found it: graph.txt says how). "
+               if batch else "")
+            + ("gpus = the GPU(s) that measured the job: those the gpus launcher gave it (its CUDA_VISIBLE_DEVICES; "
+               "cpu = none), else its CUDA device. " if gpus else "")
+            + ("halving: full = trained at full length; round R = dropped after round R's probe (status pruned: the "
+               "throughput is the probe's; its held-out metric is not compared). " if halving else "")
+            + "Every job's folder holds its "
             "metrics.json, graph.txt and TensorBoard scalars; the sweep's HParams are in `hparams/` "
             "(`tensorboard --logdir <sweep>/hparams`)."]
     return "\n".join(out) + "\n"

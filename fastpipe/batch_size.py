@@ -1,0 +1,220 @@
+"""``train.batch_size=auto``: the batch size found by trying the real training step.
+
+Each candidate (powers of two) builds the run's model, precision, compile mode and optimizer afresh
+and runs a few full steps (forward, loss, backward, optimizer step; compilation included, Dynamo
+reset between candidates so each compiles for its own shape) on real batches of the dataset. On a
+GPU the batch doubles until the step runs out of memory (caught, the cache emptied) or reaches
+``train.batch_size_max``; on a CPU, where running out of memory kills the process instead of
+raising, it stops at the cap. ``train.batch_size_goal=memory`` takes the largest that fits;
+``throughput`` the one with the best steady-state samples/s among those that fit. Under DDP every
+rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
+The probes change nothing of the run: its model is built after them, from the same seed.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+
+from fastpipe.errors import ConfigError, FastpipeError
+
+START = 8  # the first candidate (halved down to 1 when it does not fit)
+CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
+WARMUP_STEPS, TIMED_STEPS = 2, 3  # per candidate: compile + first optimizer state, then timed
+
+
+@dataclass
+class Probe:
+    batch_size: int
+    fits: bool
+    samples_per_s: Optional[float] = None
+    peak_mem_gb: Optional[float] = None
+    why: str = ""  # why it does not fit (out of memory, past the dataset)
+
+
+@dataclass
+class BatchSearch:
+    """What the search found; ``record()`` is metrics.json's ``batch_size_search``."""
+
+    goal: str
+    cap: int
+    chosen: int
+    probes: List[Probe] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        tried = ", ".join(f"{p.batch_size}{'' if p.fits else ' x'}" for p in self.probes)
+        what = "largest that fits" if self.goal == "memory" else "best samples/s of those that fit"
+        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == self.cap \
+            and all(p.fits for p in self.probes) else ""
+        return f"(auto: {what}; tried {tried}{capped}; {self.seconds:.0f} s)"
+
+    def record(self) -> dict:
+        return {"goal": self.goal, "cap": self.cap, "chosen": self.chosen, "seconds": round(self.seconds, 1),
+                "probes": [vars(p) for p in self.probes]}
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A CUDA out-of-memory error, also when a compiler stage re-raised it as its own."""
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def cap_for(cfg, device: torch.device) -> int:
+    return cfg.batch_size_max or (GPU_CAP if device.type == "cuda" else CPU_CAP)
+
+
+def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
+    """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device; every rank calls it."""
+    from fastpipe.data.splits import build_dataset
+    from fastpipe.runtime import gather_objects, seed_everything
+
+    if settings.launcher.name == "fsdp":
+        raise ConfigError("train.batch_size=auto with launcher=fsdp: the search tries whole-model steps on one "
+                          "device, which a sharded model does not fit; set train.batch_size=N")
+    start_time = time.perf_counter()
+    device, cfg = runtime.device, settings.train
+    name = settings.choices.get("dataset") or settings.dataset.short_name
+    splits = build_dataset(settings.dataset, runtime, name)
+    cap = cap_for(cfg, device)
+    limit = _dataset_limit(splits, runtime.dist.world_size)
+    probes = _search(settings, runtime, splits, min(cap, limit) if limit else cap, warnings)
+    if limit is not None and limit < cap and all(p.fits for p in probes):
+        probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
+    if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
+        probes = _agree(gather_objects(probes, runtime.dist.world_size))
+    fitting = [p for p in probes if p.fits]
+    if not fitting:
+        raise FastpipeError(f"train.batch_size=auto: not even a batch of 1 fits on {device} "
+                            f"({probes[-1].why}); use a smaller model, precision=amp, "
+                            "or model.activation_checkpointing=true")
+    if cfg.batch_size_goal == "throughput" and all(p.samples_per_s for p in fitting):
+        chosen = max(fitting, key=lambda p: p.samples_per_s).batch_size
+    else:
+        chosen = max(p.batch_size for p in fitting)
+    seed_everything(settings.seed + runtime.dist.rank)  # the run starts from the seed, as without a search
+    return BatchSearch(cfg.batch_size_goal, cap, chosen, sorted(probes, key=lambda p: p.batch_size),
+                       time.perf_counter() - start_time)
+
+
+def _dataset_limit(splits, world_size: int) -> Optional[int]:
+    """The largest batch each process can fill from the training split (None: a stream or synthetic)."""
+    if splits.is_synthetic or not hasattr(splits.train, "__len__"):
+        return None
+    return max(1, len(splits.train) // world_size)
+
+
+def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Probe]:
+    """Powers of two: down from START until one fits, then up until one does not or the cap (each
+    timed, for the throughput goal)."""
+    probes, size = [], min(START, cap)
+    while size >= 1:
+        probes.append(_probe(settings, runtime, splits, size, warnings))
+        if probes[-1].fits:
+            break
+        size //= 2
+    if not probes[-1].fits:
+        return probes
+    size = probes[-1].batch_size * 2
+    while size <= cap:
+        probes.append(_probe(settings, runtime, splits, size, warnings))
+        if not probes[-1].fits:
+            break
+        size *= 2
+    return probes
+
+
+def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
+    """Build the step for ``size`` and run it; fits=False when it runs out of GPU memory."""
+    device = runtime.device
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    torch._dynamo.reset()  # each size compiles for its own shape, as the run will
+    seconds = None
+    try:
+        seconds = _run_steps(settings, runtime, splits, size, warnings)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+    gc.collect()  # the failed step's tensors (held by its traceback until now) go back to the cache
+    peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if seconds is None:
+        return Probe(size, False, why="out of memory")
+    return Probe(size, True, size * TIMED_STEPS / seconds if seconds > 0 else None,
+                 None if peak is None else round(peak, 3))
+
+
+def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> float:
+    """WARMUP_STEPS + TIMED_STEPS real steps of batch ``size``; returns the timed steps' seconds."""
+    from fastpipe.compile import build_compiled
+    from fastpipe.config import DefaultLoaderConfig
+    from fastpipe.data import build_loader
+    from fastpipe.measure import _sync
+    from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
+    from fastpipe.optim import build_optimizer
+    from fastpipe.precision import build_precision
+    from fastpipe.runtime import Dist, Runtime
+
+    device = runtime.device
+    local = Runtime(device, Dist(), runtime.cache_root, runtime.cores_per_process)  # no DDP: memory per GPU
+    model = build_model(settings.model, splits.model_kwargs(), settings.choices.get("model", ""))
+    if settings.model.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)
+    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    precision = build_precision(settings.precision, device)
+    compiled = build_compiled(settings.compile, model, device, warnings)
+    optimizer = build_optimizer(settings.optimizer, settings.train, model, device)
+    task = settings.task.build()
+    loader = build_loader(DefaultLoaderConfig(num_workers=0, persistent_workers=False), splits, local, size,
+                          settings.seed, train=True, channels_last=channels_last)
+    loader.set_epoch(0)
+    inputs, targets = next(iter(loader))
+
+    def step(module):
+        with precision.autocast():
+            loss = task.loss(module(inputs), targets)
+        precision.scaler.scale(loss).backward()
+        precision.scaler.step(optimizer)
+        precision.scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(WARMUP_STEPS):
+        compiled.call(step, warnings)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(TIMED_STEPS):
+        compiled.call(step, warnings)
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _agree(per_rank: List[List[Probe]]) -> List[Probe]:
+    """One list of probes from every rank's (the same sizes were tried while all fitted)."""
+    sizes = sorted({p.batch_size for probes in per_rank for p in probes})
+    agreed = []
+    for size in sizes:
+        mine = [next((p for p in probes if p.batch_size == size), None) for probes in per_rank]
+        if any(p is None for p in mine):
+            continue  # one rank stopped earlier: that size did not fit there
+        fits = all(p.fits for p in mine)
+        rates = [p.samples_per_s for p in mine]
+        peaks = [p.peak_mem_gb for p in mine if p.peak_mem_gb is not None]
+        agreed.append(Probe(size, fits, sum(rates) if fits and None not in rates else None,
+                            max(peaks) if peaks else None, next((p.why for p in mine if p.why), "")))
+    return agreed
+
+
+def lr_factor(cfg, world_size: int) -> float:
+    """``train.lr_scaling``: the factor on optimizer.lr for this run's global batch against
+    ``train.lr_reference_batch`` (linear: Goyal et al. 2017; sqrt: for adaptive optimizers)."""
+    if cfg.lr_scaling == "none":
+        return 1.0
+    ratio = cfg.batch_size * cfg.grad_accum * world_size / cfg.lr_reference_batch
+    return ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio)

@@ -1,0 +1,59 @@
+"""Every job of a sweep checked before the first one starts.
+
+Hydra refuses an unknown key or a value of the wrong type for the whole sweep before launching it;
+a value that only fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a loader key of
+another loader) would otherwise surface as a failed row after the jobs before it had run. So the
+sweep's jobs are composed as its sweeper will compose them (command-line lists and a preset's
+``hydra.sweeper.params``) and converted to fastpipe's settings; the first that cannot be is named,
+with its overrides, and nothing runs. Only each group's own values are judged: a combination that
+cannot work (data=dali on a token dataset) or a dataset folder that is missing is still one failed
+row, as the other jobs of the grid may be fine.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from fastpipe.errors import ConfigError
+
+GRID_SWEEPERS = ("BasicSweeper", "HalvingSweeper")  # sweepers whose jobs are the grid of the overrides
+
+
+def sweep_jobs(config: DictConfig) -> List[List[str]]:
+    """Each job's overrides, as a grid sweeper expands them; for another sweeper (Optuna...), whose
+    trials choose their own values, one job of the fixed overrides."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    target = str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or "")
+    overrides = list(config.hydra.overrides.task)
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    if not target.endswith(GRID_SWEEPERS):
+        return [[o.input_line for o in parsed if not o.is_sweep_override()]]
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    preset = [f"{key}={value}" for key, value in params.items()]
+    grid = OverridesParser.create().parse_overrides(preset) + parsed
+    return [list(job) for batch in BasicSweeper.split_arguments(grid, None) for job in batch]
+
+
+def check_sweep(config: DictConfig) -> int:
+    """Compose and convert every job of the sweep ``config`` starts; raises ConfigError naming the first
+    job that fastpipe would refuse. Returns how many jobs were checked."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fastpipe.config import GROUPS, to_settings
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs = sweep_jobs(config)
+    for number, job in enumerate(jobs):
+        cfg = loader.load_sweep_config(config, job)
+        choices = {g: str(cfg.hydra.runtime.choices.get(g)) for g in GROUPS if g in cfg.hydra.runtime.choices}
+        with open_dict(cfg):
+            del cfg["hydra"]  # what the job's task function receives
+        try:
+            to_settings(cfg, choices, check=False)
+        except ConfigError as exc:
+            raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
+                              "was run") from None
+    return len(jobs)

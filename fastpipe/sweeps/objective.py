@@ -1,0 +1,62 @@
+"""The value a sweep job returns to a sweeper that optimises it (Optuna, Nevergrad, Ax, ...).
+
+fastpipe's task function returns the job's metrics (a dict). Hydra's basic sweeper and fastpipe's
+halving sweeper read the results from the job folders, so for them the dict stays; a sweeper that
+optimises a value needs one float per job: ``report.objective`` says which.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fastpipe.errors import ConfigError
+
+OBJECTIVES = ("throughput", "primary_metric")
+
+# Sweepers that read fastpipe's results from the job folders: their jobs return the metrics dict.
+READS_FOLDERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                 "hydra_plugins.fastpipe_sweeps.halving_sweeper.HalvingSweeper")
+
+
+def wants_objective(sweeper_target: Optional[str]) -> bool:
+    """True when the sweep's sweeper optimises the value its jobs return."""
+    return bool(sweeper_target) and str(sweeper_target) not in READS_FOLDERS
+
+
+def objective_value(metrics: Any, objective: str) -> Optional[float]:
+    """The job's objective: its throughput or its primary held-out metric; None when the job is not
+    ok or did not measure it (the sweeper then records the trial as failed)."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"report.objective={objective!r}: choose one of {', '.join(OBJECTIVES)}")
+    if not isinstance(metrics, dict) or metrics.get("status") != "ok":
+        return None
+    if objective == "throughput":
+        value = metrics.get("throughput")
+    else:
+        value = (metrics.get("primary_metric") or {}).get("value")
+    return None if value is None else float(value)
+
+
+def higher_is_better(metrics: Any, objective: str) -> Optional[bool]:
+    """The objective's direction: throughput is higher-is-better; a primary metric says its own."""
+    if objective == "throughput":
+        return True
+    if isinstance(metrics, dict):
+        return (metrics.get("primary_metric") or {}).get("higher_is_better")
+    return None
+
+
+def direction_name(direction: Any) -> str:
+    """``minimize`` / ``maximize`` from a sweeper's direction setting (a string or an enum)."""
+    if isinstance(direction, (list, tuple)):
+        return ",".join(direction_name(d) for d in direction)
+    return str(getattr(direction, "name", direction)).lower()
+
+
+def job_return_value(metrics: Any, config) -> Any:
+    """What a sweep job hands back to its sweeper: the metrics dict, or for a sweeper that optimises
+    a value (``config.hydra.sweeper._target_`` not one of READS_FOLDERS) the ``report.objective``."""
+    from omegaconf import OmegaConf
+
+    if not wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
+        return metrics
+    return objective_value(metrics, str(OmegaConf.select(config, "report.objective", default="throughput")))

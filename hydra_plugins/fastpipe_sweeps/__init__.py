@@ -1,0 +1,24 @@
+"""fastpipe's Hydra plugins, found by Hydra in the ``hydra_plugins`` namespace package.
+
+- ``hydra/launcher=gpus``: a sweep's jobs run concurrently, each in a fresh process pinned to its
+  own GPU(s) and share of the CPU cores (gpus_launcher.py);
+- ``hydra/sweeper=halving``: successive halving on measured throughput (halving_sweeper.py).
+
+Their settings and defaults are the dataclasses in config.py; docs/sweeps.md explains them.
+"""
+
+
+def register() -> None:
+    """Make ``hydra/launcher=gpus`` and ``hydra/sweeper=halving`` known to Hydra where its plugin scan
+    cannot see this package: an editable install (``pip install -e``) used from another folder, whose
+    import hook Python's ``pkgutil`` cannot list. Idempotent; fastpipe calls it before composing."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.fastpipe_sweeps import config  # noqa: F401  (the ConfigStore entries)
+    from hydra_plugins.fastpipe_sweeps.gpus_launcher import GpusLauncher
+    from hydra_plugins.fastpipe_sweeps.halving_sweeper import HalvingSweeper
+
+    plugins = Plugins.instance()
+    for clazz in (GpusLauncher, HalvingSweeper):
+        if f"{clazz.__module__}.{clazz.__name__}" not in plugins.class_name_to_class:
+            plugins.register(clazz)

@@ -1,0 +1,37 @@
+"""The plugins' settings (``hydra.launcher.*``, ``hydra.sweeper.*``), registered in Hydra's ConfigStore
+as the choices ``hydra/launcher=gpus`` and ``hydra/sweeper=halving``.
+
+No ``from __future__ import annotations`` in this package's scanned modules: Hydra's plugin scanner
+runs a module before it is in ``sys.modules``, where dataclasses cannot resolve string annotations."""
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class GpusLauncherConf:
+    _target_: str = "hydra_plugins.fastpipe_sweeps.gpus_launcher.GpusLauncher"
+    # GPUs each job sees (its CUDA_VISIBLE_DEVICES); launcher=ddp jobs take several. 0 = jobs on the CPU.
+    gpus_per_job: int = 1
+    # Jobs at once; null = as many as the GPUs allow (visible GPUs // gpus_per_job), 1 without GPUs.
+    # On a CPU it may be raised up to one job per core: the cores are shared out among the jobs.
+    max_parallel: Optional[int] = None
+
+
+@dataclass
+class HalvingSweeperConf:
+    _target_: str = "hydra_plugins.fastpipe_sweeps.halving_sweeper.HalvingSweeper"
+    probe_steps: int = 30  # steady-state steps of a round-1 probe (added to measure.warmup_steps)
+    keep: float = 0.5  # share of the probes kept each round; the next round's probes are 1/keep longer
+    finalists: int = 2  # combinations trained at full length besides the baseline
+    # TORCHINDUCTOR_CACHE_DIR for every probe and full run; null = Inductor's default (one per user and
+    # machine, so a probe's compiled kernels serve its full run on the same machine). Give a folder all
+    # the jobs can reach, e.g. '${hydra.sweep.dir}/inductor-cache', when jobs run on different machines.
+    inductor_cache: Optional[str] = None
+    params: Optional[Dict[str, str]] = None  # hydra.sweeper.params, as for the basic sweeper (+sweep= presets)
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="fastpipe")
+ConfigStore.instance().store(group="hydra/sweeper", name="halving", node=HalvingSweeperConf, provider="fastpipe")

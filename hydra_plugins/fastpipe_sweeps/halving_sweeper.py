@@ -1,0 +1,143 @@
+"""``hydra/sweeper=halving``: successive halving of a grid on measured throughput.
+
+The grid is the basic sweeper's (command-line lists and ``hydra.sweeper.params``, so ``+sweep=``
+presets work), each combination numbered by its grid position. The plan (probes, rounds, who is
+kept, full runs) is fastpipe.sweeps.halving's; this class composes the jobs, hands them to whatever
+launcher the sweep uses (the basic one, ``hydra/launcher=gpus``, Slurm) one round at a time, and
+writes ``halving.json`` after every round.
+"""
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class HalvingSweeper(Sweeper):
+    def __init__(self, probe_steps: int = 30, keep: float = 0.5, finalists: int = 2,
+                 inductor_cache: Optional[str] = None, params: Optional[Dict[str, str]] = None) -> None:
+        super().__init__()
+        self.probe_steps, self.keep, self.finalists = probe_steps, keep, finalists
+        self.inductor_cache = inductor_cache
+        self.params = params or {}
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.launcher = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+    # ------------------------------------------------------------------ the grid
+    def _grid(self, arguments: List[str]) -> List[List[str]]:
+        """Every combination, in the order (and so with the numbers) Hydra's basic sweeper gives them."""
+        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(lines), None)
+        return [list(c) for c in batch]
+
+    def _baseline(self, combos: List[List[str]], configs: List[DictConfig]) -> int:
+        """The combination the report will call the baseline (report.baseline, else the first values)."""
+        from fastpipe.config import GROUPS
+        from fastpipe.report.sweep import Job, pick_baseline, spec_from_config
+
+        jobs = [Job(n, Path(str(n)), combo, {"choices": {g: str(c.hydra.runtime.choices.get(g)) for g in GROUPS
+                                                         if g in c.hydra.runtime.choices}})
+                for n, (combo, c) in enumerate(zip(combos, configs))]
+        base = pick_baseline(jobs, spec_from_config(self.config))
+        return 0 if base is None else base.num
+
+    # ------------------------------------------------------------------ running
+    def _launch(self, batch: List[List[str]]) -> list:
+        returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+        self.job_idx += len(batch)
+        for r in returns:
+            _ = r.return_value  # an exception the job raised ends the sweep, as in the basic sweeper
+        return list(returns)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from fastpipe import results
+        from fastpipe.errors import ConfigError
+        from fastpipe.sweeps.halving import HalvingRecord, HalvingSettings, probe_folder, select
+        from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse
+
+        assert self.config is not None and self.hydra_context is not None
+        try:
+            plan = HalvingSettings(self.probe_steps, self.keep, self.finalists)
+        except ConfigError as exc:
+            refuse(exc)
+        combos = self._grid(arguments)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        # Compose every job before any starts (a bad override fails at once, as with the basic sweeper);
+        # each combination's own warm-up length sets its probes' length.
+        loader = self.hydra_context.config_loader
+        configs = [loader.load_sweep_config(self.config, combo) for combo in combos]
+        try:
+            base = self._baseline(combos, configs)
+        except ConfigError as exc:
+            refuse(exc)
+        extra = []
+        if self.inductor_cache:
+            cache = Path(str(self.inductor_cache)).absolute()
+            extra = [f"++hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR={_quote(str(cache))}"]
+        record = HalvingRecord(settings={"probe_steps": plan.probe_steps, "keep": plan.keep,
+                                         "finalists": plan.finalists, "inductor_cache": self.inductor_cache},
+                               combos=combos, baseline=base, probe_keys=["train.max_steps", "report.repeats"],
+                               parallel=len(getattr(self.launcher, "slots", None) or [None]))
+        record.write(sweep_dir)
+        alive = [n for n in range(len(combos)) if n != base]
+        log.info(f"Successive halving of {len(combos)} combinations: baseline #{base} runs in full; "
+                 f"{len(alive)} probed ({plan.probe_steps} steps after warm-up in round 1), "
+                 f"{plan.finalists} finalist(s)")
+        returns: List[list] = []
+        round_no = 0
+        while len(alive) > plan.finalists:
+            round_no += 1
+            steady, folder = plan.probe_steps_in(round_no), probe_folder(round_no)
+            batch = []
+            for n in alive:
+                cfg = configs[n]
+                probe = [f"train.max_steps={int(cfg.measure.warmup_steps) + steady}"]
+                if int(cfg.report.repeats) != 1:
+                    probe.append("report.repeats=1")  # a probe ranks; repeats are for the full runs
+                batch.append(combos[n] + probe + [f"hydra.sweep.subdir={folder}/{n}"] + extra)
+            entry = {"round": round_no, "folder": folder, "steps": steady, "jobs": list(alive),
+                     "started": time.time()}
+            log.info(f"Round {round_no}: {len(alive)} probes of {steady} steady-state steps")
+            returns.append(self._launch(batch))
+            probes = {n: results.read(sweep_dir / folder / str(n)) for n in alive}
+            outcome = select(probes, plan.keep, plan.finalists)
+            entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, failed=outcome.failed,
+                         cutoff=outcome.cutoff,
+                         throughput={str(n): (m or {}).get("throughput") for n, m in probes.items()})
+            record.rounds.append(entry)
+            record.write(sweep_dir)
+            log.info(f"Round {round_no}: kept {outcome.kept}, dropped {outcome.dropped}"
+                     + (f", failed {outcome.failed}" if outcome.failed else ""))
+            alive = outcome.kept
+        record.finals = [base] + sorted(alive)
+        record.finals_started = time.time()
+        record.write(sweep_dir)
+        log.info(f"Full runs: {record.finals} (the baseline first)")
+        returns.append(self._launch([combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in record.finals]))
+        record.finals_ended = record.ended = time.time()
+        record.write(sweep_dir)
+        return returns

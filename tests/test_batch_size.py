@@ -1,0 +1,138 @@
+"""train.batch_size=auto (issue 16): the search, its record, and train.lr_scaling."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import TINY, cpu_runtime, make_settings, run_in_process
+
+from fastpipe import batch_size
+from fastpipe.batch_size import BatchSearch, Probe, find_batch_size, lr_factor
+from fastpipe.errors import ConfigError, FastpipeError
+
+
+def _settings(*extra):
+    return make_settings([o for o in TINY if not o.startswith("train.batch_size")] + ["train.batch_size=auto", *extra])
+
+
+def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
+    """Replace the real step: sizes above ``fits_up_to`` run out of memory; ``rate`` gives samples/s."""
+    tried = []
+
+    def run_steps(settings, runtime, splits, size, warnings):
+        tried.append(size)
+        if size > fits_up_to:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return size * batch_size.TIMED_STEPS / rate(size)
+
+    monkeypatch.setattr(batch_size, "_run_steps", run_steps)
+    return tried
+
+
+def test_batch_size_auto_is_a_value_and_nonsense_is_refused_when_composed():
+    assert _settings().train.batch_size == "auto"
+    for bad, key in (("train.batch_size=abc", "train.batch_size"), ("train.batch_size=0", "train.batch_size"),
+                     ("train.batch_size_goal=speed", "batch_size_goal"), ("train.lr_scaling=cubic", "lr_scaling")):
+        with pytest.raises(ConfigError, match=key):
+            make_settings([bad])
+
+
+def test_memory_goal_doubles_until_out_of_memory_and_takes_the_largest_that_fit(monkeypatch):
+    tried = _fake_steps(monkeypatch, fits_up_to=32)
+    search = find_batch_size(_settings("train.batch_size_max=1024", "dataset.num_images=2000"), cpu_runtime(), [])
+    assert tried == [8, 16, 32, 64] and search.chosen == 32
+    assert [(p.batch_size, p.fits) for p in search.probes] == [(8, True), (16, True), (32, True), (64, False)]
+    assert search.probes[-1].why == "out of memory" and "tried 8, 16, 32, 64 x" in search.describe()
+
+
+def test_search_goes_below_the_start_when_it_does_not_fit_and_fails_clearly_at_one(monkeypatch):
+    _fake_steps(monkeypatch, fits_up_to=2)
+    assert find_batch_size(_settings(), cpu_runtime(), []).chosen == 2
+    _fake_steps(monkeypatch, fits_up_to=0)
+    with pytest.raises(FastpipeError, match="not even a batch of 1 fits"):
+        find_batch_size(_settings(), cpu_runtime(), [])
+
+
+def test_throughput_goal_takes_the_fastest_that_fits(monkeypatch):
+    _fake_steps(monkeypatch, fits_up_to=64, rate=lambda size: {8: 50, 16: 90, 32: 120, 64: 110}[size])
+    search = find_batch_size(_settings("train.batch_size_goal=throughput", "train.batch_size_max=64",
+                                       "dataset.num_images=2000"), cpu_runtime(), [])
+    assert search.chosen == 32 and search.record()["probes"][2]["samples_per_s"] == pytest.approx(120)
+
+
+def test_cpu_search_stops_at_the_cap_and_at_the_dataset(monkeypatch):
+    _fake_steps(monkeypatch, fits_up_to=10**6)
+    search = find_batch_size(_settings("dataset.num_images=2000"), cpu_runtime(), [])
+    assert search.cap == batch_size.CPU_CAP and search.chosen == batch_size.CPU_CAP  # a CPU cannot catch OOM
+    assert "capped at train.batch_size_max=128" in search.describe()
+    small = find_batch_size(_settings("dataset.num_images=100"), cpu_runtime(), [])  # 75 training images
+    assert small.chosen == 64 and max(p.batch_size for p in small.probes) == 64
+
+
+def test_fsdp_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="launcher=fsdp.*train.batch_size=N"):
+        find_batch_size(_settings("launcher=fsdp"), cpu_runtime(), [])
+
+
+def test_ranks_agree_on_sizes_that_fit_everywhere():
+    rank0 = [Probe(8, True, 100.0), Probe(16, True, 150.0), Probe(32, False, why="out of memory")]
+    rank1 = [Probe(8, True, 90.0), Probe(16, False, why="out of memory")]
+    agreed = batch_size._agree([rank0, rank1])
+    assert [(p.batch_size, p.fits) for p in agreed] == [(8, True), (16, False)]
+    assert agreed[0].samples_per_s == pytest.approx(190.0)
+
+
+def test_lr_scaling_rules():
+    cfg = make_settings(["train.batch_size=64", "train.grad_accum=2", "train.lr_scaling=linear",
+                         "train.lr_reference_batch=256"]).train
+    assert lr_factor(cfg, world_size=2) == pytest.approx(1.0)  # 64 x 2 x 2 = 256
+    assert lr_factor(cfg, world_size=4) == pytest.approx(2.0)
+    cfg.lr_scaling = "sqrt"
+    assert lr_factor(cfg, world_size=8) == pytest.approx(2.0)
+    cfg.lr_scaling = "none"
+    assert lr_factor(cfg, world_size=8) == 1.0
+
+
+def test_lr_scaling_reaches_the_optimizer_and_a_schedule_with_its_own_peak():
+    from fastpipe import graph
+
+    settings = make_settings(TINY + ["train.lr_scaling=linear", "train.lr_reference_batch=8", "optimizer=sgd",
+                                     "optimizer.lr=0.1", "lr_schedule=onecycle"])
+    g = graph.build(settings, cpu_runtime(), [])
+    assert g.optimizer.param_groups[0]["max_lr"] == pytest.approx(settings.lr_schedule.params["max_lr"] * 2)
+    assert "lr_scaling=linear: x2 for a global batch of 16 against 8" in g.describe()
+    plain = graph.build(make_settings(TINY + ["optimizer=sgd", "optimizer.lr=0.1"]), cpu_runtime(), [])
+    assert plain.optimizer.param_groups[0]["initial_lr"] == pytest.approx(0.1)
+
+
+def test_a_run_with_auto_records_the_size_and_how_it_was_found(tmp_path):
+    metrics = run_in_process(tmp_path, [o for o in TINY if not o.startswith("train.batch_size")]
+                             + ["train.batch_size=auto", "train.batch_size_max=16"])
+    assert metrics["status"] == "ok" and metrics["batch_size"] == 16
+    record = json.loads((tmp_path / "metrics.json").read_text())["batch_size_search"]
+    assert record["chosen"] == 16 and [p["batch_size"] for p in record["probes"]] == [8, 16]
+    assert "batch_size=16/process (auto: largest that fits" in (tmp_path / "graph.txt").read_text()
+
+
+def test_search_record_round_trips():
+    search = BatchSearch("memory", 64, 32, [Probe(32, True, 10.0, 1.5)], 3.2)
+    assert search.record() == {"goal": "memory", "cap": 64, "chosen": 32, "seconds": 3.2,
+                               "probes": [{"batch_size": 32, "fits": True, "samples_per_s": 10.0,
+                                           "peak_mem_gb": 1.5, "why": ""}]}
+
+
+@pytest.mark.slow
+def test_a_sweep_report_shows_the_size_each_job_found(tmp_path):
+    from conftest import run_cli
+
+    tiny = [o for o in TINY if not o.startswith("train.batch_size")]
+    proc = run_cli(["-m", *tiny, "train.batch_size=auto", "train.batch_size_max=16", "precision=fp32,amp",
+                    "launcher.fresh_process=false", f"hydra.sweep.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = (tmp_path / "report.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| job"))
+    assert "| batch |" in header and "train.batch_size=auto found it" in report
+    rows = [line for line in report.splitlines() if line.startswith("| 0") or line.startswith("| 1")]
+    assert len(rows) == 2 and all("| 16 |" in row for row in rows)
+    assert "batch_size" in (tmp_path / "report.csv").read_text().splitlines()[0]
