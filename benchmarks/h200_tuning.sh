@@ -33,13 +33,13 @@ LOGS=$W/logs; mkdir -p $LOGS
 # ResNet-50 learn the shapes within the sweep's 100 steps, so its accuracy column compares something.
 MODEL=(model=resnet50 +model.kwargs.zero_init_residual=true)
 DATA=(dataset=shapes "dataset.source_size=[500,375]" dataset.num_images=8192 dataset.image_size=224
-      dataset.augment=true train.batch_size=256 train.epochs=4 train.lr_warmup_steps=10
+      dataset.augment=true train.batch_size=256 train.epochs=4 lr_schedule.warmup_steps=10
       measure.warmup_steps=10 measure.window=5 runtime.progress=false)
 DDP=(--nproc 2 --warmup 20 --steps 100); DDP_EAGER=(--nproc 2 --warmup 10 --steps 60); BATCHES=256,512
 if [[ ${SMOKE:-0} == 1 ]]; then
   MODEL=(model=tiny_cnn)
   DATA=(dataset=shapes "dataset.source_size=[48,36]" dataset.num_images=320 dataset.image_size=32 dataset.augment=true
-        train.batch_size=16 train.epochs=2 train.lr_warmup_steps=2 measure.warmup_steps=2 measure.window=2
+        train.batch_size=16 train.epochs=2 lr_schedule.warmup_steps=2 measure.warmup_steps=2 measure.window=2
         runtime.progress=false device=cpu)
   DDP=(--smoke); DDP_EAGER=(--smoke); BATCHES=16,32
 fi

@@ -2,28 +2,30 @@
 
 Generates the dataset once (default: the shapes generator's 4,096 JPEGs of 500x375, cached in
 $FASTPIPE_CACHE), then runs one short `python -m fastpipe data=<loader> ...` per loader as its own
-subprocess (resnet50, 224 px with random-resized-crop + flip, bf16 autocast, channels_last, batch
-256, at most --steps steps), each into OUT/<loader>/, and reads every metrics.json into a table:
-loader, img/s, data-wait %, warm-up s, status. A loader that fails (DALI missing, a crash, a
-timeout) is a row that says why; the others still run. Writes OUT/loaders.md (the table),
-OUT/loaders.jsonl (one line per loader) and OUT/loaders.log (commands and output tails).
+subprocess through runner.py (resnet50, 224 px with random-resized-crop + flip, bf16 autocast,
+channels_last, batch 256, at most --steps steps), each into OUT/<loader>/, and reads every
+metrics.json into a table: loader, img/s, data-wait %, warm-up s, status. A loader that fails (DALI
+missing, a crash, a timeout) or that --deadline leaves no time for is a row that says why; the
+others still run. Writes, as each run ends, OUT/loaders.md (the table), OUT/loaders.jsonl (one line
+per run, appended) and OUT/loaders.log (commands and output).
 
     python benchmarks/loaders.py --out results/loaders                     # on a GPU machine
     python benchmarks/loaders.py --out /tmp/l compile=default dali:data.num_threads=12
     python benchmarks/loaders.py --out /tmp/l --smoke                      # CPU, tiny, for the tests
 
 Trailing arguments are Hydra overrides for every run; `LOADER:key=value` applies to one loader only.
-A call with --loaders replaces those loaders' rows in OUT and keeps the others' (split a long
-benchmark over several commands); the table is rewritten after each run.
+A call with --loaders replaces those loaders' rows in the table and keeps the others' (their latest
+lines in loaders.jsonl: split a long benchmark over several commands).
 """
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from runner import (Deadline, add_common_args, append_jsonl, read_jsonl, run_fastpipe, skipped, status_text,
+                    write_markdown_table)
 
 REPO = Path(__file__).resolve().parents[1]
 LOADERS = ("default", "mmap", "dali")
@@ -47,8 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, required=True, help="output folder (runs, table, log)")
     p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated subset of default,mmap,dali")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 200; smoke 10)")
-    p.add_argument("--timeout", type=int, default=480, help="seconds before a run counts as failed")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny model, 32 px, a few steps: checks the script")
+    add_common_args(p, timeout_s=480)
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run; LOADER:key=value for one loader")
     a = p.parse_args(argv)
     a.steps = a.steps or (10 if a.smoke else 200)
@@ -99,44 +101,14 @@ def generate_dataset(overrides: list, log) -> str:
     return line
 
 
-def run_one(loader: str, a, log) -> dict:
-    """One `python -m fastpipe` run; its metrics.json, or a failed row saying why."""
-    run_dir = a.out / loader
-    if (run_dir / "metrics.json").exists():  # a re-run must not read the previous run's numbers
-        (run_dir / "metrics.json").unlink()
-    cmd = [sys.executable, "-m", "fastpipe", *overrides_for(loader, a), f"hydra.run.dir={run_dir}"]
-    log.write("$ " + " ".join(cmd) + "\n")
-    log.flush()
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=a.timeout)
-        code, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, out, err = None, _text(exc.stdout), _text(exc.stderr)
-    log.write(out[-4000:] + err[-4000:] + f"\n[{loader}: exit {code}, {time.perf_counter() - start:.0f} s]\n\n")
-    log.flush()
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
-        metrics = {"status": "failed"}
-    if code is None:
-        metrics = {"status": "failed", "reason": f"timed out after {a.timeout} s (--timeout)"}
-    elif metrics.get("status") != "ok" and not metrics.get("reason"):
-        metrics["reason"] = _reason(err, code)
+def run_one(loader: str, a, log, deadline: Deadline) -> dict:
+    """One `python -m fastpipe` run through runner.py: its metrics.json, or a row saying why not."""
+    why = deadline.skip_reason(loader)
+    if why:
+        return skipped(why)
+    metrics = run_fastpipe(overrides_for(loader, a), a.out / loader, deadline.timeout(a.timeout), log)
+    deadline.record(loader, metrics.get("wall_s"))
     return metrics
-
-
-def _reason(err: str, code) -> str:
-    """Why a run that wrote no metrics.json failed: a traceback's last line, or Hydra's message."""
-    lines = [line for line in err.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
-    if any(line.startswith("Traceback") for line in lines):
-        return lines[-1]
-    top = [line.strip() for line in lines if not line.startswith((" ", "\t"))]
-    return " ".join(top[:3]) if top else f"exit code {code}"
-
-
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
 def row(loader: str, m: dict) -> dict:
@@ -148,38 +120,25 @@ def row(loader: str, m: dict) -> dict:
             "accuracy": m.get("accuracy"), "measured_steps": m.get("measured_steps"), "env": m.get("env")}
 
 
-def table(rows: list, header: str) -> str:
-    def num(value, spec, scale=1.0):
-        return "—" if value is None else format(value * scale, spec)
-
-    lines = [header, "", "| loader | img/s | data-wait % | warm-up s | status |", "| --- | ---: | ---: | ---: | --- |"]
-    for r in rows:
-        status = "ok" if r["status"] == "ok" else "failed: " + str(r["reason"] or "?").replace("|", "/")[:300]
-        lines.append(f"| {r['loader']} | {num(r['throughput'], ',.0f')} | {num(r['data_wait_frac'], '.1f', 100)} "
-                     f"| {num(r['warmup_s'], '.1f')} | {status} |")
-    return "\n".join(lines)
+COLUMNS = [("loader", "loader"), ("img/s", "throughput", ",.0f"),
+           ("data-wait %", lambda r: None if r["data_wait_frac"] is None else 100 * r["data_wait_frac"], ".1f"),
+           ("warm-up s", "warmup_s", ".1f"), ("status", status_text)]
 
 
 def previous_rows(out: Path, rerun: list) -> dict:
-    """Rows of an earlier call into the same --out for loaders this call does not run (kept)."""
-    try:
-        rows = [json.loads(line) for line in (out / "loaders.jsonl").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return {}
-    return {r["loader"]: r for r in rows if r.get("loader") in LOADERS and r["loader"] not in rerun}
+    """The latest row of an earlier call into the same --out for each loader this call does not run (kept)."""
+    return {r["loader"]: r for r in read_jsonl(out / "loaders.jsonl")
+            if r.get("loader") in LOADERS and r["loader"] not in rerun}
 
 
-def write_results(a, rows: dict, dataset: str) -> str:
-    """loaders.md and loaders.jsonl from ``rows`` (rewritten after every run: a kill keeps the rest)."""
+def write_table(a, rows: dict, dataset: str) -> str:
+    """loaders.md from ``rows`` (rewritten after every run: a kill keeps the rest)."""
     ordered = [rows[name] for name in LOADERS if name in rows]
     env = next((r["env"] for r in ordered if r.get("env") and r["env"].get("device")), None) or {}
     header = (f"Loaders, {'smoke (CPU, tiny_cnn, 32 px)' if a.smoke else 'resnet50 224 px bf16 channels_last batch 256'}"
               f", at most {a.steps} steps; {dataset.split('  (')[0]}; device {env.get('device_name', '?')}, "
               f"torch {env.get('torch', '?')}; overrides: {' '.join(a.overrides) or 'none'}")
-    text = table(ordered, header)
-    (a.out / "loaders.md").write_text(text + "\n")
-    (a.out / "loaders.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ordered))
-    return text
+    return write_markdown_table(a.out / "loaders.md", ordered, COLUMNS, header)
 
 
 def main(argv=None) -> int:
@@ -187,13 +146,15 @@ def main(argv=None) -> int:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     rows = previous_rows(a.out, a.loaders)
+    deadline = Deadline(a.deadline, floor_s=5 if a.smoke else 60)
     with open(a.out / "loaders.log", "a") as log:
         log.write(f"# benchmarks/loaders.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
         dataset = generate_dataset(overrides_for(a.loaders[0], a), log)
         for loader in a.loaders:
             print(f"running data={loader} ...", flush=True)
-            rows[loader] = row(loader, run_one(loader, a, log))
-            text = write_results(a, rows, dataset)
+            rows[loader] = row(loader, run_one(loader, a, log, deadline))
+            append_jsonl(a.out / "loaders.jsonl", rows[loader])
+            text = write_table(a, rows, dataset)
     print(text, flush=True)
     return 0 if all(rows[name]["status"] == "ok" for name in a.loaders) else 1
 

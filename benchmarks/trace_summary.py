@@ -115,13 +115,14 @@ def summarize(events: list, gaps: int = 5, ops: int = 10) -> str:
         exposed = total(subtract(comm, compute))
         lines.append(f"NCCL kernels {total(comm) / 1e3:.1f} ms, of which {exposed / 1e3:.2f} ms "
                      f"({exposed / n / 1e3:.2f} ms per step) with no compute kernel running beside them")
-        kinds = defaultdict(lambda: [0, 0.0])
+        kinds = defaultdict(list)  # FSDP's all-gathers and reduce-scatters, DDP's all-reduces, apart
         for e in comm_events:
-            slot = kinds[(kind(e["name"]), (e.get("args") or {}).get("stream"))]
-            slot[0] += 1
-            slot[1] += e["dur"]
-        for (name, stream), (count, dur) in sorted(kinds.items()):
-            lines.append(f"  {name} on stream {stream}: {count / n:.1f} per step, {dur / n / 1e3:.2f} ms per step")
+            kinds[(kind(e["name"]), (e.get("args") or {}).get("stream"))].append(e)
+        for (name, stream), evs in sorted(kinds.items()):
+            own = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in evs), lo, hi))
+            alone = total(subtract(own, compute))
+            lines.append(f"  {name} on stream {stream}: {len(evs) / n:.1f} per step, "
+                         f"{sum(e['dur'] for e in evs) / n / 1e3:.2f} ms per step, {alone / n / 1e3:.2f} ms exposed")
     runtime = defaultdict(lambda: [0.0, 0])
     for e in inside:
         if e.get("cat") in ("cuda_runtime", "cuda_driver"):

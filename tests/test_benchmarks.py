@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,7 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     assert "stream 20: busy 3.0 ms, 2 activities (2 NCCL)" in text
     assert "NCCL kernels 3.0 ms, of which 2.00 ms" in text
     assert "ncclDevKernel_Broadcast_RING_LL on stream 20: 0.5 per step" in text
+    assert "ncclAllReduce on stream 20: 0.5 per step, 1.50 ms per step, 1.00 ms exposed" in text  # per kind
     assert "cudaStreamSynchronize" in text and "1.50 ms" in text  # 3 ms over 2 steps
     assert "GPU idle 1.50 ms per step (15.0% of the span); gaps >= 50 us: 1 (0.5 per step)" in text
     assert "aten::item (tid 1)" in text and "long_op_elsewhere" not in text.split("gaps >= 50 us")[1]
@@ -68,3 +70,219 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trace_summary.py"), str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "GPU busy" in proc.stdout
+
+
+# ---------------------------------------------------------------- benchmarks/runner.py (pure: fast)
+def _load_runner():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# A stand-in for `python -m fastpipe`: FAKE_MODE says how it ends; it writes metrics.json where
+# hydra.run.dir points, as fastpipe does.
+FAKE_FASTPIPE = r'''
+import json, os, subprocess, sys, time
+from pathlib import Path
+run_dir = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra.run.dir=")))
+run_dir.mkdir(parents=True, exist_ok=True)
+mode = os.environ["FAKE_MODE"]
+print("fake fastpipe started", flush=True)
+if mode == "hang":  # a child of its own, as fastpipe's training process or DDP workers
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (run_dir / "child.pid").write_text(str(child.pid))
+    time.sleep(60)
+elif mode == "error":
+    print("fastpipe: error: train.batch_size=0 must be >= 1", file=sys.stderr)
+    sys.exit(2)
+elif mode == "hydra":
+    print("Could not override 'launcher.static_graph'.\nTo append to your config use +launcher.static_graph=true\n"
+          "Key 'static_graph' not in 'DdpLauncherConfig'\n    full_key: launcher.static_graph\n\n"
+          "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", file=sys.stderr)
+    sys.exit(1)
+elif mode == "failed-run":
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "failed", "reason": "out of memory with train.batch_size=512"}))
+    sys.exit(1)
+elif mode == "ok":
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "ok", "throughput": 123.0}))
+'''
+
+
+def _fake(runner, tmp_path, monkeypatch):
+    script = tmp_path / "fake_fastpipe.py"
+    script.write_text(FAKE_FASTPIPE)
+    monkeypatch.setattr(runner, "FASTPIPE", [sys.executable, str(script)])
+
+
+def _gone(pid: int) -> bool:
+    import time
+
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return True
+        if "\nState:\tZ" in state:  # exited, waiting for its (new) parent to reap it
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_runner_timeout_kills_the_process_group_and_returns_a_failed_row(tmp_path, monkeypatch):
+    runner = _load_runner()
+    _fake(runner, tmp_path, monkeypatch)
+    with open(tmp_path / "run.log", "w") as log:
+        row = runner.run_fastpipe(["x=1"], tmp_path / "run", 2, log, env={"FAKE_MODE": "hang"})
+    assert row["status"] == "failed" and row["reason"] == "timed out after 2 s (process group killed)"
+    assert 2 <= row["wall_s"] < 15 and row["run_dir"] == str(tmp_path / "run")
+    assert _gone(int((tmp_path / "run" / "child.pid").read_text()))  # the grandchild went with the group
+    text = (tmp_path / "run.log").read_text()
+    assert "fake fastpipe started" in text and "killed after 2 s (timeout)" in text and "hydra.run.dir=" in text
+
+
+def test_runner_failed_runs_say_why(tmp_path, monkeypatch):
+    runner = _load_runner()
+    _fake(runner, tmp_path, monkeypatch)
+
+    def run(mode):
+        with open(tmp_path / "run.log", "a") as log:
+            return runner.run_fastpipe(["x=1"], tmp_path / mode, 60, log, env={"FAKE_MODE": mode})
+
+    error = run("error")
+    assert (error["status"], error["reason"], error["exit_code"]) == ("failed", "train.batch_size=0 must be >= 1", 2)
+    assert run("hydra")["reason"].startswith("Could not override 'launcher.static_graph'.")
+    assert "Key 'static_graph' not in 'DdpLauncherConfig'" in run("hydra")["reason"]
+    assert run("failed-run")["reason"] == "out of memory with train.batch_size=512"  # the run's own record
+    missing = run("missing")
+    assert missing["status"] == "failed" and missing["reason"].startswith("no metrics.json in ")
+    ok = run("ok")
+    assert ok["status"] == "ok" and ok["throughput"] == 123.0 and ok["wall_s"] > 0
+    (tmp_path / "missing" / "metrics.json").write_text('{"status": "ok"}')  # an earlier run's result
+    assert run("missing")["status"] == "failed"  # is never read as this run's: the folder is emptied first
+
+
+def test_runner_tables_rows_and_deadline(tmp_path):
+    runner = _load_runner()
+    rows = [{"name": "a", "v": 1234.5, "status": "ok"},
+            {"name": "b|c", "v": None, "status": "failed", "reason": "boom"},
+            runner.skipped("skipped: no time left (3 s left)", name="d")]
+    text = runner.write_markdown_table(tmp_path / "t.md", rows, [("name", "name"), ("value", "v", ",.0f"),
+                                                                 ("status", runner.status_text)], "title", ["note"])
+    assert text == (tmp_path / "t.md").read_text()
+    assert text.splitlines() == ["title", "", "| name | value | status |", "| --- | ---: | --- |", "| a | 1,234 | ok |",
+                                 "| b/c | — | failed: boom |", "| d | — | skipped: no time left (3 s left) |", "", "note"]
+    runner.append_jsonl(tmp_path / "r.jsonl", {"a": 1})
+    with open(tmp_path / "r.jsonl", "a") as f:
+        f.write('{"cut off')  # a line a kill left half-written
+    runner.append_jsonl(tmp_path / "r.jsonl", {"a": 2})
+    assert runner.read_jsonl(tmp_path / "r.jsonl") == [{"a": 1}]  # the broken line swallowed the next one's start
+    (tmp_path / "r2.jsonl").write_text('{"a": 1}\n{"cut\n{"a": 3}\n')
+    assert runner.read_jsonl(tmp_path / "r2.jsonl") == [{"a": 1}, {"a": 3}]
+    assert runner.median([3, None, 1, 2]) == 2 and runner.median([]) is None
+
+    unlimited = runner.Deadline(None)
+    assert unlimited.skip_reason("x") is None and unlimited.timeout(600) == 600
+    short = runner.Deadline(runner.KILL_GRACE_S + 20, floor_s=30)
+    assert short.skip_reason("x").startswith("skipped: no time left (")
+    assert short.timeout(600) <= 20
+    short.record("y", 5.0)
+    assert short.skip_reason("y") is None  # a kind that ran in 5 s fits in ~20 s
+
+
+@pytest.mark.slow
+def test_runner_reasons_from_real_fastpipe(tmp_path):
+    runner = _load_runner()
+    with open(tmp_path / "run.log", "w") as log:
+        bad_value = runner.run_fastpipe(["train.batch_size=0"], tmp_path / "a", 120, log)
+        bad_key = runner.run_fastpipe(["launcher.no_such_key=1"], tmp_path / "b", 120, log)
+        refusal = runner.config_refusal(["launcher=no_such_launcher"], log)
+    assert bad_value["status"] == "failed" and "train.batch_size=0" in bad_value["reason"], bad_value
+    assert "no_such_key" in bad_key["reason"] and "not in" in bad_key["reason"], bad_key
+    assert "no_such_launcher" in refusal
+
+
+# ---------------------------------------------------------------- the new scripts' smoke modes
+def _script(name, *args, timeout=300):
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_lm_handloop_smoke():
+    proc = _script("lm_handloop.py", "--device", "cpu", "--smoke")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens_per_s"] > 0 and result["step_ms_median"] > 0 and result["mfu"] is None  # no peak for a CPU
+    from fastpipe.models import GPT
+
+    import torch
+    gpt = GPT(vocab_size=256, seq_len=32, n_layer=4, n_head=4, n_embd=128)  # gpt_tiny at 32 tokens: fastpipe's count
+    assert result["flops_per_sample"] == gpt.flops_per_sample(torch.zeros(1, 32, dtype=torch.long))
+
+
+def _table_rows(path) -> dict:
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip().strip("|").split("|")]
+                                          for line in path.read_text().splitlines()
+                                          if line.startswith("| ") and "---" not in line)}
+
+
+@pytest.mark.slow
+def test_lm_benchmark_smoke(tmp_path):
+    proc = _script("lm.py", "--out", tmp_path, "--smoke", "--repeats", "1")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = _table_rows(tmp_path / "lm.md")
+    assert rows["hand"][-1] == "ok" and rows["fastpipe"][-1] == "ok"
+    assert rows["fastpipe"][4].endswith("x") and float(rows["fastpipe"][2].replace(",", "")) > 0  # vs hand
+    runs = [json.loads(line) for line in (tmp_path / "lm.jsonl").read_text().splitlines()]
+    assert [r["run"] for r in runs] == ["hand", "fastpipe"] and all(r["tokens_per_s"] > 0 for r in runs)
+    metrics = json.loads((tmp_path / "runs" / "fastpipe-0" / "metrics.json").read_text())
+    assert metrics["choices"]["task"] == "lm" and metrics["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_checkpoint_stall_smoke(tmp_path):
+    proc = _script("checkpoint_stall.py", "--out", tmp_path, "--smoke")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = _table_rows(tmp_path / "checkpoint_stall.md")
+    assert rows["none"][-1] == "ok" and rows["every 6"][-1] == "ok" and rows["every 6"][3].endswith("x")
+    assert list((tmp_path / "runs" / "every6-0" / "checkpoints").glob("step-*.pt"))
+    assert not (tmp_path / "runs" / "every0-0" / "checkpoints").exists() or not list(
+        (tmp_path / "runs" / "every0-0" / "checkpoints").glob("step-*.pt"))
+    table = (tmp_path / "checkpoint_stall.md").read_text()
+    assert "| writer | stall median s | stall max s | durable median s | files/bytes written | status |" in table
+    for writer in ("fastpipe BackgroundWriter", "dcp async_save"):  # async_save needs no process group on CPU
+        assert rows[writer][-1] == "ok", table
+        assert float(rows[writer][1]) > 0 and float(rows[writer][3]) > 0 and rows[writer][4].startswith("2 files")
+    writers = [r for r in map(json.loads, (tmp_path / "checkpoint_stall.jsonl").read_text().splitlines())
+               if r.get("table") == "writers"]
+    assert [(r["writer"], r["checkpoints"], r["process_group"]) for r in writers] == [
+        ("fastpipe BackgroundWriter", 2, None), ("dcp async_save", 2, None)]
+    assert not (tmp_path / "checkpoints").exists()  # the comparison's checkpoints are deleted once measured
+    bad = _script("checkpoint_stall.py", "--out", tmp_path, "--warmup", "20", "--window", "10")  # step 50 on an edge
+    assert bad.returncode == 2 and "window edge" in bad.stderr
+
+
+@pytest.mark.slow
+def test_h200_session3_phase1_smoke(tmp_path):
+    """SMOKE=1 phase 1 on this CPU: every table and the archive land in OUT/p1, at most 8 files."""
+    import os
+    import tarfile
+
+    env = dict(os.environ, SMOKE="1", WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), PY=sys.executable)
+    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "h200_session3.sh"), "1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "out" / "p1"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_stall.md", "gpu.txt", "lm.md", "overhead.md",
+                                                     "phase1.tgz"]
+    for table, first in (("overhead.md", "resnet18"), ("lm.md", "fastpipe"), ("checkpoint_stall.md", "every 6")):
+        assert _table_rows(out / table)[first][-1] == "ok", (out / table).read_text()
+    with tarfile.open(out / "phase1.tgz") as tar:
+        names = tar.getnames()
+    assert "logs-p1/runs.jsonl" in names and "lm/lm.jsonl" in names and "overhead/overhead.log" in names
+    assert not [n for n in names if n.endswith(".pt")]  # checkpoints stay behind
+    assert "== lm.md" in proc.stdout  # the phase ends with its tables
