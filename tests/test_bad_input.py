@@ -190,10 +190,23 @@ def test_out_of_memory_names_the_fixes(tmp_path, monkeypatch):
         run_in_process(tmp_path, RUN + ["model._target_=fault_models.OutOfMemoryNet"])
     assert isinstance(excinfo.value.__cause__, torch.OutOfMemoryError)
     reason = read_metrics(tmp_path)["reason"]
-    assert reason.startswith("out of memory with train.batch_size=16 (precision=fp32, model=fault_models.OutOfMemoryNet)")
-    for fix in ("lower train.batch_size", "precision=amp", "model.activation_checkpointing=true"):
+    assert reason.startswith("out of memory with train.batch_size=16 (precision=fp32, "
+                             "model=fault_models.OutOfMemoryNet, launcher=single)")
+    for fix in ("lower train.batch_size", "precision=amp", "model.activation_checkpointing=true", "launcher=fsdp"):
         assert fix in reason
     assert "traceback" not in read_metrics(tmp_path)
+
+
+def test_out_of_memory_offers_only_the_fixes_not_yet_applied():
+    from fastpipe.job import _out_of_memory
+
+    settings = make_settings(["task=lm", "dataset=tokens", "model=gpt_tiny", "precision=amp",
+                              "model.activation_checkpointing=true", "launcher=fsdp", "train.batch_size=1"])
+    reason = str(_out_of_memory(settings, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 400 MiB")))
+    assert "launcher=fsdp)" in reason and "shard over more GPUs (launcher.nproc_per_node" in reason
+    for applied in ("lower train.batch_size", "use precision=amp", "set model.activation_checkpointing"):
+        assert applied not in reason
+    assert reason.endswith("[CUDA out of memory. Tried to allocate 400 MiB]")
 
 
 @pytest.mark.slow
