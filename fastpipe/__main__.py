@@ -12,10 +12,12 @@ from omegaconf import DictConfig
 from fastpipe import results
 from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
+from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 register_configs()
+register_sweep_plugins()  # Hydra's plugin scan misses them under an editable install run from elsewhere
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")

@@ -227,3 +227,15 @@ def test_halving_sweep_prunes_keeps_the_baseline_and_runs_the_finalists_in_full(
     assert best in record.finals and rows[best]["parity"] != "FAIL"
     assert "- halving: 4 combinations" in (sweep_dir / "report.md").read_text()
     assert (sweep_dir / "best.yaml").is_file()
+
+
+def test_the_plugins_are_found_from_a_project_folder_outside_the_repository(tmp_path):
+    """Hydra's plugin scan cannot list an editable install's packages from another folder; fastpipe
+    registers its plugins itself, so a project folder can name them."""
+    from conftest import run_cli
+
+    for choice, target in (("hydra/sweeper=halving", "halving_sweeper.HalvingSweeper"),
+                           ("hydra/launcher=gpus", "gpus_launcher.GpusLauncher")):
+        proc = run_cli([choice, "--cfg", "hydra"], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-1500:]
+        assert f"_target_: hydra_plugins.fastpipe_sweeps.{target}" in proc.stdout
