@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ class Position:
     final_loss: Any = None  # likewise a float or a 0-d tensor
     samples_in_epoch: int = 0  # samples of this epoch trained on, over all processes
     samples_seen: int = 0  # samples trained on since step 0, over all processes
+    evaluation: Optional[dict] = None  # the Evaluator's best result and patience count, so a resume keeps them
 
 
 def global_batch(g) -> int:
@@ -125,6 +126,18 @@ def load_model_state(g, path: Path, state: dict) -> None:
     g.model.load_state_dict(theirs)
 
 
+def load_optimizer_state(g, path: Path, saved: dict) -> None:
+    """The optimizer's state, refused in one line when its parameter groups are not this run's (a
+    checkpoint from before ``train.no_decay=auto`` split AdamW's groups, or another no_decay)."""
+    theirs, ours = len(saved.get("param_groups", [])), len(g.optimizer.param_groups)
+    if theirs != ours:
+        raise DataError(f"{path}: its optimizer state has {theirs} parameter group(s), this run's optimizer {ours} "
+                        f"(train.no_decay={g.settings.train.no_decay} decides whether biases and norm weights get a "
+                        "group of their own): resume with the train.no_decay the checkpoint was written with "
+                        "(train.no_decay=false: one group), or start a new run")
+    g.optimizer.load_state_dict(saved)
+
+
 def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
     """Load ``state`` (and, for a sharded checkpoint, its shards) into the graph and this process's RNGs;
     returns this run's position."""
@@ -137,11 +150,9 @@ def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List
                         "resumes sharded ones (step-*.dcp folders): resume it with the launcher that wrote it")
     else:
         load_model_state(g, path, state)
-        g.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(g, path, state["optimizer"])
     if g.precision.scaler.is_enabled() and state.get("scaler"):
         g.precision.scaler.load_state_dict(state["scaler"])
-    if g.schedule is not None:
-        g.schedule.load_state_dict(state.get("schedule"))
     if g.ema is not None and state.get("ema"):
         g.ema.load_state_dict(state["ema"])
     elif g.ema is not None and g.runtime.dist.is_main:
@@ -153,7 +164,10 @@ def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List
     elif dist.is_main:
         warnings.append(f"the checkpoint has RNG states of {len(rngs)} process(es), this run "
                         f"{dist.world_size}: random streams restart from the seed")
-    return position_here(g, state, steps_per_epoch, warnings)
+    pos = position_here(g, state, steps_per_epoch, warnings)
+    if g.schedule is not None:
+        g.schedule.resume(state.get("schedule"), pos.step, warnings if dist.is_main else [])
+    return pos
 
 
 def position_here(g, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:

@@ -81,13 +81,18 @@ class Evaluator:
     improvement for ``train.early_stop_patience``. With an EMA, the average's weights are the ones
     that count; the raw weights' metrics are kept beside them."""
 
-    def __init__(self, g, cfg: TrainConfig, ckpt, ema=None) -> None:
+    def __init__(self, g, cfg: TrainConfig, ckpt, ema=None, resumed: Optional[dict] = None) -> None:
         self.g, self.cfg, self.ckpt, self.ema = g, cfg, ckpt, ema
         self.latest: Optional[Dict[str, float]] = None
         self.raw: Optional[Dict[str, float]] = None
-        self.best: Optional[dict] = None  # {"step", "value", "metrics"}
-        self.since_best = 0
+        resumed = resumed or {}  # a checkpoint's state(): best.pt is replaced only by a better result
+        self.best: Optional[dict] = resumed.get("best")  # {"step", "value", "metrics"}
+        self.since_best = int(resumed.get("since_best", 0))
         self.history = []
+
+    def state(self) -> Optional[dict]:
+        """What a checkpoint keeps of this Evaluator (Position.evaluation)."""
+        return None if self.best is None else {"best": self.best, "since_best": self.since_best}
 
     def due(self, step: int) -> bool:
         return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0

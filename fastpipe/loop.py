@@ -45,7 +45,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
         raise ckpt.past_the_end(start, total)
     res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
     samples_per_step, step_samples = g.batch_size * accum, global_batch(g)  # this process's; all processes'
-    evaluator = Evaluator(g, cfg, ckpt, g.ema)
+    evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation)
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
     bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
@@ -108,7 +108,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                     ckpt.settle(g=g)
                     raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
             pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
-                           start.samples_seen + (res.steps - start.step) * step_samples)
+                           start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise ckpt.preempted(pos, g)
             if evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and evaluate_now():

@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Optional
+import warnings as warnings_module
+from typing import Callable, List, Optional
 
 import torch
 
@@ -74,11 +75,28 @@ class Schedule:
             self.scheduler.step()
 
     def state_dict(self) -> Optional[dict]:
-        return self.scheduler.state_dict() if self.scheduler is not None else None
+        if self.scheduler is None:
+            return None
+        return {"scheduler": self.scheduler.state_dict(), "total_steps": self.total_steps}
 
-    def load_state_dict(self, state: Optional[dict]) -> None:
-        if self.scheduler is not None and state:
-            self.scheduler.load_state_dict(state)
+    def resume(self, state: Optional[dict], step: int, warnings: List[str]) -> None:
+        """A torch scheduler continued at optimizer step ``step``: its saved state when this run has the
+        saved run's length and position, else built for this run and advanced to ``step`` (a longer
+        run, or a resume with another global batch, would otherwise step OneCycleLR past its end or
+        leave it misaligned)."""
+        if self.scheduler is None or not state:
+            return
+        saved = state["scheduler"]
+        if state.get("total_steps") == self.total_steps and saved.get("last_epoch") == step:
+            self.scheduler.load_state_dict(saved)
+            return
+        with warnings_module.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": intended here
+            warnings_module.simplefilter("ignore", UserWarning)
+            for _ in range(step):
+                self.scheduler.step()
+        warnings.append(f"lr_schedule {self.name}: the checkpoint's scheduler ran over {state.get('total_steps')} "
+                        f"steps and stood at step {saved.get('last_epoch')}; this run has {self.total_steps} steps "
+                        f"and resumes at step {step}: the scheduler was built for this run and advanced to it")
 
     def describe(self) -> str:
         return f"{self.name} ({'torch scheduler, stepped each step' if self.stateful else 'a function of the step'})"

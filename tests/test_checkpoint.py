@@ -54,6 +54,8 @@ def test_straight_run_keeps_the_last_k_checkpoints(straight):
     assert metrics["checkpoint_stall_s"]["count"] == 5  # steps 3, 6, 9, 12 and 14
     assert metrics["checkpoint"] == str(run_dir / "checkpoints" / "step-00000014.pt")
     state = torch.load(run_dir / "checkpoints" / "step-00000014.pt", weights_only=True)
+    evaluation = state["position"].pop("evaluation")  # epoch 1's evaluation (step 9), the only one before it
+    assert evaluation["best"]["step"] == 9 and evaluation["since_best"] == 0
     assert state["position"] == {"epoch": 1, "step_in_epoch": 5, "step": 14, "nonfinite_steps": 0,
                                  "final_loss": pytest.approx(metrics["final_loss"], abs=1e-6),
                                  "samples_in_epoch": 5 * 16, "samples_seen": 14 * 16}  # batch 16, one process
@@ -209,3 +211,12 @@ def test_ddp_resume_continues_on_every_rank(tmp_path):
     assert resumed["accuracy"] is not None and resumed["nonfinite_steps"] == 0
     final = torch.load(tmp_path / "checkpoints" / "step-00000014.pt", weights_only=True)
     assert final["position"]["step"] == TOTAL and final["position"]["epoch"] == 1
+
+
+def test_a_checkpoint_with_other_parameter_groups_is_refused_in_one_line(tmp_path):
+    from fastpipe.errors import DataError
+
+    run_in_process(tmp_path, BASE + ["optimizer=adamw", "train.no_decay=false", "train.max_steps=3"])
+    with pytest.raises(DataError, match=r"its optimizer state has 1 parameter group\(s\), this run's optimizer 2 "
+                                        r".*resume with the train.no_decay the checkpoint was written with"):
+        run_in_process(tmp_path, BASE + ["optimizer=adamw", "train.max_steps=6", "train.resume=auto"])

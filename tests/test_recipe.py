@@ -61,8 +61,22 @@ def test_a_torch_scheduler_is_stepped_and_given_the_run_length():
     assert max(got) == pytest.approx(0.5, rel=0.02) and got[-1] < got[0]
     state = schedule.state_dict()
     again, opt2 = schedule_of(["lr_schedule=onecycle", "lr_schedule.max_lr=0.5"], total=40)
-    again.load_state_dict(state)
-    assert again.scheduler.last_epoch == schedule.scheduler.last_epoch
+    warnings = []
+    again.resume(state, 40, warnings)
+    assert again.scheduler.last_epoch == schedule.scheduler.last_epoch and warnings == []
+
+
+def test_a_torch_scheduler_resumed_into_a_longer_run_follows_the_new_length():
+    """OneCycleLR restored as saved would step past its old end (ValueError) in a run given more steps."""
+    onecycle = ["lr_schedule=onecycle", "lr_schedule.max_lr=0.5"]
+    first, opt = schedule_of(onecycle, total=20)
+    lrs(first, opt, 10)
+    longer, opt2 = schedule_of(onecycle, total=40)
+    warnings = []
+    longer.resume(first.state_dict(), 10, warnings)
+    fresh, opt3 = schedule_of(onecycle, total=40)
+    assert lrs(longer, opt2, 30) == pytest.approx(lrs(fresh, opt3, 40)[10:])
+    assert len(warnings) == 1 and "ran over 20 steps" in warnings[0] and "resumes at step 10" in warnings[0]
 
 
 def test_old_schedule_keys_still_work_with_a_warning():
@@ -172,6 +186,20 @@ def test_early_stopping_stops_at_the_right_evaluation_and_keeps_the_best(monkeyp
             break
     assert step == stop_at and evaluator.best["step"] == best_step
     assert saved[-1] == (best_step, {"m": values[best_step - 1]})  # best.pt written when it improved, only then
+
+
+def test_a_resumed_evaluator_keeps_the_best_and_the_patience_count(monkeypatch):
+    """A resume continues from the checkpoint's Position.evaluation: a worse result does not replace
+    best.pt, and evaluations without gain before the stop still count."""
+    first, saved = scripted_evaluator(monkeypatch, [0.5, 0.7, 0.6], True, patience=2)
+    for step in (1, 2, 3):
+        first.run(step)
+    state = first.state()
+    assert state == {"best": {"step": 2, "value": 0.7, "metrics": {"m": 0.7}}, "since_best": 1}
+    resumed, saved_after = scripted_evaluator(monkeypatch, [0.65], True, patience=2)
+    resumed.__init__(resumed.g, resumed.cfg, resumed.ckpt, resumed.ema, resumed=state)
+    resumed.run(4)
+    assert saved_after == [] and resumed.best["step"] == 2 and resumed.stop
 
 
 def test_min_delta_and_eval_every(monkeypatch):
