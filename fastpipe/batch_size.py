@@ -20,7 +20,7 @@ from typing import List, Optional
 
 import torch
 
-from fastpipe.errors import ConfigError, FastpipeError
+from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 
 START = 8  # the first candidate (halved down to 1 when it does not fit)
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
@@ -88,9 +88,9 @@ def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
         probes = _agree(gather_objects(probes, runtime.dist.world_size))
     fitting = [p for p in probes if p.fits]
     if not fitting:
+        fixes = [f for f in memory_fixes(settings) if "batch_size" not in f]
         raise FastpipeError(f"train.batch_size=auto: not even a batch of 1 fits on {device} "
-                            f"({probes[-1].why}); use a smaller model, precision=amp, "
-                            "or model.activation_checkpointing=true")
+                            f"({probes[-1].why}); use a smaller model; or {'; or '.join(fixes)}")
     if cfg.batch_size_goal == "throughput" and all(p.samples_per_s for p in fitting):
         chosen = max(fitting, key=lambda p: p.samples_per_s).batch_size
     else:
@@ -112,7 +112,7 @@ def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Pr
     timed, for the throughput goal)."""
     probes, size = [], min(START, cap)
     while size >= 1:
-        probes.append(_probe(settings, runtime, splits, size, warnings))
+        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
         if probes[-1].fits:
             break
         size //= 2
@@ -120,11 +120,24 @@ def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Pr
         return probes
     size = probes[-1].batch_size * 2
     while size <= cap:
-        probes.append(_probe(settings, runtime, splits, size, warnings))
+        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
         if not probes[-1].fits:
             break
         size *= 2
     return probes
+
+
+def _on_every_rank(probe: Probe, runtime) -> Probe:
+    """Under DDP a size fits only if it fits on every rank, so that every rank searches the same sizes
+    (one rank searching down while another searches up would share no size). A collective: every
+    rank calls it for every probe."""
+    from fastpipe.runtime import gather_objects
+
+    if runtime.dist.world_size > 1:
+        everywhere = all(gather_objects(probe.fits, runtime.dist.world_size))
+        if probe.fits and not everywhere:
+            probe.fits, probe.why = False, probe.why or "did not fit on every rank"
+    return probe
 
 
 def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:

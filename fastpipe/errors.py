@@ -49,3 +49,22 @@ class Preempted(TrainingError):
 
 class OutOfMemory(FastpipeError):
     """The device ran out of memory; the message lists the settings that lower it."""
+
+
+def memory_fixes(settings) -> list:
+    """The settings that lower memory and are not already applied, the costliest change last."""
+    fixes = []
+    if settings.train.batch_size == "auto":
+        fixes.append("lower train.batch_size_max, or set train.batch_size=N below the size the search chose "
+                     "(graph.txt)")
+    elif settings.train.batch_size != 1:
+        fixes.append("lower train.batch_size (train.grad_accum keeps the effective batch)")
+    if settings.precision.name != "amp":
+        fixes.append("use precision=amp")
+    if not getattr(settings.model, "activation_checkpointing", False):
+        fixes.append("set model.activation_checkpointing=true")
+    if settings.launcher.name == "fsdp":
+        fixes.append("shard over more GPUs (launcher.nproc_per_node, launcher.nnodes)")
+    else:
+        fixes.append("shard weights, gradients and optimizer state over several GPUs with launcher=fsdp")
+    return fixes

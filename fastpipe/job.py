@@ -12,7 +12,7 @@ from fastpipe import graph as training_graph
 from fastpipe import results
 from fastpipe.checkpoint import Checkpointer, NothingToTrain
 from fastpipe.config import Config
-from fastpipe.errors import EnvironmentProblem, FastpipeError, OutOfMemory
+from fastpipe.errors import EnvironmentProblem, FastpipeError, OutOfMemory, memory_fixes
 from fastpipe.loop import train
 from fastpipe.measure import StepMeter, combine_ranks
 from fastpipe.profiling import build_profiler
@@ -184,23 +184,10 @@ def _fixable(exc: FastpipeError) -> str:
 
 
 def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
-    """The fixes not already applied, memory-hungriest last: a run already at amp with checkpointed
-    activations is told about sharding rather than about what it has."""
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    fixes = []
-    if settings.train.batch_size != 1:
-        fixes.append("lower train.batch_size (train.grad_accum keeps the effective batch)")
-    if settings.precision.name != "amp":
-        fixes.append("use precision=amp")
-    if not getattr(settings.model, "activation_checkpointing", False):
-        fixes.append("set model.activation_checkpointing=true")
-    if settings.launcher.name == "fsdp":
-        fixes.append("shard over more GPUs (launcher.nproc_per_node, launcher.nnodes)")
-    else:
-        fixes.append("shard weights, gradients and optimizer state over several GPUs with launcher=fsdp")
     return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
                        f"(precision={settings.precision.name}, model={settings.model.target}, "
-                       f"launcher={settings.launcher.name}): {'; or '.join(fixes)} [{first}]")
+                       f"launcher={settings.launcher.name}): {'; or '.join(memory_fixes(settings))} [{first}]")
 
 
 def _short(exc: BaseException) -> str:

@@ -83,6 +83,26 @@ def test_ranks_agree_on_sizes_that_fit_everywhere():
     assert agreed[0].samples_per_s == pytest.approx(190.0)
 
 
+def test_every_rank_follows_the_same_search_path(monkeypatch):
+    """Rank 0 fits up to 16, rank 1 up to 4. Judged alone, rank 0 would search up from 8 and rank 1 down,
+    sharing no size; judged together (every probe's verdict gathered) both go down to 4."""
+    from types import SimpleNamespace
+
+    from fastpipe import runtime as runtime_module
+
+    tried = {}
+
+    def probe(settings, rt, splits, size, warnings):
+        tried["size"] = size
+        return Probe(size, size <= 16, why="" if size <= 16 else "out of memory")
+
+    monkeypatch.setattr(batch_size, "_probe", probe)
+    monkeypatch.setattr(runtime_module, "gather_objects", lambda fits, world_size: [fits, tried["size"] <= 4])
+    probes = batch_size._search(None, SimpleNamespace(dist=SimpleNamespace(world_size=2)), None, 64, [])
+    assert [(p.batch_size, p.fits) for p in probes] == [(8, False), (4, True), (8, False)]
+    assert probes[0].why == "did not fit on every rank"
+
+
 def test_lr_scaling_rules():
     cfg = make_settings(["train.batch_size=64", "train.grad_accum=2", "train.lr_scaling=linear",
                          "train.lr_reference_batch=256"]).train
