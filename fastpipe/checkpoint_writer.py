@@ -95,7 +95,3 @@ class BackgroundWriter:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()

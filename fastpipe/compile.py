@@ -90,6 +90,9 @@ def build_compiled(cfg: CompileConfig, model: nn.Module, device: torch.device, w
     result = CompiledModel(model, model, cfg.name, cfg.mode, device_type=device.type, extras=extras,
                            backward_backend=cfg.backend if autograd else None)
     if cfg.name == "off":
+        if extras:
+            warnings.append(f"compile=off:{extras} take(s) effect only with torch.compile (compile=default or "
+                            "another mode): ignored")
         return result
     try:
         if units:

@@ -106,8 +106,7 @@ def shard(model: nn.Module, blocks: List[nn.Module], cfg: FsdpLauncherConfig, de
     with warnings.catch_warnings():  # on a CPU mesh DTensor warns that its random ops are per rank (see above)
         warnings.filterwarnings("ignore", message="DTensor random operators")
         how = init_weights(model)
-    kinds = sorted({type(getattr(b, "_checkpoint_wrapped_module", b)).__name__.removeprefix("FSDP")
-                    for b in blocks})
+    kinds = sorted({type(b).__name__.removeprefix("FSDP") for b in blocks})  # the blocks, not their wrappers
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
     mp = "" if policy is None else f"  mixed precision: gathered {policy.param_dtype}, reduced {policy.reduce_dtype}"
     return (f"FSDP2  {len(blocks)} units ({', '.join(kinds)}) + root  reshard_after_forward="

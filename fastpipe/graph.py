@@ -186,6 +186,9 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     train_module = wrap_data_parallel(model, runtime, settings.launcher)
     precision = build_precision(settings.precision, device)
+    if settings.compile.optimize_ddp != "auto" and settings.launcher.name != "ddp":
+        warnings.append(f"compile.optimize_ddp={settings.compile.optimize_ddp} shapes how Dynamo compiles a DDP "
+                        f"model; with launcher={settings.launcher.name} it does nothing")
     compiled = build_compiled(settings.compile, train_module, device, warnings)
     return _finish(settings, runtime, dataset, task, model, train_module, precision, compiled, channels_last,
                    build_ema(model, settings.train.ema_decay))

@@ -133,7 +133,7 @@ def _record_failure(failure: BaseException, metrics: dict, ckpt) -> None:
     latest = None if ckpt.latest is None else str(ckpt.latest)
     metrics.update(status="failed", checkpoint=latest)
     if isinstance(failure, KeyboardInterrupt):
-        step = ckpt.position.step if ckpt is not None and ckpt.position is not None else 0
+        step = ckpt.position.step if ckpt.position is not None else 0
         metrics.update(status="interrupted", steps=step,
                        reason=f"interrupted (Ctrl-C) at step {step}; " + (
                            f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"))

@@ -107,7 +107,8 @@ def seed_everything(seed: int) -> None:
 
 
 def _compiler_switches(cfg) -> None:
-    """Dynamo's process-wide DDP and autograd switches, per ``compile.optimize_ddp`` / ``compiled_autograd``."""
+    """Dynamo's process-wide DDP switch, per ``compile.optimize_ddp`` (compiled autograd is turned on around
+    each backward: CompiledModel.backward_context)."""
     if cfg is None or cfg.name == "off":
         return
     import torch._dynamo.config as dynamo
