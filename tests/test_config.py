@@ -116,3 +116,21 @@ def test_help_and_cfg_job_keep_hydra_conventions():
     assert help_out.returncode == 0 and "precision: amp, fp32" in help_out.stdout
     cfg = run_cli(["--cfg", "job", "precision=amp"])
     assert cfg.returncode == 0 and "name: amp" in cfg.stdout and "batch_size: 64" in cfg.stdout
+
+
+def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
+    from conftest import cpu_runtime
+    from fastpipe import graph
+
+    def built(*overrides):
+        warnings = []
+        g = graph.build(make_settings(list(TINY) + list(overrides)), cpu_runtime(), warnings)
+        return g, warnings
+
+    g, warnings = built("compile=default", "compile.compiled_autograd=true")
+    assert g.compiled.backward_backend == "inductor" and "compiled_autograd" in g.describe() and not warnings
+    _, warnings = built("compile=off", "compile.compiled_autograd=true")
+    assert any("compile=off:  compiled_autograd take(s) effect only with torch.compile" in w for w in warnings)
+    _, warnings = built("compile=default", "compile.optimize_ddp=python_reducer")
+    assert any("compile.optimize_ddp=python_reducer shapes how Dynamo compiles a DDP model; with launcher=single"
+               in w for w in warnings)
