@@ -22,24 +22,34 @@ from fastpipe.checkpoint_files import rotate, write_checkpoint
 
 
 class HostSnapshot:
-    """Copies a state dict's tensors into host buffers kept between snapshots (same paths, shapes)."""
+    """Copies a state dict's tensors into host buffers kept between snapshots (same paths, shapes).
+    Tensors that alias one another (a GPT's tied embedding and output head) share one copy, so the
+    file stores them once, as torch.save of the live state would."""
 
     def __init__(self) -> None:
         self.buffers = {}
 
-    def take(self, state, path=()):
+    def take(self, state):
         """The same structure with every tensor a host copy (queued, not yet complete on CUDA)."""
+        return self._take(state, (), {})
+
+    def _take(self, state, path, seen: dict):
         if isinstance(state, torch.Tensor):
+            alias = (state.device, state.untyped_storage().data_ptr(), state.storage_offset(), tuple(state.shape),
+                     tuple(state.stride()), state.dtype)
+            if alias in seen:
+                return seen[alias]
             buffer = self.buffers.get(path)
             if buffer is None or buffer.shape != state.shape or buffer.dtype != state.dtype:
                 pin = state.is_cuda and torch.cuda.is_available()
                 buffer = self.buffers[path] = torch.empty(state.shape, dtype=state.dtype, device="cpu",
                                                           pin_memory=pin)
-            return buffer.copy_(state.detach(), non_blocking=state.is_cuda)
+            seen[alias] = buffer.copy_(state.detach(), non_blocking=state.is_cuda)
+            return seen[alias]
         if isinstance(state, dict):
-            return {k: self.take(v, path + (k,)) for k, v in state.items()}
+            return {k: self._take(v, path + (k,), seen) for k, v in state.items()}
         if isinstance(state, (list, tuple)):
-            return type(state)(self.take(v, path + (i,)) for i, v in enumerate(state))
+            return type(state)(self._take(v, path + (i,), seen) for i, v in enumerate(state))
         return state
 
 

@@ -220,3 +220,23 @@ def test_a_checkpoint_with_other_parameter_groups_is_refused_in_one_line(tmp_pat
     with pytest.raises(DataError, match=r"its optimizer state has 1 parameter group\(s\), this run's optimizer 2 "
                                         r".*resume with the train.no_decay the checkpoint was written with"):
         run_in_process(tmp_path, BASE + ["optimizer=adamw", "train.max_steps=6", "train.resume=auto"])
+
+
+def test_the_host_snapshot_keeps_tied_weights_as_one_tensor(tmp_path):
+    """A GPT's tied embedding and head are one copy in the snapshot and in the file, as torch.save of the
+    live state dict stores them; untied tensors of the same shape stay apart."""
+    from fastpipe.checkpoint_writer import HostSnapshot
+    from fastpipe.models import GPT
+
+    model = GPT(vocab_size=64, seq_len=8, n_layer=1, n_head=2, n_embd=16)
+    snapshot = HostSnapshot()
+    for _ in range(2):  # the second snapshot reuses the buffers
+        host = snapshot.take({"model": model.state_dict()})["model"]
+        assert host["lm_head.weight"] is host["wte.weight"] and torch.equal(host["wte.weight"], model.wte.weight)
+    others = [k for k in host if k not in ("wte.weight", "lm_head.weight")]
+    assert others and all(host[k] is not host["wte.weight"] for k in others)
+    assert len({id(host[k]) for k in others}) == len(others)
+    live, snap = tmp_path / "live.pt", tmp_path / "snap.pt"
+    torch.save(model.state_dict(), live)
+    torch.save(host, snap)
+    assert abs(snap.stat().st_size - live.stat().st_size) < 4096
