@@ -31,7 +31,7 @@ from fastpipe.checkpoint_files import (
 from fastpipe.checkpoint_state import Position, apply_state, rng_state, state_of, train_state_of, weights_of
 from fastpipe.checkpoint_writer import BackgroundWriter
 from fastpipe.config import TrainConfig
-from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted
+from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted, TrainingError
 
 
 def epoch_batches(loader, epoch: int, skip_batches: int):
@@ -126,9 +126,17 @@ class Checkpointer:
 
         if self.dist.world_size == 1:
             return load_verified(candidates, lambda text: self.log(text, warnings))
-        path, state = load_verified(candidates, lambda text: self.log(text, warnings)) if self.dist.is_main \
-            else (None, None)
+        path, state = None, None
+        if self.dist.is_main:
+            try:
+                path, state = load_verified(candidates, lambda text: self.log(text, warnings))
+            except BaseException as exc:  # the other ranks wait in the broadcast: tell them, then fail
+                broadcast_from_main({"failed": f"{type(exc).__name__}: {exc}"})
+                raise
         chosen = broadcast_from_main(None if path is None else str(path))
+        if isinstance(chosen, dict):
+            raise DataError(f"rank 0 could not choose a checkpoint to resume from ({chosen['failed']}); its own "
+                            "error says why")
         if chosen is None or self.dist.is_main:
             return path, state
         return Path(chosen), load_state(Path(chosen))
@@ -182,11 +190,20 @@ class Checkpointer:
         final = self.folder / f"step-{pos.step:08d}.dcp"
         partial = self.folder / f".{final.name}.partial"
         train_state = train_state_of(g, pos, self.steps_per_epoch, rngs)
+        failure = None
         if self.writer is not None:
-            self.writer.wait()  # the previous publication (and its rotation) first
-            shutil.rmtree(partial, ignore_errors=True)  # an interrupted attempt at this step
-            partial.mkdir(parents=True)
-        g.all_reduce_sum(torch.zeros(1, device=g.device))  # the folder exists, and is empty, for every rank
+            try:
+                self.writer.wait()  # the previous publication (and its rotation) first
+                shutil.rmtree(partial, ignore_errors=True)  # an interrupted attempt at this step
+                partial.mkdir(parents=True)
+            except BaseException as exc:  # raised after the all-reduce, so that no rank waits for rank 0
+                failure = exc
+        # the folder exists, and is empty, for every rank; or every rank learns that rank 0 failed
+        if g.all_reduce_sum(torch.tensor([float(failure is not None)], device=g.device)).item() > 0:
+            if failure is not None:
+                raise failure
+            raise TrainingError(f"rank 0 could not prepare {partial} for the sharded checkpoint at step {pos.step}; "
+                                "its own error says why")
         save_sharded(g, train_state, partial)
         if self.writer is not None:
             self.writer.run(lambda: publish(partial, final, train_state["position"]))
