@@ -168,6 +168,7 @@ def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> flo
     from fastpipe.compile import build_compiled
     from fastpipe.config import DefaultLoaderConfig
     from fastpipe.data import build_loader
+    from fastpipe.ema import build_ema
     from fastpipe.measure import _sync
     from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
     from fastpipe.optim import build_optimizer
@@ -184,6 +185,7 @@ def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> flo
     precision = build_precision(settings.precision, device)
     compiled = build_compiled(settings.compile, model, device, warnings)
     optimizer = build_optimizer(settings.optimizer, settings.train, model, device)
+    ema = build_ema(model, settings.train.ema_decay)  # the run keeps this copy on the device too
     task = settings.task.build()
     loader = build_loader(DefaultLoaderConfig(num_workers=0, persistent_workers=False), splits, local, size,
                           settings.seed, train=True, channels_last=channels_last)
@@ -197,6 +199,8 @@ def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> flo
         precision.scaler.step(optimizer)
         precision.scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        if ema is not None:
+            ema.update_parameters(model)
 
     for _ in range(WARMUP_STEPS):
         compiled.call(step, warnings)
