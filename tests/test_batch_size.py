@@ -135,6 +135,12 @@ def test_a_run_with_auto_records_the_size_and_how_it_was_found(tmp_path):
     assert "batch_size=16/process (auto: largest that fits" in (tmp_path / "graph.txt").read_text()
 
 
+def test_the_search_trains_with_the_runs_ema(tmp_path):
+    metrics = run_in_process(tmp_path, [o for o in TINY if not o.startswith("train.batch_size")]
+                             + ["train.batch_size=auto", "train.batch_size_max=8", "train.ema_decay=0.9"])
+    assert metrics["status"] == "ok" and metrics["batch_size"] == 8 and metrics["weights"] == "ema"
+
+
 def test_search_record_round_trips():
     search = BatchSearch("memory", 64, 32, [Probe(32, True, 10.0, 1.5)], 3.2)
     assert search.record() == {"goal": "memory", "cap": 64, "chosen": 32, "seconds": 3.2,
