@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Successive halving against the full grid on the 2-core CPU: the 2 x 2 x 2 grid
 # precision=fp32,amp x compile=off,default x data=default,mmap (8 jobs) on the built-in shapes
-# dataset (TinyCNN, 2,400 images at 32 px), train.epochs=60 so that training dominates start-up (at 15 a job is about a third start-up, and
-# halving, whose finalists and baseline still train in full, saved only a fifth),
+# dataset (TinyCNN, 2,400 images at 32 px), train.epochs=60 so that training dominates start-up (halving's finalists and baseline
+# still train in full, so short jobs leave it little to save),
 # run once in full (Hydra's basic sweeper) and once with hydra/sweeper=halving at its defaults
 # (probe_steps=30, keep=0.5, finalists=2). Both sweeps share a dataset cache made before the clock
 # starts (the shapes images and the mmap pack are one-off costs), and each gets a fresh, empty
