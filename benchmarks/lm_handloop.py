@@ -6,7 +6,7 @@ bf16 autocast, fused AdamW as nanoGPT configures it (lr 6e-4, betas 0.9/0.95, we
 matrices only: fastpipe's train.no_decay=auto does the same), torch.compile optional, cross-entropy
 over the B*T tokens. Warm-up steps are excluded; the device is synchronised at the edges of each
 window of --window steps (as fastpipe measures), so the step time is a median over windows. Prints
-one JSON line: tokens_per_s, step_ms_median, mfu (GPT.flops_per_sample over fastpipe.flops'
+one JSON line: tokens_per_s, step_ms_median, mfu (GPT.flops_per_sample over fastpipe.measure.flops'
 peak for the device), peak_mem_gb (max allocated after warm-up), ...
 
     python benchmarks/lm_handloop.py --batch 32 --compile default          # GPT-2 small on a GPU
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # fastpipe from this checkout
-from fastpipe.flops import peak_tflops  # noqa: E402
+from fastpipe.measure.flops import peak_tflops  # noqa: E402
 from fastpipe.models import GPT  # noqa: E402
 
 DISTINCT = 4  # distinct batches, round-robin: no cache effects from one repeated tensor (as fastpipe)

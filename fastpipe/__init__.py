@@ -4,7 +4,7 @@ __version__ = "0.2.0"
 
 
 def load(run_dir, which: str = "best", device="cpu"):
-    """A finished run's trained model back in your code: ``fastpipe.load(run_dir).model`` (fastpipe/trained.py)."""
-    from fastpipe.trained import load as _load
+    """A finished run's trained model back in your code: ``fastpipe.load(run_dir).model`` (fastpipe/checkpoint/trained.py)."""
+    from fastpipe.checkpoint.trained import load as _load
 
     return _load(run_dir, which, device)

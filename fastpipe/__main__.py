@@ -9,7 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from fastpipe import results
+from fastpipe.record import results
 from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
@@ -23,8 +23,8 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
-    from fastpipe.launcher import launch
-    from fastpipe.repeats import finished_metrics, launch_repeats
+    from fastpipe.launch.launcher import launch
+    from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.runtime import environment
     from fastpipe.signals import stop_while_launching
 
@@ -62,7 +62,7 @@ def run(cfg: DictConfig):
 
 def interrupted(run_dir: Path, choices: dict, overrides: list) -> dict:
     """Ctrl-C: the trainer's own record when it wrote one, else one naming the newest good checkpoint."""
-    from fastpipe.checkpoint_files import newest_good
+    from fastpipe.checkpoint.files import newest_good
 
     record = results.read(run_dir)
     if record is not None and record.get("status") == "interrupted":

@@ -19,7 +19,7 @@ from PIL import Image
 from conftest import CONF_DIR, REPO, compose, make_settings, run_cli, run_in_process, without_shapes
 from fastpipe.errors import (EXIT_CODE, ConfigError, DataError, EnvironmentProblem, OutOfMemory,
                              TrainingError)
-from fastpipe.results import read as read_metrics
+from fastpipe.record.results import read as read_metrics
 
 HERE = Path(__file__).resolve().parent
 RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=4",
@@ -86,7 +86,7 @@ def test_resume_path_that_does_not_exist(tmp_path):
 
 
 def test_checkpoints_of_an_earlier_run_without_resume(tmp_path):
-    from fastpipe.checkpoint_files import write_checkpoint
+    from fastpipe.checkpoint.files import write_checkpoint
 
     write_checkpoint(tmp_path / "checkpoints", {"position": {"step": 3}})
     with pytest.raises(ConfigError, match="holds checkpoints of an earlier run: add train.resume=auto"):
@@ -135,7 +135,7 @@ def test_missing_pack(tmp_path):
 
 
 def test_truncated_pack(tmp_path):
-    from fastpipe import pack
+    from fastpipe.cli import pack
 
     path = tmp_path / "shapes.fppack"
     assert pack.main(["shapes", str(path), "dataset.num_images=200", "dataset.image_size=16"]) == 0
@@ -198,7 +198,7 @@ def test_out_of_memory_names_the_fixes(tmp_path, monkeypatch):
 
 
 def test_out_of_memory_offers_only_the_fixes_not_yet_applied():
-    from fastpipe.job import _out_of_memory
+    from fastpipe.train.job import _out_of_memory
 
     settings = make_settings(["task=lm", "dataset=tokens", "model=gpt_tiny", "precision=amp",
                               "model.activation_checkpointing=true", "launcher=fsdp", "train.batch_size=1"])

@@ -7,8 +7,9 @@ import pytest
 import torch
 from conftest import TINY, cpu_runtime, make_settings, run_in_process
 
-from fastpipe import batch_size
-from fastpipe.batch_size import BatchSearch, Probe, find_batch_size, lr_factor
+from fastpipe.train import batch_size
+from fastpipe.stages.optim import lr_factor
+from fastpipe.train.batch_size import BatchSearch, Probe, find_batch_size
 from fastpipe.errors import ConfigError, FastpipeError
 
 
@@ -115,7 +116,7 @@ def test_lr_scaling_rules():
 
 
 def test_lr_scaling_reaches_the_optimizer_and_a_schedule_with_its_own_peak():
-    from fastpipe import graph
+    from fastpipe.train import graph
 
     settings = make_settings(TINY + ["train.lr_scaling=linear", "train.lr_reference_batch=8", "optimizer=sgd",
                                      "optimizer.lr=0.1", "lr_schedule=onecycle"])

@@ -94,7 +94,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(straight, tmp_
 
 
 def test_a_file_that_torch_cannot_load_is_skipped_even_with_a_matching_sidecar(straight, tmp_path):
-    from fastpipe.checkpoint_files import sha256, load_verified
+    from fastpipe.checkpoint.files import sha256, load_verified
 
     ref_dir, _ = straight
     good = ref_dir / "checkpoints" / "step-00000012.pt"
@@ -118,7 +118,7 @@ def test_fresh_start_refuses_a_folder_with_checkpoints(straight, tmp_path):
 
 def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     from fastpipe.errors import TrainingError
-    from fastpipe.results import read as read_metrics
+    from fastpipe.record.results import read as read_metrics
 
     overrides = BASE + ["model._target_=fault_models.NaNAfter", "+model.after=5",
                         "train.checkpoint_every=2", "train.max_nonfinite_steps=4"]
@@ -166,7 +166,7 @@ def test_sigkill_while_training_then_resume_completes(straight, tmp_path):
 # Runs fastpipe with the checkpoint write paused between fsync and rename at step 6.
 KILL_IN_WRITE = """
 import pathlib, sys, time
-import fastpipe.checkpoint_files as files
+import fastpipe.checkpoint.files as files
 def pause(tmp):
     if "step-00000006" in tmp.name:
         (tmp.parent.parent / "writing").write_text(tmp.name)
@@ -197,7 +197,7 @@ def test_sigkill_while_writing_a_checkpoint_never_loads_the_partial_one(straight
 def test_ddp_resume_continues_on_every_rank(tmp_path):
     """launcher=ddp, 2 CPU processes (gloo): stop at step 7, resume to 14 from rank 0's checkpoint."""
     from conftest import make_settings
-    from fastpipe.launcher import launch
+    from fastpipe.launch.launcher import launch
 
     ddp = BASE + ["launcher=ddp", "launcher.nproc_per_node=2", "train.batch_size=8"]  # 9 steps/epoch/rank
     first = launch(make_settings(ddp + ["train.max_steps=7"]), tmp_path)
@@ -225,7 +225,7 @@ def test_a_checkpoint_with_other_parameter_groups_is_refused_in_one_line(tmp_pat
 def test_the_host_snapshot_keeps_tied_weights_as_one_tensor(tmp_path):
     """A GPT's tied embedding and head are one copy in the snapshot and in the file, as torch.save of the
     live state dict stores them; untied tensors of the same shape stay apart."""
-    from fastpipe.checkpoint_writer import HostSnapshot
+    from fastpipe.checkpoint.writer import HostSnapshot
     from fastpipe.models import GPT
 
     model = GPT(vocab_size=64, seq_len=8, n_layer=1, n_head=2, n_embd=16)

@@ -32,7 +32,7 @@ def all_choices():
 
 @pytest.mark.parametrize("group,choice", list(all_choices()))
 def test_every_choice_composes_and_builds(group, choice, tmp_path):
-    from fastpipe import graph
+    from fastpipe.train import graph
     from fastpipe.runtime import setup_runtime
 
     overrides = [o for o in TINY if not (group == "data" and o.startswith("data."))] + [f"{group}={choice}"]
@@ -120,7 +120,7 @@ def test_help_and_cfg_job_keep_hydra_conventions():
 
 def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
     from conftest import cpu_runtime
-    from fastpipe import graph
+    from fastpipe.train import graph
 
     def built(*overrides):
         warnings = []

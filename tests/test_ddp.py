@@ -19,9 +19,9 @@ import torch
 from conftest import REPO, make_settings
 
 from fastpipe.errors import ConfigError
-from fastpipe.elastic import elastic_config, failure_reason
-from fastpipe.launcher import launch
-from fastpipe.measure import combine_ranks
+from fastpipe.launch.elastic import elastic_config, failure_reason
+from fastpipe.launch.launcher import launch
+from fastpipe.measure.steps import combine_ranks
 
 TESTS = Path(__file__).resolve().parent
 SMALL = ["dataset.image_size=16", "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false",

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fastpipe import doctor
+from fastpipe.cli import doctor
 
 FAST = ["--compile-backend", "eager"]  # Dynamo without Inductor's C++ build: seconds, not tens
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import REPO, make_settings
 
-from fastpipe.checkpoint_files import checkpoints_in, resolve_candidates, rotate, verify
+from fastpipe.checkpoint.files import checkpoints_in, resolve_candidates, rotate, verify
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.models import GPT, TinyCNN, enable_activation_checkpointing
 
@@ -62,7 +62,7 @@ def test_fsdp_launcher_has_its_own_keys_and_not_ddps():
 
 
 def test_units_are_the_repeated_blocks_or_the_named_classes_never_nested():
-    from fastpipe import fsdp
+    from fastpipe.stages import fsdp
 
     gpt = GPT(64, 16, n_layer=3, n_head=2, n_embd=16)
     assert fsdp.units(gpt, "auto") == list(gpt.blocks)
@@ -102,8 +102,8 @@ def test_gpt_init_weights_sets_every_tensor_of_a_meta_built_model():
 
 def test_fsdp_precision_is_the_policy_not_autocast():
     from fastpipe.config import PrecisionConfig
-    from fastpipe.fsdp import mixed_precision
-    from fastpipe.precision import build_precision
+    from fastpipe.stages.fsdp import mixed_precision
+    from fastpipe.stages.precision import build_precision
 
     p = build_precision(PrecisionConfig(name="amp"), torch.device("cpu"), by_fsdp=True)
     assert p.dtype is torch.bfloat16 and "MixedPrecisionPolicy" in p.describe()
@@ -117,7 +117,7 @@ def test_fsdp_precision_is_the_policy_not_autocast():
 def test_ema_under_fsdp_is_refused_with_the_fix(tmp_path):
     from conftest import cpu_runtime
 
-    from fastpipe import graph
+    from fastpipe.train import graph
 
     s = make_settings(_lm(_corpus(tmp_path / "c"), "launcher=fsdp", "train.ema_decay=0.99"))
     with pytest.raises(ConfigError, match="ema_decay.*launcher=fsdp"):
@@ -141,7 +141,7 @@ class _Ranks:
 
 
 def test_evaluation_in_lockstep_repeats_the_last_batch_uncounted_while_others_go_on():
-    from fastpipe.evaluation import in_lockstep
+    from fastpipe.train.evaluation import in_lockstep
 
     pairs = list(in_lockstep(_Ranks(2, 2, [False, True, True, False]), iter(["a", "b"])))
     assert pairs == [("a", True), ("b", True), ("b", False), ("b", False)]
@@ -152,7 +152,7 @@ def test_evaluation_in_lockstep_repeats_the_last_batch_uncounted_while_others_go
 
 def _fake_sharded(folder: Path, step: int) -> Path:
     """A published sharded checkpoint (two files and a sidecar), as checkpoint_dcp.publish writes it."""
-    from fastpipe.checkpoint_dcp import publish
+    from fastpipe.checkpoint.dcp import publish
 
     partial = folder / f".step-{step:08d}.dcp.partial"
     partial.mkdir(parents=True)
@@ -176,7 +176,7 @@ def test_sharded_checkpoint_folders_verify_rotate_and_resolve(tmp_path):
 
 
 def test_consolidate_refuses_what_it_cannot_convert(tmp_path):
-    from fastpipe.consolidate import consolidate
+    from fastpipe.cli.consolidate import consolidate
 
     with pytest.raises(ConfigError, match="not a sharded checkpoint"):
         consolidate(tmp_path / "nothing", tmp_path / "out.pt")

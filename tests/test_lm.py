@@ -23,7 +23,7 @@ from fastpipe.data.splits import build_dataset
 from fastpipe.data.tokens import TokenChunks, TokenWindows, entropies, tokens
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.models import GPT, build_model
-from fastpipe.tasks import LanguageModelling
+from fastpipe.stages.tasks import LanguageModelling
 
 SEQ = 16
 # doc10.txt is the held-out file at dataset=tokens' val_fraction (0.05); the others train.
@@ -296,7 +296,7 @@ def test_combinations_that_cannot_work_are_refused_when_the_settings_are_made(ov
 
 
 def test_gpt_on_an_image_dataset_says_it_needs_a_vocabulary(monkeypatch):
-    from fastpipe import graph
+    from fastpipe.train import graph
 
     s = make_settings(TINY + ["model=gpt"])  # task=classification: the settings are fine, the model is not
     with pytest.raises(ConfigError, match=r"model=\w+ needs vocab_size, which the dataset does not give; .*"

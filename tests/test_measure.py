@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fastpipe import measure
-from fastpipe.measure import StepMeter
+from fastpipe.measure import steps as measure
+from fastpipe.measure.steps import StepMeter
 
 
 class FakeClock:

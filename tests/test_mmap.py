@@ -14,7 +14,7 @@ from fastpipe.data.images import image_transform, scan_image_folder
 from fastpipe.data.packfile import HEADER, PackReader, PackWriter
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError, DataError
-from fastpipe.pack import main as pack_main
+from fastpipe.cli.pack import main as pack_main
 from fastpipe.runtime import Dist
 
 TINY_MMAP = ["data=mmap", "dataset.num_images=240", "dataset.image_size=16", "train.batch_size=16",

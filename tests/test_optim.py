@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import make_settings
-from fastpipe.optim import build_optimizer, step_unless
+from fastpipe.stages.optim import build_optimizer, step_unless
 
 
 def test_optimizer_lr_is_the_peak_and_train_lr_still_works_with_a_warning():

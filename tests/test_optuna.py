@@ -38,7 +38,7 @@ def test_the_objective_is_the_throughput_or_the_primary_metric():
 def test_sweep_report_hands_optuna_a_float_and_refuses_minimising_throughput(capsys):
     from hydra.core.utils import JobStatus
 
-    from fastpipe.callbacks import SweepReport
+    from fastpipe.report.callbacks import SweepReport
 
     ret = SimpleNamespace(status=JobStatus.COMPLETED, return_value=dict(OK))
     SweepReport().on_job_end(multirun_config(), job_return=ret)

@@ -15,10 +15,10 @@ from conftest import HERE_TESTS, REPO, compose, make_settings, run_in_process
 from omegaconf import OmegaConf
 from test_checkpoint import BASE
 
-from fastpipe import evaluation
-from fastpipe.ema import build_ema
-from fastpipe.optim import build_optimizer, clip_gradients
-from fastpipe.schedules import build_schedule
+from fastpipe.train import evaluation
+from fastpipe.stages.ema import build_ema
+from fastpipe.stages.optim import build_optimizer, clip_gradients
+from fastpipe.stages.schedules import build_schedule
 
 STREAM = [f"hydra.searchpath=[file://{HERE_TESTS / 'conf'}]", "dataset=stream", "model._target_=fault_models.TabularNet",
           "train.batch_size=8", "data.num_workers=0", "measure.warmup_steps=2", "measure.window=3",
@@ -81,7 +81,7 @@ def test_a_torch_scheduler_resumed_into_a_longer_run_follows_the_new_length():
 
 def test_old_schedule_keys_still_work_with_a_warning():
     settings = make_settings(["train.lr_schedule=constant", "train.lr_warmup_steps=3"])
-    assert settings.lr_schedule.target == "fastpipe.schedules.constant"
+    assert settings.lr_schedule.target == "fastpipe.stages.schedules.constant"
     assert settings.lr_schedule.params["warmup_steps"] == 3
     assert any("lr_schedule=constant lr_schedule.warmup_steps=3" in d for d in settings.deprecations)
 
@@ -223,7 +223,7 @@ def test_early_stopping_ends_a_real_run_and_best_pt_survives_rotation(tmp_path):
 # ------------------------------------------------------------------ the model back in your code
 def test_load_gives_the_trained_model_and_evaluate_reproduces_its_metrics(tmp_path):
     import fastpipe
-    from fastpipe.evaluate import main as evaluate_main
+    from fastpipe.cli.evaluate import main as evaluate_main
 
     overrides = BASE + ["train.max_steps=9", "train.checkpoint_every=0"]
     m = run_in_process(tmp_path, overrides)

@@ -27,7 +27,7 @@ from fastpipe.data.records import (
 )
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import DataError
-from fastpipe.pack import main as pack_main
+from fastpipe.cli.pack import main as pack_main
 
 # ------------------------------------------------------------------ the project's own objects
 class Vectors(Dataset):

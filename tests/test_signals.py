@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from conftest import run_in_process
-from fastpipe.checkpoint_files import verify
+from fastpipe.checkpoint.files import verify
 from fastpipe.errors import EXIT_PREEMPTED
 from test_checkpoint import BASE, SLOW, TOTAL, _start, _wait_for
 
@@ -67,8 +67,8 @@ def test_stop_signal_ends_a_sweep_and_sweep_resume_continues_the_stopped_job(tmp
 def test_results_of_a_finished_worker_survive_a_signal_on_its_way_out(tmp_path):
     """The H200 case: a stop signal reached the trainer just after it had written ok metrics."""
     from conftest import make_settings
-    from fastpipe.launcher import collect
-    from fastpipe.results import write_json_atomic
+    from fastpipe.launch.launcher import collect
+    from fastpipe.record.results import write_json_atomic
 
     settings = make_settings([])
     settings.choices, settings.overrides, settings.run_id = {}, [], "this-run"

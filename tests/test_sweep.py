@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, TINY, compose, run_cli
 from fastpipe.errors import ConfigError
-from fastpipe.repeats import combine_repeats, finished_metrics, launch_repeats
+from fastpipe.launch.repeats import combine_repeats, finished_metrics, launch_repeats
 from fastpipe.report.sweep import SweepSpec, aggregate, first_values, load_jobs, parity, pick_baseline
 from fastpipe.report.winner import winner_yaml
 
@@ -136,7 +136,7 @@ def test_repeats_median_spread_and_failure(tmp_path):
 
     calls = []
 
-    def fake_launch(settings, run_dir):  # stands in for fastpipe.launcher.launch
+    def fake_launch(settings, run_dir):  # stands in for fastpipe.launch.launcher.launch
         calls.append(run_dir)
         return metrics(100.0 + len(calls))
 

@@ -104,7 +104,7 @@ class Config:
             return
         if old is not None:
             one_of("train.lr_schedule", old, ("cosine", "constant"))
-            self.lr_schedule = LrScheduleConfig(target=f"fastpipe.schedules.{old}")
+            self.lr_schedule = LrScheduleConfig(target=f"fastpipe.stages.schedules.{old}")
         if warmup is not None:
             self.lr_schedule.params["warmup_steps"] = warmup
         spelled = " ".join(f"lr_schedule={old}" if k == "lr_schedule" else f"lr_schedule.warmup_steps={warmup}"

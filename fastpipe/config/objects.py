@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from fastpipe.config.legacy import moved_target
 from fastpipe.errors import ConfigError
 
 # Keywords fastpipe passes at run time to a callable that accepts them (and whose config does not
@@ -53,6 +54,8 @@ class ObjectConfig:
         if not target:
             raise ConfigError(f"the {cls.GROUP} config has no _target_; give {cls.GROUP}._target_=pkg.module.Callable "
                               f"(or choose a built-in: {cls.GROUP}=NAME)")
+        target, note = moved_target(f"{cls.GROUP}._target_", str(target))
+        notes += [note] if note else []
         own = {k: node.pop(k) for k in cls.OWN_KEYS if k in node}
         return cls(target=str(target), params=node, deprecations=notes, **own)
 

@@ -25,9 +25,9 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from fastpipe import results
+from fastpipe.record import results
 from fastpipe.errors import ConfigError
-from fastpipe.overrides import measured_overrides, override_key
+from fastpipe.record.overrides import measured_overrides, override_key
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds, launcher_info
 
 

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from fastpipe import results
+from fastpipe.record import results
 
 
 def launcher_info(job_dir: Path) -> Optional[dict]:

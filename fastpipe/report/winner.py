@@ -21,7 +21,7 @@ from typing import Dict, List
 
 from omegaconf import OmegaConf
 
-from fastpipe.overrides import override_key
+from fastpipe.record.overrides import override_key
 from fastpipe.report.tables import metric_text
 
 # Overrides that select a preset sweep or a ladder step: the step's group choices are pinned

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
-from fastpipe.results import write_json_atomic
+from fastpipe.record.results import write_json_atomic
 
 FILE = "halving.json"
 VERSION = 1

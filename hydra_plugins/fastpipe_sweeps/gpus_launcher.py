@@ -129,7 +129,7 @@ def task_address(task_function: TaskFunction) -> Tuple[str, str, str]:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    from fastpipe.results import write_json_atomic
+    from fastpipe.record.results import write_json_atomic
 
     write_json_atomic(path, payload)
 
@@ -228,7 +228,7 @@ class GpusLauncher(Launcher):
         return env
 
     def _start(self, job: _Job, slot) -> None:
-        from fastpipe import results
+        from fastpipe.record import results
 
         job.slot = slot
         job.run_dir.mkdir(parents=True, exist_ok=True)
@@ -281,7 +281,7 @@ class GpusLauncher(Launcher):
 
     def _collect(self, job: _Job) -> JobReturn:
         """The job's JobReturn once its process has ended; a job process that died gets a failed record."""
-        from fastpipe import results
+        from fastpipe.record import results
         from fastpipe.sweeps.objective import job_return_value
 
         code = job.proc.returncode
@@ -327,7 +327,7 @@ class GpusLauncher(Launcher):
         return ret
 
     def _record_death(self, job: _Job, code: int, running: Optional[dict]) -> dict:
-        from fastpipe import results
+        from fastpipe.record import results
         from fastpipe.config import GROUPS
 
         if code < 0:

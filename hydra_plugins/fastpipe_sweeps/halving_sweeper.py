@@ -72,7 +72,7 @@ class HalvingSweeper(Sweeper):
         return list(returns)
 
     def sweep(self, arguments: List[str]) -> Any:
-        from fastpipe import results
+        from fastpipe.record import results
         from fastpipe.errors import ConfigError
         from fastpipe.sweeps.halving import HalvingRecord, HalvingSettings, probe_folder, select
         from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse

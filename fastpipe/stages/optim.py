@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import List
 
 import torch
@@ -103,3 +104,12 @@ def nonfinite_error(worst: torch.Tensor, total: torch.Tensor, steps: int, cfg, c
                          f"precision=fp32 to rule out overflow{kept}",
                          metrics={"steps": steps, "nonfinite_steps": int(total.item()),
                                   "checkpoint": None if checkpoint is None else str(checkpoint)})
+
+
+def lr_factor(cfg, world_size: int) -> float:
+    """``train.lr_scaling``: the factor on optimizer.lr for this run's global batch against
+    ``train.lr_reference_batch`` (linear: Goyal et al. 2017; sqrt: for adaptive optimizers)."""
+    if cfg.lr_scaling == "none":
+        return 1.0
+    ratio = cfg.batch_size * cfg.grad_accum * world_size / cfg.lr_reference_batch
+    return ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio)

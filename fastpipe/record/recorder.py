@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
-from fastpipe import results
+from fastpipe.record import results
 
 
 class RunRecorder:

@@ -39,7 +39,7 @@ class RunGuard(Callback):
         self.locks = {}
 
     def _lock(self, folder: Path, what: str) -> None:
-        from fastpipe.runlock import FolderInUse, RunLock
+        from fastpipe.record.runlock import FolderInUse, RunLock
         from fastpipe.runtime import dist_from_env
 
         if not dist_from_env().is_main:  # under torchrun the ranks share rank 0's folder
@@ -56,7 +56,7 @@ class RunGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError
-        from fastpipe.sweep_check import check_sweep
+        from fastpipe.sweeps.check import check_sweep
 
         try:
             check_sweep(config)  # a value no job could train with refuses the sweep before any job runs

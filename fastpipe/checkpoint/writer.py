@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
-from fastpipe.checkpoint_files import rotate, write_checkpoint
+from fastpipe.checkpoint.files import rotate, write_checkpoint
 
 
 class HostSnapshot:

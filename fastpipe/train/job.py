@@ -8,15 +8,15 @@ from pathlib import Path
 
 import torch
 
-from fastpipe import graph as training_graph
-from fastpipe import results
-from fastpipe.checkpoint import Checkpointer, NothingToTrain
+from fastpipe.train import graph as training_graph
+from fastpipe.record import results
+from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
 from fastpipe.config import Config
 from fastpipe.errors import EnvironmentProblem, FastpipeError, OutOfMemory, memory_fixes
-from fastpipe.loop import train
-from fastpipe.measure import StepMeter, combine_ranks
-from fastpipe.profiling import build_profiler
-from fastpipe.recorder import RunRecorder
+from fastpipe.train.loop import train
+from fastpipe.measure.steps import StepMeter, combine_ranks
+from fastpipe.stages.profiling import build_profiler
+from fastpipe.record.recorder import RunRecorder
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
 from fastpipe.signals import stop_on_signals, training
 
@@ -101,7 +101,7 @@ def _with_found_batch_size(settings: Config, runtime, warnings: list) -> tuple:
     import copy
     import dataclasses
 
-    from fastpipe.batch_size import find_batch_size
+    from fastpipe.train.batch_size import find_batch_size
 
     search = find_batch_size(settings, runtime, warnings)
     if dist_from_env().is_main:
@@ -164,7 +164,7 @@ def outcome(g, result) -> dict:
 
 def model_flops(g, result, throughput, world_size: int) -> dict:
     """FLOPs per sample, MFU against the device's table peak, and tokens/s for language modelling."""
-    from fastpipe import flops
+    from fastpipe.measure import flops
 
     per_sample, method = (flops.training_flops_per_sample(g.model, result.sample_inputs, 2)
                           if result.sample_inputs is not None else (None, None))

@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from fastpipe import results
-from fastpipe.overrides import measured_overrides
+from fastpipe.record import results
+from fastpipe.record.overrides import measured_overrides
 
 # Measurements summarised by their median over the repeats.
 MEDIAN_KEYS = ("throughput", "epoch_time_s", "warmup_s", "data_wait_frac", "gpu_util", "accuracy",

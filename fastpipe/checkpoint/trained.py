@@ -34,28 +34,6 @@ class Trained:
     weights: str
 
 
-def run_settings(run_dir: Path, overrides=()):
-    """A run's settings from its ``.hydra/config.yaml`` (plus ``KEY=VALUE`` overrides), each group typed by
-    its schema again; the ``_target_`` s are not imported until something is built."""
-    from omegaconf import OmegaConf
-
-    from fastpipe.config import SCHEMAS, Config, register_configs, to_settings
-
-    path = Path(run_dir) / ".hydra" / "config.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a fastpipe run folder (no .hydra/config.yaml); give a folder "
-                          "that `python -m fastpipe` wrote")
-    register_configs()
-    record = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-    for group, schemas in SCHEMAS.items():  # a group node typed by the schema of its choice
-        node = record.get(group)
-        name = node.get("name") if node is not None and hasattr(node, "get") else None
-        kind = schemas.get(name) or (schemas.get(group) if len(schemas) == 1 and group in ("precision", "compile",
-                                                                                             "profile") else None)
-        if kind is not None and group not in ("dataset", "model"):
-            record[group] = OmegaConf.merge(OmegaConf.structured(kind), node)
-    return to_settings(OmegaConf.merge(OmegaConf.structured(Config), record), check=False)
-
 
 def weights_path(run_dir: Path, which: str) -> Path:
     if which not in WHICH:
@@ -72,7 +50,7 @@ def weights_path(run_dir: Path, which: str) -> Path:
 def load(run_dir, which: str = "best", device="cpu") -> Trained:
     """The model of the run in ``run_dir`` with its ``which`` weights (``best`` by the task's primary
     metric, or ``last``), in eval mode on ``device``."""
-    from fastpipe.checkpoint_files import load_verified
+    from fastpipe.checkpoint.files import load_verified
     from fastpipe.models import build_model
 
     path = weights_path(Path(run_dir), which)
@@ -80,6 +58,8 @@ def load(run_dir, which: str = "best", device="cpu") -> Trained:
     if state is None or state.get("format") != "weights":
         raise DataError(f"{path} is damaged or not a weights file (its SHA-256 or format does not match); "
                         "load the other one, or a step-*.pt checkpoint")
+    from fastpipe.config.reload import run_settings
+
     settings = run_settings(Path(run_dir))
     model = build_model(settings.model, state["meta"].get("model_kwargs") or {})
     model.load_state_dict(state["model"])

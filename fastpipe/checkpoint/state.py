@@ -142,7 +142,7 @@ def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List
     """Load ``state`` (and, for a sharded checkpoint, its shards) into the graph and this process's RNGs;
     returns this run's position."""
     if path.is_dir():
-        from fastpipe.checkpoint_dcp import load_sharded
+        from fastpipe.checkpoint.dcp import load_sharded
 
         load_sharded(g, path)
     elif getattr(g, "sharded", False):

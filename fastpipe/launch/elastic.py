@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from fastpipe import results
+from fastpipe.record import results
 from fastpipe.config import Config, ProcessGroupLauncherConfig
 from fastpipe.errors import ConfigError
 from fastpipe.runtime import die_with_parent, environment, init_distributed, shutdown_distributed, visible_gpus
@@ -24,7 +24,7 @@ def _worker(settings: Config, run_dir: str, parent: int) -> Optional[dict]:
 
     Exceptions propagate: the agent records each in the rank's error file and stops the other ranks.
     """
-    from fastpipe.job import run_training
+    from fastpipe.train.job import run_training
 
     die_with_parent(parent)
     dist = init_distributed(settings)

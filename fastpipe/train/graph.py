@@ -13,19 +13,18 @@ from typing import List
 import torch
 from torch import nn
 
-from fastpipe.batch_size import lr_factor
-from fastpipe.compile import CompiledModel, build_compiled
+from fastpipe.stages.compile import CompiledModel, build_compiled
 from fastpipe.config import Config, DdpLauncherConfig
 from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
-from fastpipe.ema import build_ema
+from fastpipe.stages.ema import build_ema
 from fastpipe.errors import ConfigError
 from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
-from fastpipe.optim import build_optimizer, describe_optimizer
-from fastpipe.precision import Precision, build_precision
+from fastpipe.stages.optim import build_optimizer, describe_optimizer, lr_factor
+from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.runtime import Runtime, gather_objects
-from fastpipe.schedules import Schedule, build_schedule
-from fastpipe.tasks import check_task
+from fastpipe.stages.schedules import Schedule, build_schedule
+from fastpipe.stages.tasks import check_task
 
 
 @dataclass
@@ -197,7 +196,7 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
 def _build_sharded(settings: Config, runtime: Runtime, warnings: List[str], dataset, task) -> TrainingGraph:
     """launcher=fsdp: the model built on the meta device, its blocks checkpointed (if asked), compiled per
     unit (if asked) and sharded, then materialised shard by shard (fsdp.py)."""
-    from fastpipe import fsdp
+    from fastpipe.stages import fsdp
 
     fsdp.require_fsdp2()
     if settings.train.ema_decay is not None:

@@ -8,14 +8,15 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-from fastpipe.checkpoint import Checkpointer, epoch_batches
-from fastpipe.checkpoint_state import Position, global_batch
+from fastpipe.checkpoint.policy import Checkpointer
+from fastpipe.data.order import epoch_batches
+from fastpipe.checkpoint.state import Position, global_batch
 from fastpipe.config import TrainConfig
 from fastpipe.data.device import head
-from fastpipe.evaluation import Evaluator
-from fastpipe.graph import TrainingGraph
-from fastpipe.optim import clip_gradients, nonfinite_error, step_unless
-from fastpipe.profiling import NoProfiler
+from fastpipe.train.evaluation import Evaluator
+from fastpipe.train.graph import TrainingGraph
+from fastpipe.stages.optim import clip_gradients, nonfinite_error, step_unless
+from fastpipe.stages.profiling import NoProfiler
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from fastpipe.checkpoint_files import TRAIN_STATE, fsync_folder, sha256, write_sidecar
+from fastpipe.checkpoint.files import TRAIN_STATE, fsync_folder, sha256, write_sidecar
 from fastpipe.errors import DataError
 
 FORMAT = 1

@@ -20,7 +20,7 @@ from typing import List, Optional
 import torch
 
 from fastpipe import signals
-from fastpipe.checkpoint_files import (
+from fastpipe.checkpoint.files import (
     checkpoints_in,
     load_state,
     load_verified,
@@ -28,21 +28,11 @@ from fastpipe.checkpoint_files import (
     verify,
     write_checkpoint,
 )
-from fastpipe.checkpoint_state import Position, apply_state, rng_state, state_of, train_state_of, weights_of
-from fastpipe.checkpoint_writer import BackgroundWriter
+from fastpipe.checkpoint.state import Position, apply_state, rng_state, state_of, train_state_of, weights_of
+from fastpipe.checkpoint.writer import BackgroundWriter
 from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted, TrainingError
 
-
-def epoch_batches(loader, epoch: int, skip_batches: int):
-    """An iterator over ``epoch`` of ``loader`` that starts ``skip_batches`` batches in."""
-    loader.set_epoch(epoch)
-    if skip_batches and getattr(loader, "skip_next", lambda n: False)(skip_batches):
-        return iter(loader)  # the sampler leaves them out unread
-    batches = iter(loader)
-    for _ in range(skip_batches):  # a loader that cannot skip: read and drop (same order by set_epoch)
-        next(batches)
-    return batches
 
 
 class Checkpointer:
@@ -185,7 +175,7 @@ class Checkpointer:
     def _save_sharded(self, g, pos: Position, rngs: list) -> Path:
         """launcher=fsdp: every rank writes its shards now (checkpoint_dcp.py); rank 0 publishes the
         folder in the background once all are written."""
-        from fastpipe.checkpoint_dcp import publish, save_sharded
+        from fastpipe.checkpoint.dcp import publish, save_sharded
 
         final = self.folder / f"step-{pos.step:08d}.dcp"
         partial = self.folder / f".{final.name}.partial"

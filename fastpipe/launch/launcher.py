@@ -21,7 +21,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from fastpipe import results
+from fastpipe.record import results
 from fastpipe.config import Config
 from fastpipe.config.launcher import PROCESS_GROUP
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
@@ -32,7 +32,7 @@ from fastpipe.signals import exit_reason, forwarded_to
 
 def _single_worker(settings: Config, run_dir: str, parent: int) -> None:
     """Entry point of the spawned process: exit code 0 ok, EXIT_CODE bad input, 1 crash."""
-    from fastpipe.job import run_training
+    from fastpipe.train.job import run_training
 
     die_with_parent(parent)
     try:
@@ -71,7 +71,7 @@ def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
 
 def _join_torchrun(settings: Config, run_dir: Path) -> dict:
     """Started by torchrun/srun: this process is a rank. Train here, recording in rank 0's folder."""
-    from fastpipe.job import run_training
+    from fastpipe.train.job import run_training
 
     dist = init_distributed(settings)
     run_dir = Path(broadcast_from_main(str(run_dir)))  # each rank's Hydra chose a folder: use rank 0's
@@ -112,14 +112,14 @@ def launch(settings: Config, run_dir: Path) -> dict:
         return _join_torchrun(settings, run_dir)
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)
     if group:
-        from fastpipe.elastic import launch_workers
+        from fastpipe.launch.elastic import launch_workers
 
         return launch_workers(settings, run_dir)
     if started_by_torchrun() and dist_from_env().world_size > 1:
         raise ConfigError(f"fastpipe runs as one of {dist_from_env().world_size} torchrun/srun processes but "
                           f"launcher={settings.launcher.name}; use launcher=ddp (or fsdp) so the ranks train together")
     if not settings.launcher.fresh_process:
-        from fastpipe.job import run_training
+        from fastpipe.train.job import run_training
 
         try:
             return run_training(settings, run_dir)

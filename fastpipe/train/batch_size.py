@@ -13,7 +13,6 @@ The probes change nothing of the run: its model is built after them, from the sa
 from __future__ import annotations
 
 import gc
-import math
 import time
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -165,14 +164,14 @@ def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
 
 def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> float:
     """WARMUP_STEPS + TIMED_STEPS real steps of batch ``size``; returns the timed steps' seconds."""
-    from fastpipe.compile import build_compiled
+    from fastpipe.stages.compile import build_compiled
     from fastpipe.config import DefaultLoaderConfig
     from fastpipe.data import build_loader
-    from fastpipe.ema import build_ema
-    from fastpipe.measure import _sync
+    from fastpipe.stages.ema import build_ema
+    from fastpipe.measure.steps import _sync
     from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
-    from fastpipe.optim import build_optimizer
-    from fastpipe.precision import build_precision
+    from fastpipe.stages.optim import build_optimizer
+    from fastpipe.stages.precision import build_precision
     from fastpipe.runtime import Dist, Runtime
 
     device = runtime.device
@@ -226,12 +225,3 @@ def _agree(per_rank: List[List[Probe]]) -> List[Probe]:
         agreed.append(Probe(size, fits, sum(rates) if fits and None not in rates else None,
                             max(peaks) if peaks else None, next((p.why for p in mine if p.why), "")))
     return agreed
-
-
-def lr_factor(cfg, world_size: int) -> float:
-    """``train.lr_scaling``: the factor on optimizer.lr for this run's global batch against
-    ``train.lr_reference_batch`` (linear: Goyal et al. 2017; sqrt: for adaptive optimizers)."""
-    if cfg.lr_scaling == "none":
-        return 1.0
-    ratio = cfg.batch_size * cfg.grad_accum * world_size / cfg.lr_reference_batch
-    return ratio if cfg.lr_scaling == "linear" else math.sqrt(ratio)

@@ -1,0 +1,1 @@
+"""The ``python -m fastpipe.<command>`` tools: evaluate, consolidate, pack, doctor."""

@@ -1,0 +1,124 @@
+"""``python -m fastpipe.pack``: decode a dataset once into a pack that ``data=mmap`` memory-maps.
+
+    python -m fastpipe.pack /data/imagenet-folder imagenet.fppack --size 256
+    python -m fastpipe.pack shapes shapes.fppack dataset.num_images=4096 dataset.source_size=[500,375]
+    python -m fastpipe.pack --verify imagenet.fppack
+
+SRC is an ImageFolder (same class/split rules as ``dataset=imagefolder``) or a dataset by its
+config name (``shapes``, or a project's with ``--config-dir DIR``), composed exactly as a training
+run composes it; ``dataset.KEY=VALUE`` arguments change its settings. Image datasets become an
+images pack, other datasets of fixed-shape samples a records pack. The format is documented in
+fastpipe/data/packfile.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from fastpipe.config import config_dir
+
+from fastpipe.data.cache import pack_images, stored_shape
+from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, PackReader
+from fastpipe.data.records import pack_records
+from fastpipe.errors import EXIT_CODE, ConfigError, DataError, FastpipeError
+
+
+def _named(src: str, project_conf: Optional[str]) -> bool:
+    dirs = [config_dir()] + ([project_conf] if project_conf else [])
+    return src != "imagefolder" and any((Path(d) / "dataset" / f"{src}.yaml").is_file() for d in dirs)
+
+
+def resolve_source(src: str, overrides: list, progress: bool, project_conf: Optional[str] = None):
+    """SRC (a folder, or a dataset config's name) + ``dataset.KEY=VALUE`` overrides -> DataSplits."""
+    from hydra import compose, initialize_config_dir
+
+    from fastpipe.config import register_configs, to_settings
+    from fastpipe.data.splits import build_dataset
+    from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores
+
+    bad = [o for o in overrides if not o.startswith("dataset.")]
+    if bad:
+        raise ConfigError(f"{bad[0]!r}: only dataset.KEY=VALUE settings can follow SRC OUT")
+    folder, named = Path(src).expanduser(), _named(src, project_conf)
+    if not folder.is_dir() and not named:
+        raise DataError(f"{src} is neither a folder of images nor a dataset config (shapes, or one in "
+                        "--config-dir); give an ImageFolder path (one sub-folder per class) or a dataset name")
+    register_configs()
+    extra = [f"hydra.searchpath=[file://{Path(project_conf).resolve()}]"] if project_conf else []
+    root = [f"dataset.root={folder.resolve()}"] if not named else []
+    try:
+        with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+            cfg = compose("config", overrides=[f"dataset={src if named else 'imagefolder'}"] + root + overrides + extra)
+    except Exception as exc:  # Hydra's own message names the bad override; its cause says why
+        why = f" ({str(exc.__cause__).splitlines()[0]})" if exc.__cause__ else ""
+        raise ConfigError(str(exc).splitlines()[0] + why) from exc
+    settings = to_settings(cfg, {"dataset": src if named else "imagefolder"}, check=False)
+    settings.dataset.check()
+    runtime = Runtime(torch.device("cpu"), Dist(), cache_root(), cpu_cores())
+    return build_dataset(settings.dataset, runtime, src if named else "imagefolder", progress=progress)
+
+
+def _parse(argv: Optional[list]) -> argparse.Namespace:
+    doc = __doc__.replace("``", "").split("\n\n")
+    p = argparse.ArgumentParser(prog="python -m fastpipe.pack", description=doc[0].split(": ", 1)[1],
+                                epilog="\n\n".join(doc[1:3]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("src", nargs="?", help="ImageFolder path, or a built-in dataset name (shapes)")
+    p.add_argument("out", nargs="?", help="the pack file to write (written atomically)")
+    p.add_argument("overrides", nargs="*", help="dataset.KEY=VALUE settings (as on fastpipe's command line)")
+    p.add_argument("--verify", metavar="FILE", help="check every chunk checksum of FILE; exit 2 naming a bad chunk")
+    p.add_argument("--size", type=int, nargs="+", metavar="N",
+                   help="stored size: N (square) or HEIGHT WIDTH; default: dataset.image_size, 8/7 of it "
+                        "with dataset.augment=true (the same rule as data=mmap's cache)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="decoding (or --verify checksum) threads (default: CPU cores)")
+    p.add_argument("--chunk-images", type=int, default=DEFAULT_CHUNK_IMAGES, help="images per checksum chunk")
+    p.add_argument("--config-dir", metavar="DIR", help="a project's conf/ folder, for its own dataset configs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[list] = None) -> int:
+    """The command line; returns the exit code (0 ok, 2 bad input or a corrupt pack)."""
+    args = _parse(argv)
+    try:
+        if args.verify:
+            reader = PackReader(args.verify)
+            reader.verify(progress=not args.no_progress, threads=args.threads)
+            print(f"ok  {reader.describe()}")
+            return 0
+        if not args.src or not args.out:
+            raise ConfigError("give SRC OUT to pack, or --verify FILE to check a pack")
+        if args.size is not None and (len(args.size) > 2 or min(args.size) < 8):
+            raise ConfigError(f"--size {' '.join(map(str, args.size))}: give N or HEIGHT WIDTH, each >= 8")
+        if args.threads < 1 or args.chunk_images < 1:
+            raise ConfigError("--threads and --chunk-images must be >= 1")
+        splits = resolve_source(args.src, args.overrides, not args.no_progress, args.config_dir)
+        progress = not args.no_progress
+        if splits.is_synthetic or hasattr(splits.train, "read_batch"):
+            raise ConfigError(f"dataset={splits.name} needs no pack: data=mmap reads it straight "
+                              "(it is generated on the device, or memory-mapped already)")
+        if splits.is_images:
+            size = args.size[0] if args.size and len(args.size) == 1 else args.size
+            shape = stored_shape(size, splits.train.image_size, splits.train.augment)
+            out = pack_images(splits.name, splits.train, splits.val, Path(args.out), shape, args.threads, progress,
+                              args.chunk_images)
+        else:
+            out = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
+                               "identity": splits.identity}, progress, args.chunk_images)
+        print(f"wrote {PackReader(out).describe()}")
+        return 0
+    except FastpipeError as exc:
+        print(f"fastpipe.pack: error: {exc}", file=sys.stderr)
+        return EXIT_CODE
+    except OSError as exc:  # e.g. OUT in a folder that cannot be written
+        print(f"fastpipe.pack: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CODE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
