@@ -68,3 +68,9 @@ def memory_fixes(settings) -> list:
     else:
         fixes.append("shard weights, gradients and optimizer state over several GPUs with launcher=fsdp")
     return fixes
+
+
+class FastpipeWarning(UserWarning):
+    """Something about the run worth knowing that does not stop it (a setting that does nothing, a
+    compile fall-back). Raised with ``warnings.warn(text, FastpipeWarning)`` where it is found; the
+    job collects each into metrics.json's ``warnings`` (record/notes.py) and the summary shows them."""
