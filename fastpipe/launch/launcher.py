@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from fastpipe.record import results
+from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config
 from fastpipe.config.launcher import PROCESS_GROUP
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
@@ -55,18 +56,18 @@ def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
     metrics = results.own(run_dir, settings.run_id)
     if exitcode == 0 and metrics is not None and metrics.get("status") != "running":
         return metrics
-    if metrics is not None and metrics.get("status") == "ok":
-        metrics.setdefault("warnings", []).append(
-            f"{exit_reason(exitcode)} after it had finished and written these results")
-        metrics["exitcode"] = exitcode
-        results.write(run_dir, metrics)
-        return metrics
     if metrics is None or metrics.get("status") == "running":  # it died before writing its outcome
-        metrics = results.failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1),
-                                 run_id=settings.run_id)
-        results.write(run_dir, metrics)
-    metrics["exitcode"] = exitcode
-    return metrics
+        record = failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1),
+                        run_id=settings.run_id)
+        results.write(run_dir, record)
+    else:
+        record = RunRecord.from_dict(metrics)
+        if record.status == "ok":
+            record.warnings.append(f"{exit_reason(exitcode)} after it had finished and written these results")
+            record.exitcode = exitcode
+            results.write(run_dir, record)
+    record.exitcode = exitcode
+    return record.to_dict()
 
 
 def _join_torchrun(settings: Config, run_dir: Path) -> dict:
@@ -81,9 +82,9 @@ def _join_torchrun(settings: Config, run_dir: Path) -> dict:
     try:
         metrics = run_training(settings, run_dir)
     except FastpipeError as exc:  # bad input: a failed job, exit code 2 from the entry point
-        return (results.own(run_dir, settings.run_id) if dist.is_main else None) or results.failed(
+        return (results.own(run_dir, settings.run_id) if dist.is_main else None) or failed(
             str(exc), settings.choices, settings.overrides, environment(None, dist.world_size),
-            run_id=settings.run_id)
+            run_id=settings.run_id).to_dict()
     shutdown_distributed()
     return metrics
 

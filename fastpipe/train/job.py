@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 
 from fastpipe.train import graph as training_graph
-from fastpipe.record import results
 from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
 from fastpipe.config import Config
 from fastpipe.errors import EnvironmentProblem, FastpipeError, OutOfMemory, memory_fixes
@@ -17,21 +16,22 @@ from fastpipe.train.loop import train
 from fastpipe.measure.steps import StepMeter, combine_ranks
 from fastpipe.stages.profiling import build_profiler
 from fastpipe.record.recorder import RunRecorder
+from fastpipe.record.run_record import RunRecord
+from fastpipe.record.summary import summary_text
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
 from fastpipe.signals import stop_on_signals, training
 
 
 def run_training(settings: Config, run_dir: Path) -> dict:
-    """Train per ``settings`` (a Config), write the run folder, return metrics (status ok/failed).
+    """Train per ``settings`` (a Config), write the run folder, return metrics.json's content (status ok).
 
     Exceptions propagate after a failed metrics.json has been written, so the caller can both show
     the reason and exit non-zero.
     """
     dist = dist_from_env()
     recorder = RunRecorder(run_dir, enabled=dist.is_main)
-    metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size),
-                                 settings.run_id)
-    warnings = metrics["warnings"]
+    record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
+    warnings = record.warnings
     for note in settings.deprecations:
         warnings.append(note)
         if dist.is_main:
@@ -39,34 +39,35 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     ckpt = Checkpointer(settings.train, run_dir, dist)
     try:
         with stop_on_signals():  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training)
-            return _train_and_record(settings, run_dir, dist, recorder, metrics, warnings, ckpt)
+            _train_and_record(settings, run_dir, dist, recorder, record, warnings, ckpt)
+            return record.to_dict()
     except NothingToTrain as exc:  # a resume at the run's end: said in one line, not a failure
-        metrics.update(exc.metrics, reason=str(exc), checkpoint=str(ckpt.latest))
+        record.set(**{**exc.metrics, "reason": str(exc), "checkpoint": str(ckpt.latest)})
         if dist.is_main:
             print(f"fastpipe: {exc}", file=sys.stderr, flush=True)
-        return metrics
+        return record.to_dict()
     except BaseException as exc:
         failure = _fixable_failure(settings, exc)
-        _record_failure(failure, metrics, ckpt)
+        _record_failure(failure, record, ckpt)
         if failure is not exc:
             raise failure from exc
         raise
     finally:
-        recorder.write_metrics(metrics)
+        recorder.write_metrics(record)
         recorder.close()
 
 
-def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: dict, warnings: list,
-                      ckpt: Checkpointer) -> dict:
-    """Build, train, measure; fill ``metrics`` (written by the caller, whatever happens)."""
+def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: RunRecord, warnings: list,
+                      ckpt: Checkpointer) -> None:
+    """Build, train, measure; fill ``record`` (written by the caller, whatever happens)."""
     runtime = setup_runtime(settings)
-    metrics["env"] = environment(runtime.device, dist.world_size)
+    record.env = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
     search = None
     if settings.train.batch_size == "auto":
         settings, search = _with_found_batch_size(settings, runtime, warnings)
-        metrics["batch_size_search"] = search.record()
-    metrics["batch_size"] = settings.train.batch_size
+        record.batch_size_search = search.record()
+    record.batch_size = settings.train.batch_size
     g = training_graph.build(settings, runtime, warnings, progress=show)
     g.batch_search = search
     description = g.describe()
@@ -82,18 +83,17 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: 
     if measured["throughput"] is None:
         warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
                         "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")
-    metrics.update(measured)
-    metrics.update(model_flops(g, result, measured["throughput"], dist.world_size))
-    metrics.update(outcome(g, result))
-    primary = metrics["primary_metric"]
+    record.set(**measured)
+    record.set(**model_flops(g, result, measured["throughput"], dist.world_size))
+    record.set(**outcome(g, result))
+    primary = record.primary_metric
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
-    metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
-                   checkpoint_stall_s=ckpt.stall_summary())
+    record.set(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
+               checkpoint_stall_s=ckpt.stall_summary())
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
     recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
     if dist.is_main:
-        print(results.summary_text(metrics), flush=True)
-    return metrics
+        print(summary_text(record), flush=True)
 
 
 def _with_found_batch_size(settings: Config, runtime, warnings: list) -> tuple:
@@ -124,24 +124,24 @@ def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
     return exc
 
 
-def _record_failure(failure: BaseException, metrics: dict, ckpt) -> None:
-    """Fill ``metrics`` for a run that did not finish: one line of reason, the newest good checkpoint."""
+def _record_failure(failure: BaseException, record: RunRecord, ckpt) -> None:
+    """Fill ``record`` for a run that did not finish: one line of reason, the newest good checkpoint."""
     try:
         ckpt.settle(barrier=False)  # a write in flight completes first: it may be the newest good one
     except Exception as exc:  # its own failure (a full disk) is worth a line, not a second crash
-        metrics.setdefault("warnings", []).append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
+        record.warnings.append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
     latest = None if ckpt.latest is None else str(ckpt.latest)
-    metrics.update(status="failed", checkpoint=latest)
     if isinstance(failure, KeyboardInterrupt):
         step = ckpt.position.step if ckpt.position is not None else 0
-        metrics.update(status="interrupted", steps=step,
-                       reason=f"interrupted (Ctrl-C) at step {step}; " + (
-                           f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"))
+        record.fail(f"interrupted (Ctrl-C) at step {step}; " + (
+                    f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"),
+                    status="interrupted", checkpoint=latest, steps=step)
         return
-    metrics["reason"] = _fixable(failure) if isinstance(failure, FastpipeError) else _short(failure)
-    metrics.update(getattr(failure, "metrics", None) or {})  # e.g. status=preempted, steps so far
+    known = {"status": "failed", "checkpoint": latest,
+             **(getattr(failure, "metrics", None) or {})}  # e.g. status=preempted, steps so far
     if not isinstance(failure, FastpipeError):
-        metrics["traceback"] = traceback.format_exc()
+        known["traceback"] = traceback.format_exc()
+    record.fail(_fixable(failure) if isinstance(failure, FastpipeError) else _short(failure), **known)
 
 
 def outcome(g, result) -> dict:
