@@ -1,17 +1,19 @@
 """The run record: metrics.json's keys, their types and order, as one dataclass.
 
 ``RunRecord`` has one field per key, in the order metrics.json lists them; docs/measuring.md's table
-says what each means. A record is built only here: ``RunRecord.start`` when a run begins (every key
-null, status ``failed`` until the run says otherwise), ``failed(...)`` for every run that did not
-finish (bad input, a dead worker, a failed rank, Ctrl-C, a stop signal), and ``RunRecord.from_dict``
-for a record this run wrote and now amends. Names are checked: ``record.thruput = 1``,
+says what each means. Records are made only by the record package: ``RunRecord.start`` when a run
+begins (every key null, status ``failed`` until the trainer fills in its outcome), ``failed(...)``
+(``RunRecord.fail`` on a record already started) for every run that did not finish (bad input, a
+dead worker, a failed rank, Ctrl-C, a stop signal), ``RunRecord.from_dict`` for a record this run
+wrote and now amends; ``results.write`` writes nothing else. Names are checked: ``record.thruput = 1``,
 ``record.set(thruput=1)`` and ``from_dict({"thruput": 1})`` raise, so a typo is never a new key.
 
-Adding a key is one line: a field below, in the place its key takes in metrics.json, with its type
-and default (``None``: not measured), then the key's row in docs/measuring.md's table (the test
-tests/unit/record/test_run_record.py checks that every field has one). A key that is only written
-when it has a value (``traceback``) takes ``when_set()`` as its default. A key that changes the
-meaning of existing ones also raises ``SCHEMA_VERSION`` and gets a row in "Schema versions".
+Adding a key is one line: a field of ``RunRecord``, in the place its key takes in metrics.json, with
+its type and default (``None``: not measured), e.g. ``target: Optional[Dict[str, Any]] = None``;
+then its row in docs/measuring.md's table (tests/unit/record/test_run_record.py checks that every
+field has one) and, where the trainer measures it, ``record.set(key=...)`` in train/job.py. A key
+written only when it has a value (``traceback``) takes ``when_set()`` as its default. A key that
+changes the meaning of existing ones also raises ``SCHEMA_VERSION``, with a row in "Schema versions".
 
 Readers (report/, sweeps/, the Hydra callbacks, tests) get the plain dict of metrics.json
 (``results.read``, what a launch returns): records of any version, also ones written by hand.
