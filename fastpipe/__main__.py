@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from fastpipe.record import results
 from fastpipe.record.run_record import failed
-from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
+from fastpipe.config import config_dir, job_choices, register_configs, to_settings
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
@@ -26,16 +26,21 @@ def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
+    from fastpipe.record.context import run_context
+    from fastpipe.record.loggers import preflight
     from fastpipe.signals import stop_while_launching
+    from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
-    choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
+    choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices)
             settings.overrides = overrides
+            if hc.mode != RunMode.MULTIRUN:
+                preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs
             if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
                 done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
                 if done is not None:
@@ -43,6 +48,7 @@ def run(cfg: DictConfig):
                     return done
                 if settings.train.resume is None and (run_dir / "checkpoints").is_dir():
                     settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
+            settings.context = run_context(cfg, choices, overrides, job_place(hc), run_dir)
             metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
         metrics = refused(run_dir, exc, choices, overrides)

@@ -67,6 +67,37 @@ def cache_root() -> Path:
     return Path(base).expanduser()
 
 
+def tracker_environment() -> dict:
+    """What the trackers read from the environment: ``MLFLOW_TRACKING_URI``, whether MLflow's file store is
+    allowed (``MLFLOW_ALLOW_FILE_STORE``), ``WANDB_MODE``, and whether a W&B API key is configured
+    (``WANDB_API_KEY``, or a ``wandb login`` entry in ~/.netrc for ``WANDB_BASE_URL``'s host)."""
+    import netrc
+    from urllib.parse import urlparse
+
+    env = os.environ
+    key = bool(env.get("WANDB_API_KEY"))
+    if not key:
+        host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+        try:
+            key = netrc.netrc(env.get("NETRC") or None).authenticators(host) is not None
+        except (OSError, netrc.NetrcParseError):
+            key = False
+    return {"mlflow_tracking_uri": env.get("MLFLOW_TRACKING_URI") or None,
+            "mlflow_allow_file_store": env.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true", "yes"),
+            "wandb_mode": env.get("WANDB_MODE") or None, "wandb_api_key": key}
+
+
+def bound_tracker_requests(timeout_s: float) -> None:
+    """MLflow's HTTP client retries a dead server for minutes by default (7 retries, backoff factor 2,
+    120 s per request): unless the user set them, at most 2 retries of ``timeout_s`` each, backoff 1 s."""
+    import math
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0.2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
+
+
 def resolve_device(requested: str, dist: Dist) -> torch.device:
     if requested == "cpu":
         return torch.device("cpu")

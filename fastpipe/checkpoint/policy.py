@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -38,7 +38,9 @@ from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted, Tr
 class Checkpointer:
     """The loop's checkpoint policy: ``restore`` first, ``after_step`` each step, ``finish`` at the end."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Optional[Path] = None, dist=None) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Optional[Path] = None, dist=None,
+                 on_written: Optional[Callable[[int, Path], None]] = None) -> None:
+        """``on_written(step, path)``: called (from the writer's thread) when a checkpoint is complete."""
         from fastpipe.runtime import Dist
 
         self.folder = None if run_dir is None else Path(run_dir) / "checkpoints"
@@ -46,7 +48,7 @@ class Checkpointer:
         self.dist = dist or Dist()
         # Rank 0 writes in the background (checkpoint_writer.py); the newest good checkpoint is the
         # newest complete write, or the one resumed from.
-        self.writer = BackgroundWriter(self.folder, self.keep) if self.folder is not None and self.dist.is_main \
+        self.writer = BackgroundWriter(self.folder, self.keep, on_written) if self.folder is not None and self.dist.is_main \
             else None
         self._latest: Optional[Path] = None
         self.stalls: List[float] = []  # seconds the training thread spent in each save

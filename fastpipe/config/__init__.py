@@ -18,6 +18,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from fastpipe.config import data, launcher
 from fastpipe.config._checks import one_of
 from fastpipe.config.compile import CompileConfig
+from fastpipe.config.context import RunContext
 from fastpipe.config.data import (
     DaliLoaderConfig,
     DefaultLoaderConfig,
@@ -31,6 +32,7 @@ from fastpipe.config.launcher import (
     ProcessGroupLauncherConfig,
     SingleLauncherConfig,
 )
+from fastpipe.config.logger import SCHEMAS as LOGGER_SCHEMAS, Hook, hooks_from, logger_choice
 from fastpipe.config.objects import (LEGACY_SCHEMAS, OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig,
                                      ObjectConfig, OptimizerConfig, TaskConfig)
 from fastpipe.config.precision import PrecisionConfig
@@ -40,11 +42,11 @@ from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
 from fastpipe.errors import ConfigError
 
-__all__ = ["Config", "GROUPS", "SCHEMAS", "config_dir", "register_configs", "to_settings", "CompileConfig",
+__all__ = ["Config", "GROUPS", "SCHEMAS", "config_dir", "job_choices", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
            "LauncherConfig", "ProcessGroupLauncherConfig",
            "LoaderConfig", "LrScheduleConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig",
-           "OptimizerConfig",
+           "OptimizerConfig", "Hook", "RunContext",
            "PrecisionConfig", "TaskConfig",
            "ProfileConfig", "ReportConfig", "RuntimeConfig", "SingleLauncherConfig", "SweepConfig", "TrainConfig"]
 
@@ -73,6 +75,14 @@ class Config:
     compile: Any = _group()
     launcher: Any = _group()
     profile: Any = _group(None)  # a ProfileConfig (profile=off|on); None = off
+    # The trackers the run reports to, one entry per chosen logger (logger=[tensorboard,mlflow]); a
+    # {name: Hook} once converted; logger=none: none (docs/tracking.md).
+    logger: Any = field(default_factory=dict, metadata={"group": True})
+    # A project's own hooks, by name: callbacks.NAME._target_=pkg.Class (and its keywords), an object
+    # with any of on_window/on_eval/on_checkpoint/on_end, as the loggers (docs/tracking.md); null drops one.
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+    name: Optional[str] = None  # the run's name in metrics.json, the sweep report and the trackers
+    tags: List[str] = field(default_factory=list)  # labels carried into metrics.json, the report and the trackers
     seed: int = 0  # each rank seeds Python, NumPy and torch with seed + rank
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -84,9 +94,13 @@ class Config:
     overrides: List[str] = field(default_factory=list)
     choices: Dict[str, str] = field(default_factory=dict)
     run_id: str = ""  # set by each launch: a record says which run wrote it
+    context: RunContext = field(default_factory=RunContext)  # the job's place, params and code (config/context.py)
 
     def __post_init__(self) -> None:
         one_of("device", self.device, ("auto", "cpu", "cuda"))
+        self.logger = hooks_from("logger", self.logger)
+        self.callbacks = hooks_from("callbacks", self.callbacks)
+        self.tags = [str(t) for t in self.tags or []]
         for group, kind in OBJECT_GROUPS.items():
             node = getattr(self, group)
             if node is not MISSING and (not isinstance(node, dict) or node.get("_target_") or set(node) - set(kind.OWN_KEYS)):
@@ -122,6 +136,8 @@ class Config:
         combinations that cannot work, refused before any training process starts."""
         for group in OBJECT_GROUPS:
             getattr(self, group).check()
+        for hook in list(self.logger.values()) + list(self.callbacks.values()):
+            hook.check()
         kind = self.dataset.declared("sample_kind")
         wanted = self.task.declared("dataset_kinds")
         if kind is not None and wanted is not None and kind not in wanted:
@@ -149,7 +165,25 @@ SCHEMAS = {
     "compile": {"compile": CompileConfig},
     "launcher": launcher.SCHEMAS,
     "profile": {"profile": ProfileConfig},
+    "logger": LOGGER_SCHEMAS,
 }
+
+
+def job_choices(runtime_choices, cfg=None) -> Dict[str, str]:
+    """Each group's choice, from Hydra's ``hydra.runtime.choices`` (and, for the logger group, whose list
+    Hydra does not record, the composed ``cfg``): metrics.json's ``choices``."""
+    choices = {g: str(runtime_choices.get(g)) for g in GROUPS if g in runtime_choices and g != "logger"}
+    node = cfg.get("logger") if cfg is not None and hasattr(cfg, "get") else None
+    logger = logger_choice(runtime_choices.get("logger"), None if node is None else dict(node))
+    if logger is not None and ("logger" in runtime_choices or node is not None):
+        choices["logger"] = logger
+    return choices
+
+
+def default_choices() -> Dict[str, str]:
+    """fastpipe's own choice of each group (conf/config.yaml's defaults list)."""
+    defaults = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults") or []
+    return {str(k): str(v) for entry in defaults if isinstance(entry, dict) for k, v in entry.items()}
 
 
 def config_dir() -> str:

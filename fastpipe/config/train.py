@@ -34,6 +34,10 @@ class TrainConfig:
     # raw weights, and the run's held-out metrics are the average's. null = off.
     ema_decay: Optional[float] = None
     eval_every: Optional[int] = None  # also evaluate every N optimizer steps (besides each epoch's end)
+    eval_batches: Optional[int] = None  # evaluate on the first N held-out batches only; null = the whole split
+    # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
+    # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.
+    overfit_batches: Optional[int] = None
     # Stop when the task's primary metric has not improved (by more than early_stop_min_delta, in its
     # direction) for this many evaluations in a row; null = never.
     early_stop_patience: Optional[int] = None
@@ -80,7 +84,7 @@ class TrainConfig:
             raise ConfigError(f"train.clip_grad_norm={self.clip_grad_norm} must be > 0 (or null: no clipping)")
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise ConfigError(f"train.ema_decay={self.ema_decay} must lie in (0, 1), e.g. 0.999 (or null: no EMA)")
-        for key in ("eval_every", "early_stop_patience"):
+        for key in ("eval_every", "early_stop_patience", "eval_batches", "overfit_batches"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1 (or null)")
         for key in ("epochs", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):

@@ -104,7 +104,17 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
 
 
 def launch(settings: Config, run_dir: Path) -> dict:
-    """Run the job per ``settings.launcher`` and return its record (status ok, failed or preempted)."""
+    """Run the job per ``settings.launcher`` and return its record (status ok, failed or preempted); a
+    tracker run its trainer began but could not end (the trainer was killed) ends with that record."""
+    record = _launch(settings, run_dir)
+    if settings.logger and dist_from_env().is_main:
+        from fastpipe.record.loggers import state
+
+        state.settle(Path(run_dir), record)
+    return record
+
+
+def _launch(settings: Config, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     settings = copy.copy(settings)  # this launch's own id (each repeat of a job is a launch)
     settings.run_id = uuid.uuid4().hex

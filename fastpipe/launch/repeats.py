@@ -6,6 +6,8 @@ median of every measurement plus a ``repeats`` record (each repeat's throughput,
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import statistics
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -42,7 +44,9 @@ def launch_repeats(launch: Callable, settings, run_dir: Path) -> dict:
     runs, names = [], []
     for k in range(n):
         names.append(f"repeat-{k}")
-        runs.append(launch(settings, run_dir / names[-1]))
+        repeat = copy.copy(settings)  # each repeat is its own launch, and its trackers' own run
+        repeat.context = dataclasses.replace(settings.context, repeat=k)
+        runs.append(launch(repeat, run_dir / names[-1]))
         if runs[-1].get("status") != "ok":
             break  # a failed repeat (bad input, crash) would fail again: stop measuring
     combined = _combined(runs, names, n)

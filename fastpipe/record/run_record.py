@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Iterable, List, Optional, TypedDict
 
 # What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "failed", "preempted", "interrupted", "running")
 UNFINISHED = STATUSES[1:]  # what a run that did not finish is (running: began, no outcome yet)
 
@@ -54,6 +54,23 @@ class CheckpointStall(TypedDict):
     write_median: Optional[float]
 
 
+class ProjectCode(TypedDict):
+    commit: Optional[str]
+    branch: Optional[str]
+    dirty: bool
+    diff_sha256: Optional[str]
+
+
+class FastpipeCode(TypedDict):
+    version: str
+    commit: Optional[str]
+
+
+class Code(TypedDict):
+    project: Optional[ProjectCode]
+    fastpipe: FastpipeCode
+
+
 class Repeats(TypedDict):
     n: int
     dirs: List[str]
@@ -78,6 +95,8 @@ class RunRecord:
     run_id: Optional[str] = None
     choices: Dict[str, str] = field(default_factory=dict)
     overrides: List[str] = field(default_factory=list)
+    name: Optional[str] = None  # the config's top-level name
+    tags: List[str] = field(default_factory=list)  # the config's top-level tags
     task: Optional[str] = None
     throughput: Optional[float] = None
     tokens_per_s: Optional[float] = None
@@ -115,6 +134,7 @@ class RunRecord:
     batch_size_search: Optional[Dict[str, Any]] = None  # BatchSearch.record(): goal, cap, chosen, seconds, probes
     per_rank: Optional[Dict[str, List[Any]]] = None  # measure.steps.PER_RANK_KEYS -> one value per rank
     env: Optional[Dict[str, Any]] = None  # runtime.environment()
+    code: Optional[Code] = None  # record/provenance.py: the commits the run was made from
     warnings: List[str] = field(default_factory=list)
     # Written only when set:
     traceback: Optional[str] = when_set()  # a crash's (or the failed rank's) Python traceback

@@ -61,6 +61,12 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
     return text + ("  (no decay on biases and norm weights)" if flat else "")
 
 
+def current_lr(optimizer: torch.optim.Optimizer) -> float:
+    """The first parameter group's learning rate now (the schedule's value), as a float: logged as ``train/lr``."""
+    lr = optimizer.param_groups[0]["lr"]
+    return float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+
+
 def clip_gradients(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, max_norm: float) -> torch.Tensor:
     """Clip the gradients' total norm to ``max_norm``; returns the norm before clipping (a device tensor:
     no host sync). With fp16 loss scaling the gradients are unscaled first, so the norm is the true one."""

@@ -41,19 +41,25 @@ def check_sweep(config: DictConfig) -> int:
     """Compose and convert every job of the sweep ``config`` starts; raises ConfigError naming the first
     job that fastpipe would refuse. Returns how many jobs were checked."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
-    from fastpipe.config import GROUPS, to_settings
+    from fastpipe.config import job_choices, to_settings
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
-    for number, job in enumerate(jobs):
-        cfg = loader.load_sweep_config(config, job)
-        choices = {g: str(cfg.hydra.runtime.choices.get(g)) for g in GROUPS if g in cfg.hydra.runtime.choices}
-        with open_dict(cfg):
-            del cfg["hydra"]  # what the job's task function receives
-        try:
-            to_settings(cfg, choices, check=False)
-        except ConfigError as exc:
-            raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
-                              "was run") from None
+    previous = HydraConfig.instance().cfg
+    try:
+        for number, job in enumerate(jobs):
+            cfg = loader.load_sweep_config(config, job)
+            choices = job_choices(cfg.hydra.runtime.choices, cfg)
+            HydraConfig.instance().set_config(cfg)  # a job's ${hydra:...} resolves as in the job itself
+            with open_dict(cfg):
+                del cfg["hydra"]  # what the job's task function receives
+            try:
+                to_settings(cfg, choices, check=False)
+            except ConfigError as exc:
+                raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
+                                  "was run") from None
+    finally:
+        HydraConfig.instance().cfg = previous
     return len(jobs)

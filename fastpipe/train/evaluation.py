@@ -2,6 +2,7 @@
 and early stopping on the task's primary metric."""
 from __future__ import annotations
 
+import itertools
 from typing import Dict, Optional
 
 import torch
@@ -17,16 +18,17 @@ def batch_length(target) -> int:
 
 
 @torch.no_grad()
-def evaluate(g, model: torch.nn.Module) -> Optional[Dict[str, float]]:
+def evaluate(g, model: torch.nn.Module, limit: Optional[int] = None) -> Optional[Dict[str, float]]:
     """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
-    split and the ranks in one all-reduce, divided by the number of held-out samples; then ``summarize``."""
+    split (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce,
+    divided by the number of held-out samples; then ``summarize``."""
     if g.eval_loader is None:
         return None
     was_training = model.training
     model.eval()
     names, totals, count = None, None, 0
-    for (inputs, targets), counted in (in_lockstep(g, iter(g.eval_loader)) if g.sharded
-                                       else ((batch, True) for batch in g.eval_loader)):
+    batches = iter(g.eval_loader) if limit is None else itertools.islice(iter(g.eval_loader), limit)
+    for (inputs, targets), counted in (in_lockstep(g, batches) if g.sharded else ((batch, True) for batch in batches)):
         with g.precision.autocast():
             outputs = model(inputs)
             if not counted:
@@ -103,8 +105,9 @@ class Evaluator:
 
     def run(self, step: int) -> Optional[Dict[str, float]]:
         """Evaluate now; returns the metrics that count (the EMA's when there is one)."""
-        self.raw = evaluate(self.g, self.g.eval_module)
-        self.latest = evaluate(self.g, self.ema.module) if self.ema is not None else self.raw
+        limit = self.cfg.eval_batches
+        self.raw = evaluate(self.g, self.g.eval_module, limit)
+        self.latest = evaluate(self.g, self.ema.module, limit) if self.ema is not None else self.raw
         if self.latest is not None:
             self.history.append({"step": step, **self.latest})
             self._track_best(step)

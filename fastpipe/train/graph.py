@@ -137,6 +137,9 @@ class TrainingGraph:
             ("loop", f"epochs={s.train.epochs}  steps/epoch={steps}  max_steps={s.train.max_steps}  "
                      f"eval each epoch{f' and every {s.train.eval_every} steps' if s.train.eval_every else ''} on "
                      f"{held_out} held-out samples"
+                     + (f" (the first {s.train.eval_batches} batches)" if s.train.eval_batches else "")
+                     + (f"  overfit: the same first {s.train.overfit_batches} batches every epoch (held out too)"
+                        if s.train.overfit_batches else "")
                      + (f"  early stop after {s.train.early_stop_patience} without gain" if s.train.early_stop_patience
                         else "")),
             ("measure", f"warm-up {s.measure.warmup_steps} steps excluded  windows of {s.measure.window} steps"),
@@ -174,6 +177,12 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     device = runtime.device
     name = settings.choices.get("dataset") or settings.dataset.short_name
     dataset = build_dataset(settings.dataset, runtime, name, progress=progress)
+    if settings.train.overfit_batches:
+        if settings.data.name == "dali":
+            raise ConfigError("train.overfit_batches works with data=default or data=mmap (DALI reads whole image "
+                              "folders); use data=default")
+        per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
+        dataset = dataset.first(settings.train.overfit_batches * per_batch)
     task = settings.task.build()
     check_task(task, settings.task.target)
     if settings.launcher.name == "fsdp":

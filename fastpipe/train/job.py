@@ -29,14 +29,15 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     the reason and exit non-zero.
     """
     dist = dist_from_env()
-    recorder = RunRecorder(run_dir, enabled=dist.is_main)
+    recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
+    record.set(name=settings.name, tags=list(settings.tags), code=settings.context.code)
     warnings = record.warnings
     for note in settings.deprecations:
         warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
-    ckpt = Checkpointer(settings.train, run_dir, dist)
+    ckpt = Checkpointer(settings.train, run_dir, dist, on_written=recorder.checkpoint)
     try:
         with stop_on_signals():  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training)
             _train_and_record(settings, run_dir, dist, recorder, record, warnings, ckpt)
@@ -53,8 +54,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
             raise failure from exc
         raise
     finally:
-        recorder.write_metrics(record)
-        recorder.close()
+        recorder.finish(record)  # metrics.json, then the loggers' ends
 
 
 def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: RunRecord, warnings: list,

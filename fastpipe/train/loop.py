@@ -15,7 +15,7 @@ from fastpipe.config import TrainConfig
 from fastpipe.data.device import head
 from fastpipe.train.evaluation import Evaluator
 from fastpipe.train.graph import TrainingGraph
-from fastpipe.stages.optim import clip_gradients, nonfinite_error, step_unless
+from fastpipe.stages.optim import clip_gradients, current_lr, nonfinite_error, step_unless
 from fastpipe.stages.profiling import NoProfiler
 
 
@@ -63,8 +63,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     def evaluate_now():  # outside the timing windows
         meter.close_window()
         metrics = evaluator.run(res.steps)
-        recorder.scalars(res.steps, {**{f"val/{k}": v for k, v in (metrics or {}).items()},
-                                     **{f"val_raw/{k}": v for k, v in (evaluator.raw or {}).items() if g.ema}})
+        recorder.evaluation(res.steps, {**{f"val/{k}": v for k, v in (metrics or {}).items()},
+                                        **{f"val_raw/{k}": v for k, v in (evaluator.raw or {}).items() if g.ema}})
         return evaluator.stop
 
     for epoch in range(start.epoch, cfg.epochs):
@@ -103,7 +103,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                 res.grad_norm = None if norm is None else norm.item()
                 res.loss_history.append((res.steps, res.final_loss))
                 recorder.scalars(res.steps, {"train/loss": res.final_loss, "train/grad_norm": res.grad_norm,
-                                             **meter.last_window_scalars()})
+                                             "train/lr": current_lr(g.optimizer), **meter.last_window_scalars()})
                 bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
                 if worst.item() >= cfg.max_nonfinite_steps:
                     ckpt.settle(g=g)
@@ -112,8 +112,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise ckpt.preempted(pos, g)
-            if evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and evaluate_now():
-                break  # early stopping (the epoch's end evaluates anyway)
+            if evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total and evaluate_now():
+                break  # early stopping (the epoch's end, and the run's, evaluates anyway)
         meter.close_window()
         res.epoch_times_s.append(meter.clock() - epoch_start)
         res.final_loss = res.final_loss if loss is None else loss.item()

@@ -327,7 +327,7 @@ class GpusLauncher(Launcher):
         return ret
 
     def _record_death(self, job: _Job, code: int, running: Optional[dict]) -> dict:
-        from fastpipe.config import GROUPS
+        from fastpipe.config import job_choices
         from fastpipe.record import results
         from fastpipe.record.run_record import failed
 
@@ -340,8 +340,7 @@ class GpusLauncher(Launcher):
                 how += " (the out-of-memory killer sends SIGKILL)"
         else:
             how = f"exited with code {code}"
-        choices = {g: str(job.config.hydra.runtime.choices.get(g)) for g in GROUPS
-                   if g in job.config.hydra.runtime.choices}
+        choices = job_choices(job.config.hydra.runtime.choices, job.config)
         overrides = list(job.config.hydra.overrides.task)
         record = failed(f"the job process {how} before it recorded an outcome; see {job.run_dir / OUTPUT_FILE}",
                         choices, overrides, run_id=(running or {}).get("run_id"))

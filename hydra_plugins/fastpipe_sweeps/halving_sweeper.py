@@ -54,11 +54,10 @@ class HalvingSweeper(Sweeper):
 
     def _baseline(self, combos: List[List[str]], configs: List[DictConfig]) -> int:
         """The combination the report will call the baseline (report.baseline, else the first values)."""
-        from fastpipe.config import GROUPS
+        from fastpipe.config import job_choices
         from fastpipe.report.sweep import Job, pick_baseline, spec_from_config
 
-        jobs = [Job(n, Path(str(n)), combo, {"choices": {g: str(c.hydra.runtime.choices.get(g)) for g in GROUPS
-                                                         if g in c.hydra.runtime.choices}})
+        jobs = [Job(n, Path(str(n)), combo, {"choices": job_choices(c.hydra.runtime.choices, c)})
                 for n, (combo, c) in enumerate(zip(combos, configs))]
         base = pick_baseline(jobs, spec_from_config(self.config))
         return 0 if base is None else base.num
