@@ -32,7 +32,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size),
                                  settings.run_id)
     warnings = metrics["warnings"]
-    for note in settings.deprecations:
+    for note in settings.notes:  # old spellings to update, keys dropped for this choice
         warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
