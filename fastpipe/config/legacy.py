@@ -11,9 +11,11 @@ through Hydra, which refuses a key its structured schema lacks:
   still checked by OmegaConf. ``to_settings`` then takes them out before converting
   (``take_old_train_keys``: typed by ``OldTrainKeys``, so a wrong value gets OmegaConf's own message)
   and applies them to their new homes (``apply_old_train_keys``); any other key the schema lacks is
-  refused there with "is not a key of TrainConfig ... fix the spelling". Why not another way:
-  rewriting ``sys.argv`` in the entry point misses the compose API and YAML files, and a separate
-  legacy node would be printed, as ``--cfg job`` prints every composed node.
+  refused there with "is not a key of TrainConfig ... fix the spelling", before any job of a run or
+  a sweep starts (the price: ``--cfg job train.epoch=3`` prints the misspelt key instead of
+  refusing it). Why not another way: rewriting ``sys.argv`` in the entry point misses the compose
+  API and YAML files, and a separate legacy node would be printed, as ``--cfg job`` prints every
+  composed node.
 - **model.kwargs** and **dataset.name** (``defaults: [schema_model]`` / ``[schema_dataset]`` in a
   project's YAML): those groups are open dicts already, so the old schemas stay registered under
   their old names (``SCHEMAS``; ``--help`` hides ``schema_*`` entries) and ``old_object_spelling``
