@@ -140,6 +140,8 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     """The stages after the dataset, each from its own group's settings (a probe's: no held-out loader,
     and its epoch does not matter, as it trains on one batch again and again)."""
     device, train = runtime.device, settings.train
+    for group in ("launcher", "precision", "compile"):  # data: where its loader is built (build_loader)
+        choice(group, getattr(settings, group).name).refuse_unsupported(device_type=device.type)
     task = build_task(settings.task)
     launcher = choice("launcher", settings.launcher.name)
     if launcher.shards and train.ema_decay is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import TINY, make_settings, run_in_process, without_shapes
 from hydra.core.config_store import ConfigStore
-from toy_loader import ToyLoader, ToyLoaderConfig
+from toy_loader import ToyLoader, ToyLoaderConfig, build_toy_loader
 
+from fastpipe.config.registry import Choice
 from fastpipe.errors import ConfigError
 
 # The choice itself, as conf/data/toy.yaml would give it: its schema with its defaults.
@@ -31,3 +32,5 @@ def test_what_a_registered_loader_supports_is_enforced_when_the_config_is_read()
     with pytest.raises(ConfigError, match="^data=toy cannot read dataset=synthetic: it is generated on the device and "
                                           "has no files; use data=default$"):
         make_settings(synthetic)
+    with pytest.raises(ConfigError, match="^data=gpu_only runs on cuda, but training runs on cpu; choose another data"):
+        Choice("data", "gpu_only", ToyLoaderConfig, build_toy_loader, devices=("cuda",)).refuse_unsupported("cpu")
