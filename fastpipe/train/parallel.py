@@ -27,7 +27,7 @@ class ModelSpec:
     its choice's name (for messages) and the runtime settings that pick its memory format."""
 
     cfg: ModelConfig
-    dataset_facts: Dict[str, object] = field(default_factory=dict)
+    dataset_facts: Dict[str, int] = field(default_factory=dict)
     choice: str = ""
     memory: RuntimeConfig = field(default_factory=RuntimeConfig)
 
