@@ -11,7 +11,7 @@ def run_settings(run_dir: Path, overrides=()):
     its schema again; the ``_target_`` s are not imported until something is built."""
     from omegaconf import DictConfig, OmegaConf
 
-    from fastpipe.config import SCHEMAS, keys, legacy, register_configs, root_schema, to_settings
+    from fastpipe.config import group_schemas, keys, legacy, register_configs, root_schema, to_settings
 
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -20,7 +20,7 @@ def run_settings(run_dir: Path, overrides=()):
     register_configs()
     record = legacy.without_old_record_keys(OmegaConf.load(path))
     record = OmegaConf.merge(record, OmegaConf.from_dotlist(list(overrides)))
-    for group, schemas in SCHEMAS.items():  # the group's one schema, or the schema of the recorded choice
+    for group, schemas in group_schemas().items():  # the group's one schema, or the schema of the recorded choice
         node = record.get(group)
         if not isinstance(node, DictConfig):
             continue
