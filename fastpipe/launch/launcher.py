@@ -24,7 +24,7 @@ from pathlib import Path
 from fastpipe.record import results
 from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config
-from fastpipe.config.launcher import PROCESS_GROUP
+from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, init_distributed,
                               shutdown_distributed, started_by_torchrun)
@@ -118,7 +118,7 @@ def _launch(settings: Config, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     settings = copy.copy(settings)  # this launch's own id (each repeat of a job is a launch)
     settings.run_id = uuid.uuid4().hex
-    group = settings.launcher.name in PROCESS_GROUP
+    group = choice("launcher", settings.launcher.name).process_group
     if group and started_by_torchrun():
         return _join_torchrun(settings, run_dir)
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)
