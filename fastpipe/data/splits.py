@@ -97,7 +97,12 @@ class DataSplits:
         if len(self.train) < samples:
             raise DataError(f"train.overfit_batches needs {samples} training samples, but dataset={self.name} has "
                             f"{len(self.train)}; lower train.overfit_batches or train.batch_size")
-        first = Subset(self.train, range(samples))
+        if isinstance(self.train, ImageFiles):  # still image files: the loaders decode and normalise them as such
+            t = self.train
+            first = ImageFiles(t.files[:samples], t.labels[:samples], t.classes, t.image_size, t.augment, t.root,
+                               t.transform)
+        else:
+            first = Subset(self.train, range(samples))
         return DataSplits(self.name, first, first, None, self.collate_fn, f"{self.identity}|first {samples}")
 
     def describe(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -93,12 +94,11 @@ def project_code(folder: Path, written=()) -> Tuple[Optional[dict], Optional[byt
 
 def fastpipe_code() -> dict:
     """fastpipe's version, and its commit when it runs from a git checkout of its own source."""
-    import fastpipe
-
-    root = Path(fastpipe.__file__).resolve().parent.parent
+    package = sys.modules[__name__.partition(".")[0]]  # the running fastpipe (imported before any of its modules)
+    root = Path(package.__file__).resolve().parent.parent
     top = _text(_git(root, "rev-parse", "--show-toplevel"))
-    commit = _text(_git(root, "rev-parse", "--verify", "-q", "HEAD")) if top and Path(top) == root else None
-    return {"version": fastpipe.__version__, "commit": commit}
+    commit = _text(_git(root, "rev-parse", "--verify", "-q", "HEAD")) if top and Path(top).resolve() == root else None
+    return {"version": package.__version__, "commit": commit}
 
 
 def code_provenance(folder: Optional[Path] = None, written=()) -> Tuple[dict, Optional[str]]:

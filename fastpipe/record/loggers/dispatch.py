@@ -5,7 +5,9 @@ tracker never slows a step. Each object's events run in order on its own thread.
 warned about once (stderr, and metrics.json's warnings at the end) and the object is called no more:
 the run goes on, and its results are never lost because a tracker is down. At the end the run waits for
 each object's queue for as long as it makes progress, and gives up on one that has made none for its
-``timeout_s`` (DEFAULT_TIMEOUT_S without one): a hung tracker costs the run's end that much at most.
+``timeout_s`` (DEFAULT_TIMEOUT_S without one): a hung tracker costs the run's end that much at most. A
+tracker still starting (importing its package, making its store or run: ``on_start``) when a short run
+ends is waited for up to START_LIMIT_S, so that the run still reaches it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from fastpipe.config.logger import Hook
 from fastpipe.record.loggers import RunInfo, state
 
 DEFAULT_TIMEOUT_S = 10.0
+START_LIMIT_S = 120.0  # the longest a tracker's start may take before the run's end gives up on it
+SAY_WAITING_S = 3.0  # a run's end that waits longer says for whom
 _STOP = object()
 
 
@@ -36,6 +40,9 @@ class _Worker:
         self.timeout_s = float(getattr(obj, "timeout_s", None) or DEFAULT_TIMEOUT_S)
         self.queue: "queue.SimpleQueue" = queue.SimpleQueue()
         self.handled = 0  # events done: the end's measure of progress
+        self.last_done = time.monotonic()  # when the last event was done
+        self.current: Optional[str] = None  # the hook running now, and since when
+        self.since = 0.0
         self.failure: Optional[str] = None
         self.thread = threading.Thread(target=self._serve, name=f"fastpipe-{hook.key}", daemon=True)
         self.thread.start()
@@ -51,11 +58,21 @@ class _Worker:
                 return
             method, run, args = item
             if self.failure is None:
+                self.current, self.since = method, time.monotonic()
                 try:
                     getattr(self.obj, method)(run, *args)
                 except BaseException as exc:  # noqa: BLE001 - any failure of a tracker: warn once, go on
                     self._failed(run, f"{method} at step {run.step}", exc)
+                self.current = None
             self.handled += 1
+            self.last_done = time.monotonic()
+
+    def stalled(self, now: float, ending: float) -> Optional[float]:
+        """The seconds it has made no progress for, when that is past its limit (else None)."""
+        if self.current == "on_start":
+            return now - self.since if now - self.since > START_LIMIT_S else None
+        idle = now - max(self.last_done, ending)
+        return idle if idle > self.timeout_s else None
 
     def _failed(self, run: RunInfo, where: str, exc: BaseException) -> None:
         self.failure = (f"{self.hook.key} failed ({where}: {_first_line(exc)}); the run goes on without it")
@@ -107,19 +124,22 @@ class RunHooks:
         self._send("on_end", step, record)
         for worker in self.workers:
             worker.queue.put(_STOP)
-        progress = {id(w): (w.handled, time.monotonic()) for w in self.workers}
+        ending, said = time.monotonic(), False
         waiting = list(self.workers)
         while waiting:
             time.sleep(0.02)
+            now = time.monotonic()
             for worker in list(waiting):
                 if not worker.thread.is_alive():
                     waiting.remove(worker)
                     continue
-                handled, since = progress[id(worker)]
-                if worker.handled != handled:
-                    progress[id(worker)] = (worker.handled, time.monotonic())
-                elif time.monotonic() - since > worker.timeout_s:
+                idle = worker.stalled(now, ending)
+                if idle is not None:
                     waiting.remove(worker)
-                    self._note(f"{worker.hook.key} made no progress for {worker.timeout_s:g} s at the run's end; "
-                               "the run ends without its last records")
+                    self._note(f"{worker.hook.key} made no progress for {idle:.0f} s at the run's end; the run ends "
+                               "without its last records")
+            if waiting and not said and now - ending > SAY_WAITING_S:
+                said = True
+                print(f"fastpipe: waiting for {', '.join(w.hook.key for w in waiting)} to take the run's last records",
+                      file=sys.stderr, flush=True)
         return self.notes + [w.failure for w in self.workers if w.failure]
