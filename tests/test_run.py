@@ -26,7 +26,7 @@ def test_cli_run_writes_every_artefact_and_metric(tmp_path):
     assert m["status"] == "ok" and m["warnings"] == []
     assert m["choices"] == {"data": "default", "precision": "fp32", "compile": "off", "launcher": "single",
                             "model": "tiny_cnn", "dataset": "shapes", "profile": "off", "task": "classification",
-                            "optimizer": "adamw", "lr_schedule": "cosine"}
+                            "optimizer": "adamw", "lr_schedule": "cosine", "logger": "tensorboard"}
     assert m["throughput"] > 0 and m["warmup_s"] > 0 and m["epoch_time_s"] > 0
     assert 0 < m["step_time_ms"]["median"] <= m["step_time_ms"]["p90"]
     assert 0 <= m["data_wait_frac"] < 1 and m["peak_mem_gb"] > 0 and m["gpu_util"] is None

@@ -108,7 +108,8 @@ class Hook:
             package, extra = requires
             if importlib.util.find_spec(package) is None:
                 others = "logger=tensorboard, logger=csv or logger=none"
-                raise EnvironmentProblem(f"{self.kind}={self.name} needs the {package} package, which is not "
+                what = f"logger={self.name}" if self.kind == "logger" else self.key
+                raise EnvironmentProblem(f"{what} needs the {package} package, which is not "
                                          f"installed here; install it: pip install \"{extra}\" (or choose "
                                          f"another: {others})")
         from fastpipe.targets import check_params

@@ -160,7 +160,7 @@ def test_best_yaml_pins_several_loggers_as_a_list():
 
 
 def test_a_missing_package_or_a_dead_server_is_one_line_before_training(tmp_path):
-    with pytest.raises(EnvironmentProblem, match=r"callbacks=needs needs the no_such_tracker_package package, which is "
+    with pytest.raises(EnvironmentProblem, match=r"callbacks.needs needs the no_such_tracker_package package, which is "
                                                  r"not installed here; install it: pip install \"fastpipe\[nosuch\]\""):
         hook("needs", NeedsAPackage).check()
     import socket
