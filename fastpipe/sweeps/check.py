@@ -27,7 +27,7 @@ def sweep_jobs(config: DictConfig) -> List[List[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     target = str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or "")
-    overrides = list(config.hydra.overrides.task)
+    overrides = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False)]  # ${...} as typed
     parsed = OverridesParser.create().parse_overrides(overrides)
     if not target.endswith(GRID_SWEEPERS):
         return [[o.input_line for o in parsed if not o.is_sweep_override()]]

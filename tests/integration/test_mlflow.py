@@ -143,6 +143,7 @@ def test_the_winner_is_tagged_and_the_parallel_jobs_overlapped(sweep):
     winners = [r for r in runs if r.data.tags.get("fastpipe.winner") == "true"]
     best = (sweep_dir / "best.yaml").read_text()
     assert len(winners) == 1 and f"job {winners[0].data.tags['fastpipe.job']} of" in best
+    assert "# code: project " in best and "- code: project " in (sweep_dir / "report.md").read_text()
     parent = next(r for r in runs if r.data.tags.get("fastpipe.stage") == "sweep")
     assert parent.data.tags["fastpipe.winner_job"] == winners[0].data.tags["fastpipe.job"]
     spans = [json.loads((sweep_dir / str(n) / "launcher.json").read_text()) for n in (0, 1)]
@@ -185,6 +186,24 @@ def test_a_resumed_run_continues_its_mlflow_run(server, tmp_path):
     assert run.info.status == "FINISHED" and run.data.params["train.max_steps"] == "6"  # params stay as first logged
     steps = [m.step for m in c.get_metric_history(run.info.run_id, "train/loss")]
     assert steps[0] < 6 < steps[-1]  # the window edges of both processes, in one history
+
+
+def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(server, tmp_path):
+    """A trainer killed outright (SIGKILL) leaves its MLflow run RUNNING; launch() ends it with the failed
+    record it writes for the dead trainer (state.settle)."""
+    from fastpipe.record.loggers import RunInfo, state
+    from fastpipe.record.loggers.mlflow_run import MlflowLogger
+
+    uri, _ = server
+    logger = MlflowLogger(tracking_uri=uri, experiment="settled")
+    logger.on_start(RunInfo(dir=tmp_path, run_id="launch-1", name="killed"))  # what the trainer did before it died
+    record = {"status": "failed", "run_id": "launch-1",
+              "reason": "training process killed by SIGKILL (the out-of-memory killer sends SIGKILL)"}
+    state.settle(tmp_path, record)
+    run = client(uri).get_run(logger.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["fastpipe.reason"] == record["reason"]
+    assert json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["ended"] is True
+    state.settle(tmp_path, record)  # once ended, never again
 
 
 def test_a_server_killed_mid_run_costs_seconds_and_the_run_ends_ok(server, tmp_path):

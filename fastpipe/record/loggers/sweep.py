@@ -34,7 +34,8 @@ class SweepInfo:
 
 def chosen(config: DictConfig) -> list:
     """``(hook, class)`` of each chosen logger that has sweep-level runs."""
-    node = OmegaConf.to_container(config.get("logger") or {}, resolve=True)
+    node = config.get("logger")
+    node = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else {}
     out = []
     for hook in hooks_from("logger", node).values():
         cls = hook.callable()

@@ -187,3 +187,29 @@ def test_wandb_names_stay_within_its_limits():
     assert job_type({"precision": "fp32"}) == "defaults"
     assert len(job_type({f"g{i}": "value" * 5 for i in range(9)})) == 64
 
+
+
+def test_only_rank_0_logs_and_a_sweeps_jobs_are_named_by_their_place(tmp_path):
+    import dataclasses
+
+    from fastpipe.record.recorder import RunRecorder
+    from fastpipe.runtime import Dist
+
+    settings = make_settings([*TINY, "logger=[tensorboard,csv]", "name=ladder"])
+    assert RunRecorder.for_run(settings, tmp_path / "rank1", Dist(rank=1, world_size=2)).hooks is None
+    assert not (tmp_path / "rank1").exists()  # nothing written by another rank
+    settings.context = dataclasses.replace(settings.context, sweep_dir=str(tmp_path), job=3, stage="probe", round=2,
+                                           repeat=1)
+    run = RunInfo.of(settings, tmp_path / "probe-2" / "3")
+    assert run.name == "ladder #3 probe 2 repeat 1" and run.sweep_name == "ladder" and run.stage == "probe"
+
+
+def test_a_sweep_without_a_tracker_makes_no_sweep_runs(tmp_path):
+    from omegaconf import OmegaConf
+
+    from fastpipe.record.loggers.sweep import start_sweep
+
+    for logger in ({}, {"tensorboard": {"_target_": "fastpipe.record.loggers.tensorboard.TensorBoardLogger"}}):
+        config = OmegaConf.create({"logger": logger, "hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"task": []}}})
+        assert start_sweep(config) is None
+    assert not (tmp_path / "trackers.json").exists()

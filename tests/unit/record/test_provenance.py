@@ -86,3 +86,22 @@ def test_fastpipe_names_its_own_commit_when_it_runs_from_a_checkout():
     inside = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     expected = inside.stdout.strip() if inside.returncode == 0 else None
     assert provenance.fastpipe_code() == {"version": fastpipe.__version__, "commit": expected}
+
+
+def test_a_sweep_report_names_the_code_and_says_when_its_jobs_ran_different_commits():
+    from types import SimpleNamespace
+
+    from fastpipe.report.tables import provenance_lines
+
+    def code(commit, dirty=False):
+        return {"project": {"commit": commit * 40, "branch": "main", "dirty": dirty,
+                            "diff_sha256": "d" * 64 if dirty else None}, "fastpipe": {"version": "0.2.0", "commit": None}}
+
+    def rows(*codes):
+        return SimpleNamespace(rows=[{"code": c, "name": "ladder", "tags": ["h200"]} for c in codes])
+
+    assert provenance_lines(rows(code("a"), code("a"))) == ["- code: project aaaaaaaaaaaa (main, clean) · fastpipe 0.2.0",
+                                                            "- name: ladder · tags: h200"]
+    for other in (code("b"), code("a", dirty=True)):  # another commit, or the same one with changes
+        lines = provenance_lines(rows(code("a"), other))
+        assert lines[1].startswith("- WARNING: the jobs ran on 2 different commits or working trees"), lines
