@@ -2,9 +2,11 @@
 
 Each job runs in a fresh Python process (``_child.py``) that executes Hydra's own ``run_job`` on the
 job's config, composed here exactly as Hydra's BasicLauncher composes it: the job's folder, callbacks
-(the run-folder lock, ``.hydra/``), ``hydra.mode=MULTIRUN`` and fastpipe's task function are those
-of a basic sweep, so a failed job is a failed row, ``sweep.resume`` skips finished jobs, and the
-report is the same. The process sees only its slot's GPUs (``CUDA_VISIBLE_DEVICES``) and runs on
+(the run-folder lock, ``.hydra/``), ``hydra.job.chdir``, ``hydra.mode=MULTIRUN`` and the task function
+are those of a basic sweep, so a failed job is a failed row, ``sweep.resume`` skips finished jobs, and
+the report is the same. The task function and Hydra's singleton state (the ConfigStore, registered
+resolvers) travel pickled with cloudpickle, as under Hydra's joblib and submitit launchers, so any
+Hydra app can use this launcher; it passes Hydra's ``LauncherTestSuite`` and ``IntegrationTestSuite``. The process sees only its slot's GPUs (``CUDA_VISIBLE_DEVICES``) and runs on
 its slot's cores (CPU affinity, inherited by the training process it starts).
 
 The launcher writes ``launcher.json`` into each job folder (slot, GPUs, cores, start and end time,
@@ -33,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import cloudpickle
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
@@ -41,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]  # the folder that holds hydra_plugins/
+ROOT = Path(__file__).resolve().parents[2]  # the folder that holds hydra_plugins/ (and, installed, fastpipe/)
 CHILD = ("import sys; sys.path.insert(0, {root!r}); from hydra_plugins.fastpipe_sweeps._child import main; "
          "sys.exit(main(sys.argv[1]))")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -58,10 +62,11 @@ def refuse(exc: Exception) -> None:
     sys.exit(EXIT_CODE)
 
 
-def visible_gpus() -> Tuple[List[str], bool]:
-    """The GPUs this sweep may hand out, as ``CUDA_VISIBLE_DEVICES`` entries, and whether they are
-    NVML (PCI bus) indices. The sweep's own ``CUDA_VISIBLE_DEVICES`` wins (its entries, which may be
-    indices or UUIDs, are passed on as they are); otherwise every GPU NVML sees."""
+def visible_gpus() -> Tuple[List[str], bool, str]:
+    """The GPUs this sweep may hand out, as ``CUDA_VISIBLE_DEVICES`` entries, whether they are NVML
+    (PCI bus) indices, and where the list came from (for messages). The sweep's own
+    ``CUDA_VISIBLE_DEVICES`` wins (its entries, which may be indices or UUIDs, are passed on as they
+    are); otherwise every GPU NVML sees."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         ids = []
@@ -69,7 +74,7 @@ def visible_gpus() -> Tuple[List[str], bool]:
             if not entry or entry.startswith("-"):  # CUDA stops at the first invalid entry ("-1" hides all)
                 break
             ids.append(entry)
-        return ids, os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+        return ids, os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID", f"CUDA_VISIBLE_DEVICES={env!r}"
     try:
         import pynvml
 
@@ -79,8 +84,8 @@ def visible_gpus() -> Tuple[List[str], bool]:
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no driver, no NVML: a CPU machine
-        return [], False
-    return [str(i) for i in range(count)], True
+        return [], False, "NVML"
+    return [str(i) for i in range(count)], True, "NVML"
 
 
 def describe_gpus(ids: Sequence[str], pci_order: bool) -> List[dict]:
@@ -116,16 +121,29 @@ def describe_gpus(ids: Sequence[str], pci_order: bool) -> List[dict]:
     return out
 
 
-def task_address(task_function: TaskFunction) -> Tuple[str, str, str]:
-    """Where a fresh process finds the task function: ``("module", name, qualname)`` or ``("file", ...)``."""
-    module, qualname = task_function.__module__, task_function.__qualname__
-    if module != "__main__":
-        return "module", module, qualname
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name:  # python -m fastpipe: __main__ is fastpipe.__main__
+def task_for_job(task_function: TaskFunction):
+    """The task function as it travels to a job process (``_child.load_task`` takes it back):
+    ``("module", name, qualname)`` for a top-level function of an app run as ``python -m NAME``
+    (its ``__module__`` is ``__main__``, which a fresh process does not have: it imports NAME, as
+    ``python -m fastpipe`` needs); otherwise the object itself, for cloudpickle (by reference when it
+    can be imported by module and name, by value when not: a callable object, a function defined
+    inside another, a script's function)."""
+    module, qualname = getattr(task_function, "__module__", None), getattr(task_function, "__qualname__", "")
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if module == "__main__" and spec is not None and spec.name and "<locals>" not in qualname:
         return "module", spec.name, qualname
-    return "file", os.path.abspath(getattr(main, "__file__", sys.argv[0])), qualname
+    return task_function
+
+
+def death(code: int) -> str:
+    """How a job process ended, from its exit code (negative: the signal that killed it)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        how = f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        how = f"killed by signal {-code}"
+    return how + (" (the out-of-memory killer sends SIGKILL)" if code == -signal.SIGKILL else "")
 
 
 def write_json(path: Path, payload: dict) -> None:
@@ -153,13 +171,16 @@ class _Job:
 
 
 class GpusLauncher(Launcher):
-    def __init__(self, gpus_per_job: int = 1, max_parallel: Optional[int] = None) -> None:
+    def __init__(self, gpus_per_job: Optional[int] = None, max_parallel: Optional[int] = None) -> None:
         super().__init__()
         self.gpus_per_job, self.max_parallel = gpus_per_job, max_parallel
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
         self.slots: list = []
+        self.task = None  # the task function as it travels (task_for_job)
+        self.fastpipe_task = False
+        self._singletons = None  # Hydra's singleton state, taken at launch
         self._stop: Optional[int] = None  # the exit code the sweep will end with (75, 130, 2)
         self._stop_reason = ""
         self._print_lock = threading.Lock()
@@ -170,13 +191,16 @@ class GpusLauncher(Launcher):
         from fastpipe.sweeps.slots import plan_slots
 
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
-        self.gpu_ids, self.pci_order = visible_gpus()
+        self.gpu_ids, self.pci_order, gpus_from = visible_gpus()
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         try:
-            self.slots = plan_slots(self.gpu_ids, cores, self.gpus_per_job, self.max_parallel)
+            self.slots = plan_slots(self.gpu_ids, cores, self.gpus_per_job, self.max_parallel, gpus_from)
         except ConfigError as exc:
             refuse(exc)
-        self.task = task_address(task_function)
+        self.task = task_for_job(task_function)
+        # fastpipe's own task records every run in metrics.json: a job process that dies is a failed row
+        self.fastpipe_task = self.task[1:2] == ("fastpipe.__main__",) if isinstance(self.task, tuple) else (
+            getattr(task_function, "__module__", None) == "fastpipe.__main__")
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
@@ -186,6 +210,7 @@ class GpusLauncher(Launcher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs, {len(self.slots)} at a time: "
                  + "; ".join(s.describe() for s in self.slots))
+        self._singletons = Singleton.get_state()  # as at launch: registered resolvers, the ConfigStore, ...
         jobs = []
         for idx, overrides in enumerate(job_overrides):
             num = initial_job_idx + idx
@@ -235,9 +260,10 @@ class GpusLauncher(Launcher):
         job.job_file.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             job.result_file.unlink()
-        with open(job.job_file, "wb") as fh:
-            pickle.dump({"config": job.config, "task": self.task, "cpus": list(slot.cpus), "parent": os.getpid(),
-                         "result": str(job.result_file)}, fh)
+        payload = cloudpickle.dumps({"config": job.config, "task": self.task, "singletons": self._singletons})
+        with open(job.job_file, "wb") as fh:  # what the job reads first is plain; the payload loads after
+            pickle.dump({"cpus": list(slot.cpus), "parent": os.getpid(), "result": str(job.result_file),
+                         "payload": payload}, fh)
         job.record_before = (results.read(job.run_dir) or {}).get("run_id")
         with contextlib.suppress(OSError, ValueError):
             job.info_before = json.loads((job.run_dir / LAUNCHER_FILE).read_text())
@@ -305,10 +331,26 @@ class GpusLauncher(Launcher):
         for path in (job.result_file, job.job_file):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        if outcome is None and code not in (0, 2, 75, 130):
+        if isinstance(outcome, JobReturn):  # run_job's own, from the job process
+            return outcome
+        ret = self._job_return(job)
+        if outcome is not None:  # the job could not be set up in its process: the sweep raises it
+            ret.status, ret.return_value = JobStatus.FAILED, outcome["error"]
+            return ret
+        if code not in (0, 2, 75, 130):
+            if not self.fastpipe_task:  # another app's job died: as a job that raised, under the basic launcher
+                ret.status, ret.return_value = JobStatus.FAILED, RuntimeError(
+                    f"the job process {death(code)}; see {job.run_dir / OUTPUT_FILE}")
+                return ret
             began = record is not None and record.get("run_id") != job.record_before
             if not began or record.get("status") == "running":  # it died before recording its outcome
                 record = self._record_death(job, code, record if began else None)
+        ret.status = JobStatus.COMPLETED  # fastpipe's failed row (a dead job), or a job that ended the sweep
+        ret.return_value = job_return_value(record, job.config)
+        return ret
+
+    def _job_return(self, job: _Job) -> JobReturn:
+        """A JobReturn for a job whose process did not send its own, filled as run_job fills it."""
         ret = JobReturn()
         ret.overrides = list(job.overrides)
         task_cfg = copy.deepcopy(job.config)
@@ -318,27 +360,13 @@ class GpusLauncher(Launcher):
         ret.hydra_cfg = OmegaConf.masked_copy(job.config, "hydra")
         ret.working_dir = str(job.run_dir) if job.config.hydra.job.chdir else os.getcwd()
         ret.task_name = str(job.config.hydra.job.name)
-        if outcome is not None:
-            ret.status = JobStatus[outcome["status"]]
-            ret.return_value = outcome["value"]
-        else:
-            ret.status = JobStatus.COMPLETED
-            ret.return_value = job_return_value(record, job.config)
         return ret
 
     def _record_death(self, job: _Job, code: int, running: Optional[dict]) -> dict:
         from fastpipe.record import results
         from fastpipe.config import GROUPS
 
-        if code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-            if code == -signal.SIGKILL:
-                how += " (the out-of-memory killer sends SIGKILL)"
-        else:
-            how = f"exited with code {code}"
+        how = death(code)
         choices = {g: str(job.config.hydra.runtime.choices.get(g)) for g in GROUPS
                    if g in job.config.hydra.runtime.choices}
         overrides = list(job.config.hydra.overrides.task)
