@@ -20,7 +20,6 @@ group) and ends the sweep with 130.
 """
 
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -31,17 +30,19 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import cloudpickle
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from hydra_plugins.fastpipe_sweeps.devices import describe_gpus, visible_gpus
+from hydra_plugins.fastpipe_sweeps.jobs import LAUNCHER_FILE, OUTPUT_FILE, Job, collect, task_for_job, write_json
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ CHILD = ("import sys; sys.path.insert(0, {root!r}); from hydra_plugins.fastpipe_
          "sys.exit(main(sys.argv[1]))")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 GRACE_S = 30.0  # after Ctrl-C: how long jobs get to record that they were interrupted
-LAUNCHER_FILE = "launcher.json"
-OUTPUT_FILE = "output.log"
 
 
 def refuse(exc: Exception) -> None:
@@ -60,114 +59,6 @@ def refuse(exc: Exception) -> None:
 
     print(f"fastpipe: error: {exc}", file=sys.stderr, flush=True)
     sys.exit(EXIT_CODE)
-
-
-def visible_gpus() -> Tuple[List[str], bool, str]:
-    """The GPUs this sweep may hand out, as ``CUDA_VISIBLE_DEVICES`` entries, whether they are NVML
-    (PCI bus) indices, and where the list came from (for messages). The sweep's own
-    ``CUDA_VISIBLE_DEVICES`` wins (its entries, which may be indices or UUIDs, are passed on as they
-    are); otherwise every GPU NVML sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        ids = []
-        for entry in (e.strip() for e in env.split(",")):
-            if not entry or entry.startswith("-"):  # CUDA stops at the first invalid entry ("-1" hides all)
-                break
-            ids.append(entry)
-        return ids, os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID", f"CUDA_VISIBLE_DEVICES={env!r}"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no NVML: a CPU machine
-        return [], False, "NVML"
-    return [str(i) for i in range(count)], True, "NVML"
-
-
-def describe_gpus(ids: Sequence[str], pci_order: bool) -> List[dict]:
-    """NVML's index, UUID and name of each GPU of a slot, where they can be told (best effort)."""
-    if not ids:
-        return []
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    out = []
-    try:
-        for entry in ids:
-            try:
-                if entry.startswith(("GPU-", "MIG-")):
-                    handle = pynvml.nvmlDeviceGetHandleByUUID(entry)
-                elif entry.isdigit() and pci_order:
-                    handle = pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-                else:
-                    continue
-                name = pynvml.nvmlDeviceGetName(handle)
-                uuid = pynvml.nvmlDeviceGetUUID(handle)
-                out.append({"cuda_visible_devices": entry, "nvml_index": pynvml.nvmlDeviceGetIndex(handle),
-                            "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                            "name": name.decode() if isinstance(name, bytes) else name})
-            except Exception:
-                continue
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-    return out
-
-
-def task_for_job(task_function: TaskFunction):
-    """The task function as it travels to a job process (``_child.load_task`` takes it back):
-    ``("module", name, qualname)`` for a top-level function of an app run as ``python -m NAME``
-    (its ``__module__`` is ``__main__``, which a fresh process does not have: it imports NAME, as
-    ``python -m fastpipe`` needs); otherwise the object itself, for cloudpickle (by reference when it
-    can be imported by module and name, by value when not: a callable object, a function defined
-    inside another, a script's function)."""
-    module, qualname = getattr(task_function, "__module__", None), getattr(task_function, "__qualname__", "")
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if module == "__main__" and spec is not None and spec.name and "<locals>" not in qualname:
-        return "module", spec.name, qualname
-    return task_function
-
-
-def death(code: int) -> str:
-    """How a job process ended, from its exit code (negative: the signal that killed it)."""
-    if code >= 0:
-        return f"exited with code {code}"
-    try:
-        how = f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        how = f"killed by signal {-code}"
-    return how + (" (the out-of-memory killer sends SIGKILL)" if code == -signal.SIGKILL else "")
-
-
-def write_json(path: Path, payload: dict) -> None:
-    from fastpipe.record.results import write_json_atomic
-
-    write_json_atomic(path, payload)
-
-
-@dataclass
-class _Job:
-    num: int
-    overrides: List[str]
-    config: DictConfig
-    run_dir: Path
-    job_file: Path
-    result_file: Path
-    slot: object = None
-    proc: Optional[subprocess.Popen] = None
-    pump: Optional[threading.Thread] = None
-    started: float = 0.0
-    record_before: Optional[str] = None  # the folder's metrics.json run_id before this launch
-    had_result: bool = False  # the job process wrote its JobReturn (it ran to the end of run_job)
-    info_before: Optional[dict] = None  # the folder's launcher.json before this launch (a resumed sweep)
-    info: Dict[str, object] = field(default_factory=dict)
 
 
 class GpusLauncher(Launcher):
@@ -223,7 +114,7 @@ class GpusLauncher(Launcher):
         return [returns[job.num] for job in jobs]
 
     # ------------------------------------------------------------------ one job
-    def _prepare(self, num: int, overrides: List[str], sweep_dir: Path) -> _Job:
+    def _prepare(self, num: int, overrides: List[str], sweep_dir: Path) -> Job:
         """The job's config, composed and numbered as BasicLauncher does, its folder resolved here (a
         fresh process would resolve ``${now:...}`` anew)."""
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -240,7 +131,7 @@ class GpusLauncher(Launcher):
             config.hydra.sweep.dir = str(sweep_dir)
             config.hydra.sweep.subdir = subdir
         work = sweep_dir / ".launcher"
-        return _Job(num, overrides, config, sweep_dir / subdir, work / f"job-{num}.pkl", work / f"job-{num}.result")
+        return Job(num, overrides, config, sweep_dir / subdir, work / f"job-{num}.pkl", work / f"job-{num}.result")
 
     def _env(self, slot) -> Dict[str, str]:
         env = dict(os.environ)
@@ -252,7 +143,7 @@ class GpusLauncher(Launcher):
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
-    def _start(self, job: _Job, slot) -> None:
+    def _start(self, job: Job, slot) -> None:
         from fastpipe.record import results
 
         job.slot = slot
@@ -305,87 +196,14 @@ class GpusLauncher(Launcher):
             sys.stdout.write(f"{prefix}{text}\n")
             sys.stdout.flush()
 
-    def _collect(self, job: _Job) -> JobReturn:
-        """The job's JobReturn once its process has ended; a job process that died gets a failed record."""
-        from fastpipe.record import results
-        from fastpipe.sweeps.objective import job_return_value
-
-        code = job.proc.returncode
-        if job.pump is not None:
-            job.pump.join(timeout=10)
-        record = results.read(job.run_dir)
-        skipped = (code == 0 and record is not None and record.get("status") == "ok"
-                   and record.get("run_id") == job.record_before)  # sweep.resume: measured earlier
-        job.info.update(ended=time.time(), exitcode=code)
-        if not skipped:
-            write_json(job.run_dir / LAUNCHER_FILE, job.info)
-        elif job.info_before is not None:  # the launcher record of the run that measured it
-            write_json(job.run_dir / LAUNCHER_FILE, job.info_before)
-        else:  # measured by another launcher: no launcher record
-            (job.run_dir / LAUNCHER_FILE).unlink(missing_ok=True)
-        outcome = None
-        if job.result_file.is_file():
-            with contextlib.suppress(Exception), open(job.result_file, "rb") as fh:
-                outcome = pickle.load(fh)
-        job.had_result = outcome is not None
-        for path in (job.result_file, job.job_file):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        if isinstance(outcome, JobReturn):  # run_job's own, from the job process
-            return outcome
-        ret = self._job_return(job)
-        if outcome is not None:  # the job could not be set up in its process: the sweep raises it
-            ret.status, ret.return_value = JobStatus.FAILED, outcome["error"]
-            return ret
-        if code not in (0, 2, 75, 130):
-            if not self.fastpipe_task:  # another app's job died: as a job that raised, under the basic launcher
-                ret.status, ret.return_value = JobStatus.FAILED, RuntimeError(
-                    f"the job process {death(code)}; see {job.run_dir / OUTPUT_FILE}")
-                return ret
-            began = record is not None and record.get("run_id") != job.record_before
-            if not began or record.get("status") == "running":  # it died before recording its outcome
-                record = self._record_death(job, code, record if began else None)
-        ret.status = JobStatus.COMPLETED  # fastpipe's failed row (a dead job), or a job that ended the sweep
-        ret.return_value = job_return_value(record, job.config)
-        return ret
-
-    def _job_return(self, job: _Job) -> JobReturn:
-        """A JobReturn for a job whose process did not send its own, filled as run_job fills it."""
-        ret = JobReturn()
-        ret.overrides = list(job.overrides)
-        task_cfg = copy.deepcopy(job.config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        ret.cfg = task_cfg
-        ret.hydra_cfg = OmegaConf.masked_copy(job.config, "hydra")
-        ret.working_dir = str(job.run_dir) if job.config.hydra.job.chdir else os.getcwd()
-        ret.task_name = str(job.config.hydra.job.name)
-        return ret
-
-    def _record_death(self, job: _Job, code: int, running: Optional[dict]) -> dict:
-        from fastpipe.record import results
-        from fastpipe.config import GROUPS
-
-        how = death(code)
-        choices = {g: str(job.config.hydra.runtime.choices.get(g)) for g in GROUPS
-                   if g in job.config.hydra.runtime.choices}
-        overrides = list(job.config.hydra.overrides.task)
-        record = results.failed(f"the job process {how} before it recorded an outcome; see "
-                                f"{job.run_dir / OUTPUT_FILE}", choices, overrides,
-                                run_id=(running or {}).get("run_id"))
-        if running is None:  # it never began: an earlier run's record moves to metrics.previous.json
-            results.begin(job.run_dir, choices, overrides, run_id=None)
-        results.write(job.run_dir, record)
-        return record
-
     # ------------------------------------------------------------------ the pool
-    def _signal_running(self, running: Dict[int, _Job], signum: int) -> None:
+    def _signal_running(self, running: Dict[int, Job], signum: int) -> None:
         for job in running.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(job.proc.pid, signum)
 
     @contextlib.contextmanager
-    def _forwarding(self, running: Dict[int, _Job]):
+    def _forwarding(self, running: Dict[int, Job]):
         """While jobs run, SIGTERM/SIGUSR1 go to every running job, and no further job starts."""
         def forward(signum, _frame):
             if self._stop is None:
@@ -402,7 +220,7 @@ class GpusLauncher(Launcher):
             for sig, old in previous.items():
                 signal.signal(sig, old)
 
-    def _run(self, jobs: List[_Job]) -> Dict[int, JobReturn]:
+    def _run(self, jobs: List[Job]) -> Dict[int, JobReturn]:
         pending, running, returns = deque(jobs), {}, {}
         free = list(self.slots)
         self._stop, self._stop_reason = None, ""
@@ -420,7 +238,7 @@ class GpusLauncher(Launcher):
                         del running[num]
                         free.append(job.slot)
                         free.sort(key=lambda s: s.index)
-                        returns[num] = self._collect(job)
+                        returns[num] = collect(job, self.fastpipe_task)
                         self._after(job, running)
             except KeyboardInterrupt:  # Ctrl-C reached every job too (one process group): let them record it
                 deadline = time.time() + GRACE_S
@@ -440,7 +258,7 @@ class GpusLauncher(Launcher):
             sys.exit(self._stop)
         return returns
 
-    def _after(self, job: _Job, running: Dict[int, _Job]) -> None:
+    def _after(self, job: Job, running: Dict[int, Job]) -> None:
         """A job that ended the way a serial sweep ends (stopped, interrupted, its folder in use) ends this
         sweep too: the others are told to stop."""
         code = job.proc.returncode

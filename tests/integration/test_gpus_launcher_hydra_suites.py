@@ -11,6 +11,19 @@ pytestmark = pytest.mark.slow  # every test starts job processes
 CPU_LANES = ["hydra.launcher.gpus_per_job=0"]
 
 
+@pytest.fixture(autouse=True)
+def hydra_default_version_base():
+    """The suites assume Hydra's default version_base (1.1: a job runs in its folder), as in Hydra's own
+    test runs; importing fastpipe's entry point (@hydra.main(version_base="1.3")) in an earlier test of
+    this process sets it process-wide. The previous value comes back afterwards."""
+    from hydra.version import VersionBase, __compat_version__
+
+    previous = VersionBase.instance().getbase()
+    VersionBase.instance().setbase(__compat_version__)
+    yield
+    VersionBase.instance().version_base = previous
+
+
 def test_discovery() -> None:
     assert GpusLauncher.__name__ in [x.__name__ for x in Plugins.instance().discover(Launcher)]
 
