@@ -121,14 +121,14 @@ def test_ema_under_fsdp_is_refused_with_the_fix(tmp_path):
 
     s = make_settings(_lm(_corpus(tmp_path / "c"), "launcher=fsdp", "train.ema_decay=0.99"))
     with pytest.raises(ConfigError, match="ema_decay.*launcher=fsdp"):
-        graph.build(s, cpu_runtime(), [])
+        graph.build(s, cpu_runtime())
 
 
 class _Ranks:
     """What evaluation.in_lockstep needs of a graph: other ranks simulated by fixed answers."""
 
     def __init__(self, world: int, having: int, others_more: list) -> None:
-        self.runtime = type("R", (), {"dist": type("D", (), {"world_size": world})()})()
+        self.dist, self.world_size = self, world  # HeldOut.dist: these ranks' collectives
         self.device = torch.device("cpu")
         self.having, self.others_more = having, list(others_more)
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fastpipe.config import data, launcher
+from fastpipe.config import registry
 from fastpipe.config._checks import one_of
 from fastpipe.config.compile import CompileConfig
 from fastpipe.config.data import (
@@ -40,7 +40,7 @@ from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
 from fastpipe.errors import ConfigError
 
-__all__ = ["Config", "GROUPS", "SCHEMAS", "config_dir", "register_configs", "to_settings", "CompileConfig",
+__all__ = ["Config", "GROUPS", "SCHEMAS", "group_schemas", "config_dir", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
            "LauncherConfig", "ProcessGroupLauncherConfig",
            "LoaderConfig", "LrScheduleConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig",
@@ -128,28 +128,43 @@ class Config:
             raise ConfigError(f"task={self.choices.get('task', self.task.short_name)} trains on {' or '.join(wanted)} "
                               f"data, but dataset={self.choices.get('dataset', self.dataset.short_name)} gives "
                               f"{kind}; choose a matching dataset (e.g. task=lm dataset=tokens)")
-        if self.dataset.collate_fn is not None and self.data.name != "default":
-            raise ConfigError(f"dataset.collate_fn is used by data=default only; data={self.data.name} makes its "
-                              "batches itself: use data=default, or drop dataset.collate_fn")
-        loaders = self.dataset.declared("loaders") or ("default", "mmap")  # dali reads image files only
-        if self.data.name not in loaders:
-            why = self.dataset.declared("loaders_note") or "it has no image files for DALI to decode"
-            raise ConfigError(f"data={self.data.name} cannot read dataset={self.choices.get('dataset', self.dataset.short_name)}: "
-                              f"{why}; use data={' or data='.join(loaders)}")
+        self._check_closed_choices()
+
+    def _check_closed_choices(self) -> None:
+        """Each closed group's choice against what it supports (config/registry.py): the launcher it runs
+        under, and for the loader the dataset's format and collate function."""
+        for group in registry.CLOSED_GROUPS:
+            registry.choice(group, getattr(self, group).name).refuse_unsupported(launcher=self.launcher.name)
+        loader = registry.choice("data", self.data.name)
+        if self.dataset.collate_fn is not None and not loader.uses_collate_fn:
+            collating = [c for c in registry.names("data") if registry.choice("data", c).uses_collate_fn]
+            raise ConfigError(f"dataset.collate_fn is used by data={' or data='.join(collating)} only; "
+                              f"data={self.data.name} makes its batches itself: use data={collating[0]}, or drop "
+                              "dataset.collate_fn")
+        dataset = self.choices.get("dataset", self.dataset.short_name)
+        loader.refuse_format(self.dataset.declared("data_format") or "samples", dataset)
+        allowed = self.dataset.declared("loaders")  # a project's dataset may allow fewer loaders than its format
+        if allowed is not None and self.data.name not in allowed:
+            why = self.dataset.declared("loaders_note") or f"it allows data={' or data='.join(allowed)} only"
+            raise ConfigError(f"data={self.data.name} cannot read dataset={dataset}: {why}; use "
+                              f"data={' or data='.join(allowed)}")
 
 
 # The config groups, in the order of the root config's fields: one list for the entry point,
 # metrics.json's ``choices``, the sweep winner and the tests.
 GROUPS = tuple(f.name for f in fields(Config) if f.metadata.get("group"))
 
-SCHEMAS = {
-    **LEGACY_SCHEMAS,  # dataset and model are open (a _target_ and its callable's keys); these keep old configs composing
-    "data": data.SCHEMAS,
-    "precision": {"precision": PrecisionConfig},
-    "compile": {"compile": CompileConfig},
-    "launcher": launcher.SCHEMAS,
-    "profile": {"profile": ProfileConfig},
-}
+def group_schemas() -> Dict[str, Dict[str, type]]:
+    """``{group: {schema name: schema}}``: the closed groups' from their registry (choices a project
+    registered included), beside the open groups' legacy schemas and the profile group's."""
+    return {
+        **LEGACY_SCHEMAS,  # dataset and model are open (a _target_ and its callable's keys); these keep old configs composing
+        **{group: registry.schemas(group) for group in registry.CLOSED_GROUPS},
+        "profile": {"profile": ProfileConfig},
+    }
+
+
+SCHEMAS = group_schemas()  # fastpipe's own; group_schemas() also has the ones registered since
 
 
 def config_dir() -> str:
@@ -165,7 +180,7 @@ def register_configs() -> None:
     """Register the root schema and each group's schemas (named ``schema_<name>``)."""
     cs = ConfigStore.instance()
     cs.store(name="fastpipe_schema", node=Config)
-    for group, schemas in SCHEMAS.items():
+    for group, schemas in group_schemas().items():
         for name, node in schemas.items():
             cs.store(group=group, name=f"schema_{name}", node=node)
 

@@ -10,7 +10,7 @@ def run_settings(run_dir: Path, overrides=()):
     its schema again; the ``_target_`` s are not imported until something is built."""
     from omegaconf import OmegaConf
 
-    from fastpipe.config import SCHEMAS, Config, register_configs, to_settings
+    from fastpipe.config import Config, group_schemas, register_configs, to_settings
 
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -18,7 +18,7 @@ def run_settings(run_dir: Path, overrides=()):
                           "that `python -m fastpipe` wrote")
     register_configs()
     record = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-    for group, schemas in SCHEMAS.items():  # a group node typed by the schema of its choice
+    for group, schemas in group_schemas().items():  # a group node typed by the schema of its choice
         node = record.get(group)
         name = node.get("name") if node is not None and hasattr(node, "get") else None
         kind = schemas.get(name) or (schemas.get(group) if len(schemas) == 1 and group in ("precision", "compile",

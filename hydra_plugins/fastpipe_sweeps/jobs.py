@@ -135,17 +135,16 @@ def job_return(job: Job) -> JobReturn:
 
 def record_death(job: Job, code: int, running: Optional[dict]) -> dict:
     """metrics.json of a fastpipe job whose process died before it recorded an outcome."""
-    from fastpipe.record import results
     from fastpipe.config import GROUPS
+    from fastpipe.record import results
+    from fastpipe.record.run_record import failed
 
-    how = death(code)
     choices = {g: str(job.config.hydra.runtime.choices.get(g)) for g in GROUPS
                if g in job.config.hydra.runtime.choices}
     overrides = list(job.config.hydra.overrides.task)
-    record = results.failed(f"the job process {how} before it recorded an outcome; see "
-                            f"{job.run_dir / OUTPUT_FILE}", choices, overrides,
-                            run_id=(running or {}).get("run_id"))
+    record = failed(f"the job process {death(code)} before it recorded an outcome; see {job.run_dir / OUTPUT_FILE}",
+                    choices, overrides, run_id=(running or {}).get("run_id"))
     if running is None:  # it never began: an earlier run's record moves to metrics.previous.json
         results.begin(job.run_dir, choices, overrides, run_id=None)
     results.write(job.run_dir, record)
-    return record
+    return record.to_dict()
