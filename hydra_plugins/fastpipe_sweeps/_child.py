@@ -1,8 +1,9 @@
 """One sweep job in a fresh process, started by the ``gpus`` launcher.
 
-The job file is a plain pickle of what this process needs before anything heavy is imported (its CPU
-cores, the sweep process's id, where to write the outcome) and a payload pickled with cloudpickle, as
-Hydra's joblib and submitit launchers send theirs: the job's config, composed by the launcher as
+The job file is a plain pickle of what this process needs before anything heavy is imported (the
+sweep process's ``sys.path``, as multiprocessing's spawn passes it, its CPU cores, the sweep
+process's id, where to write the outcome) and a payload pickled with cloudpickle, as Hydra's joblib
+and submitit launchers send theirs: the job's config, composed by the launcher as
 Hydra's BasicLauncher composes it; the task function (by reference when it can be imported, by value
 otherwise: a callable object, a function defined inside another, a script's function); and Hydra's
 singleton state (the ConfigStore, registered OmegaConf resolvers, the job runtime).
@@ -69,6 +70,7 @@ def _write_result(path: str, outcome) -> None:
 def main(job_file: str) -> int:
     with open(job_file, "rb") as fh:
         job = pickle.load(fh)
+    sys.path[:] = job["sys_path"]  # the sweep process's: what it imports, this process imports too
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])  # before torch starts its threads: they follow the affinity
     from fastpipe.signals import die_with_parent, exit_on_stop_signals

@@ -153,8 +153,8 @@ class GpusLauncher(Launcher):
             job.result_file.unlink()
         payload = cloudpickle.dumps({"config": job.config, "task": self.task, "singletons": self._singletons})
         with open(job.job_file, "wb") as fh:  # what the job reads first is plain; the payload loads after
-            pickle.dump({"cpus": list(slot.cpus), "parent": os.getpid(), "result": str(job.result_file),
-                         "payload": payload}, fh)
+            pickle.dump({"sys_path": list(sys.path), "cpus": list(slot.cpus), "parent": os.getpid(),
+                         "result": str(job.result_file), "payload": payload}, fh)
         job.record_before = (results.read(job.run_dir) or {}).get("run_id")
         with contextlib.suppress(OSError, ValueError):
             job.info_before = json.loads((job.run_dir / LAUNCHER_FILE).read_text())
