@@ -11,14 +11,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 APP = '''
 import os
+import sys
+from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))  # the project's own modules
+import helpers  # noqa: E402
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path=None)
 def app(cfg):
-    print(f"job {HydraConfig.get().job.num}: x={cfg.x} in process {os.getpid()}")
+    print(f"job {HydraConfig.get().job.num}: x={cfg.x} doubled={helpers.double(cfg.x)} in process {os.getpid()}")
     return cfg.x
 
 
@@ -44,6 +48,8 @@ def installed_env() -> dict:
 @pytest.mark.slow
 def test_another_hydra_app_in_its_own_folder_sweeps_two_jobs_on_the_gpus_launcher(tmp_path):
     (tmp_path / "my_app.py").write_text(APP)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
     env = installed_env()
     scan = subprocess.run([sys.executable, "-c", SCAN], cwd=tmp_path, env=env, capture_output=True, text=True)
     hint = ("Hydra's plugin scan misses fastpipe's plugins: an editable install made with an older "
@@ -57,5 +63,6 @@ def test_another_hydra_app_in_its_own_folder_sweeps_two_jobs_on_the_gpus_launche
     for num, x in ((0, 1), (1, 2)):
         job = tmp_path / "sweep" / str(num)
         line = next(l for l in (job / "output.log").read_text().splitlines() if l.startswith(f"job {num}:"))
-        assert line.startswith(f"job {num}: x={x} in process ") and not line.endswith(f" {app_pid}")  # its own process
+        # its own process, which imports what the app imported from the folder it put on sys.path
+        assert line.startswith(f"job {num}: x={x} doubled={2 * x} in process ") and not line.endswith(f" {app_pid}")
         assert (job / "launcher.json").is_file() and (job / ".hydra" / "overrides.yaml").is_file()
