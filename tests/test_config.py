@@ -112,14 +112,6 @@ def test_unknown_choice_lists_valid_ones_on_the_command_line():
     assert "precision/fp64" in proc.stderr and "fp32" in proc.stderr and "amp" in proc.stderr
 
 
-@pytest.mark.slow
-def test_help_and_cfg_job_keep_hydra_conventions():
-    help_out = run_cli(["--help"])
-    assert help_out.returncode == 0 and "precision: amp, fp32" in help_out.stdout
-    cfg = run_cli(["--cfg", "job", "precision=amp"])
-    assert cfg.returncode == 0 and "name: amp" in cfg.stdout and "batch_size: 64" in cfg.stdout
-
-
 def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
     from conftest import cpu_runtime
     from fastpipe.record.notes import collect_warnings

@@ -36,7 +36,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     dist = dist_from_env()
     recorder = RunRecorder(run_dir, enabled=dist.is_main)
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
-    for note in settings.deprecations:
+    for note in settings.notes:  # old spellings to update, keys dropped for this choice
         record.warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
