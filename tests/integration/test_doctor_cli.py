@@ -15,6 +15,7 @@ def test_the_doctor_run_from_another_folder_says_a_healthy_machine_is_ok(tmp_pat
     lines = proc.stdout.splitlines()
     assert lines[0] == "fastpipe doctor" and lines[-1] == "  status       ok"
     assert not [line for line in lines if line.startswith("  problem")]
+    assert "  plugins      hydra/launcher=gpus, hydra/sweeper=halving (found by Hydra's plugin scan)" in lines
     native = cpu_bf16()["native"]
     row = next(line for line in lines if line.startswith("  CPU bf16     "))
     assert row.split()[2] == {True: "native", False: "emulated", None: "unknown"}[native]
