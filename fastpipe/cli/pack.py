@@ -151,6 +151,8 @@ def main(argv: Optional[list] = None) -> int:
         what = PackSet(out).describe()
         if how == "reused":
             print(f"{out} already holds this pack (same files and settings): {what}; --force packs it again")
+        elif how == "packed by another process":
+            print(f"{out} was packed by another process while this one waited: {what}")
         else:
             print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})"))
         return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import List
 
@@ -17,6 +18,11 @@ import numpy as np
 import torch
 
 from fastpipe.errors import DataError
+
+# torchvision >= 0.29 warns on every call that its image codecs will move to TorchCodec; they are what
+# this module uses, on purpose (torchvision 0.2x on the GPU machines has no such warning).
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
+                        category=DeprecationWarning)
 
 
 def encode(pixels: np.ndarray, quality: int) -> bytes:
