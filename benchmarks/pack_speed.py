@@ -5,7 +5,9 @@ fastpipe.pack FOLDER OUT --size 256`` once per variant and repeat, each a fresh 
 runner.py, with PYTHONPATH set to --tree (default: this checkout), so the same script times an
 older checkout of fastpipe against this one. The rate counts packing only: the seconds a bare
 ``import fastpipe.cli.pack`` takes in the same interpreter are measured before each run and left
-out. Writes OUT/pack_speed.jsonl (one line per run, appended), OUT/pack_speed.md (the table) and
+out. CPU seconds (user + system, of the pack process and its workers, less the import's) per image
+are recorded too: unlike the rate, they do not depend on what else the machine runs, and with the
+rate at 1 and N workers they predict the rate on more cores. Writes OUT/pack_speed.jsonl (one line per run, appended), OUT/pack_speed.md (the table) and
 OUT/pack_speed.log (commands and output); prints the table last.
 
     python benchmarks/pack_speed.py --out /tmp/ps --images 2048 --repeats 2
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -62,11 +65,17 @@ def generate(a, env: dict, log) -> Path:
     return folder
 
 
-def import_seconds(env: dict) -> float:
-    start = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def import_seconds(env: dict) -> tuple:
+    """(wall, CPU) seconds of a bare ``import fastpipe.cli.pack``."""
+    start, cpu = time.perf_counter(), children_cpu()
     subprocess.run([sys.executable, "-c", "import fastpipe.cli.pack"], env={**os.environ, **env}, check=True,
                    capture_output=True)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, children_cpu() - cpu
 
 
 def main(argv=None) -> int:
@@ -80,10 +89,12 @@ def main(argv=None) -> int:
             for name, extra in a.variants:
                 out = a.out / "packs" / f"{a.label}-{name}.fppack"
                 shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
-                startup = import_seconds(env)
+                startup, startup_cpu = import_seconds(env)
                 cmd = [sys.executable, "-m", "fastpipe.pack", str(folder), str(out), "--size", "256",
                        "--threads", str(a.threads), "--no-progress", *extra]
+                cpu = children_cpu()
                 done = run_command(cmd, a.timeout, log, env)
+                cpu = children_cpu() - cpu - startup_cpu
                 seconds = max(1e-6, done.wall_s - startup)
                 size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else \
                     (out.stat().st_size if out.exists() else None)
@@ -91,6 +102,7 @@ def main(argv=None) -> int:
                        "cores": os.cpu_count(), "status": "ok" if done.code == 0 else f"failed (exit {done.code})",
                        "wall_s": round(done.wall_s, 2), "import_s": round(startup, 2),
                        "img_per_s": round(a.images / seconds, 1) if done.code == 0 else None,
+                       "cpu_ms_per_image": round(1000 * cpu / a.images, 2) if done.code == 0 else None,
                        "bytes_per_image": round(size / a.images) if size and done.code == 0 else None,
                        "load_avg": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d %H:%M")}
                 append_jsonl(a.out / "pack_speed.jsonl", row)
@@ -99,6 +111,7 @@ def main(argv=None) -> int:
     text = write_markdown_table(a.out / "pack_speed.md", rows, [
         ("tree", "tree"), ("variant", "variant"), ("images", "images", "d"), ("threads", "threads", "d"),
         ("wall s", "wall_s", ".1f"), ("import s", "import_s", ".1f"), ("img/s", "img_per_s", ",.0f"),
+        ("CPU ms/image", "cpu_ms_per_image", ".2f"),
         ("bytes/image", "bytes_per_image", ",.0f"), ("load avg", "load_avg", ".1f"), ("status", "status")],
         title=f"python -m fastpipe.pack, {a.images} JPEGs of {a.size.replace(',', 'x')} -> 256x256, "
               f"{os.cpu_count()} cores")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -137,6 +138,7 @@ def main(argv: Optional[list] = None) -> int:
         if splits.is_synthetic or hasattr(splits.train, "read_batch"):
             raise ConfigError(f"dataset={splits.name} needs no pack: data=mmap reads it straight "
                               "(it is generated on the device, or memory-mapped already)")
+        start = time.perf_counter()
         if splits.is_images:
             size = args.size[0] if args.size and len(args.size) == 1 else args.size
             shape = stored_shape(size, splits.train.image_size, splits.train.augment)
@@ -148,13 +150,15 @@ def main(argv: Optional[list] = None) -> int:
                                   "gives a records pack: drop them")
             out, how = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
                                     "identity": splits.identity}, progress, args.chunk_images), "packed now"
-        what = PackSet(out).describe()
+        seconds, pack = time.perf_counter() - start, PackSet(out)
+        what = pack.describe()
         if how == "reused":
             print(f"{out} already holds this pack (same files and settings): {what}; --force packs it again")
         elif how == "packed by another process":
             print(f"{out} was packed by another process while this one waited: {what}")
         else:
-            print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})"))
+            rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} images/s)"
+            print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate)
         return 0
     except FastpipeError as exc:
         print(f"fastpipe.pack: error: {exc}", file=sys.stderr)

@@ -54,7 +54,7 @@ class Shard(IterableDataset):
         if readers > 1 and not callable(getattr(stream, "set_shard", None)):
             warnings.warn(f"dataset={name} is a stream without set_shard(index, count): each of its {readers} readers "
                           f"({self.world} process(es) x {self.workers} DataLoader worker(s)) reads the whole stream "
-                          f"and keeps every {readers}th sample, {readers}x the reading it needs; give the dataset a "
+                          f"and keeps one sample in {readers}: {readers}x the reading it needs; give the dataset a "
                           "set_shard(index, count) method that makes it yield only reader index's share "
                           "(docs/data.md#streams)", FastpipeWarning)
 
