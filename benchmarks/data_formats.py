@@ -25,7 +25,6 @@ run's metrics.json and graph.txt); prints the table last.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess

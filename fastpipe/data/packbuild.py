@@ -63,56 +63,73 @@ class ImagesJob:
 
 
 # ----------------------------------------------------------------------------- worker side
-_WORKER: dict = {}
+class _Worker:
+    """What one worker process (or the main process, with one worker) needs to make groups."""
 
+    def __init__(self, job: ImagesJob, order: np.ndarray) -> None:
+        from torchvision import transforms
 
-def _init_worker(job: ImagesJob, order: np.ndarray, parent: Optional[int] = None) -> None:
-    if parent is not None:  # a pool process: an orphan must not go on writing a file another builder resumes
-        from fastpipe.runtime import die_with_parent
+        self.job, self.order, self.fds = job, order, {}
+        self.resize = transforms.Resize(job.shape, antialias=True)
 
-        die_with_parent(parent)
-    from torchvision import transforms
+    def pixels(self, item: int) -> np.ndarray:
+        from fastpipe.data.images import decode_rgb
 
-    _WORKER.update(job=job, order=order, resize=transforms.Resize(job.shape, antialias=True), fds={})
+        path = self.job.files[item]
+        try:
+            return np.asarray(self.resize(decode_rgb(path)))
+        except Exception as exc:  # name the file: "cannot identify image" alone is no help
+            raise DataError(f"cannot read image {path}: {exc}; remove or replace the file") from None
 
+    def encode_group(self, task: tuple) -> tuple:
+        """(part, group, start, stop, target): pixels of positions start..stop of the pack order; raw:
+        written at target = (path, offset), returns (part, group, crc, None, None); JPEG: returns
+        the bytes and each image's length."""
+        from fastpipe.data.jpeg import encode
 
-def _pixels(item: int) -> np.ndarray:
-    from fastpipe.data.images import decode_rgb
-
-    path = _WORKER["job"].files[item]
-    try:
-        return np.asarray(_WORKER["resize"](decode_rgb(path)))
-    except Exception as exc:  # name the file: "cannot identify image" alone is no help
-        raise DataError(f"cannot read image {path}: {exc}; remove or replace the file") from None
-
-
-def _encode_group(task: tuple) -> tuple:
-    """(part, group, start, stop, target): pixels of positions start..stop of the pack order; raw:
-    written at target = (path, offset), returns (part, group, crc, None, None); JPEG: returns the
-    bytes and each image's length."""
-    part, group, start, stop, target = task
-    job, items = _WORKER["job"], _WORKER["order"][start:stop]
-    if job.codec == "raw":
-        data = b"".join(np.ascontiguousarray(_pixels(int(i))).tobytes() for i in items)
+        part, group, start, stop, target = task
+        items = self.order[start:stop]
+        if self.job.codec == "jpeg":
+            files = [encode(self.pixels(int(i)), self.job.quality) for i in items]
+            data = b"".join(files)
+            return part, group, zlib.crc32(data), data, [len(f) for f in files]
+        data = b"".join(np.ascontiguousarray(self.pixels(int(i))).tobytes() for i in items)
         path, offset = target
-        fd = _WORKER["fds"].get(path)
+        fd = self.fds.get(path)
         if fd is None:
-            fd = _WORKER["fds"][path] = os.open(path, os.O_WRONLY)
+            fd = self.fds[path] = os.open(path, os.O_WRONLY)
         view = memoryview(data)
         while view:  # pwrite may write less than asked
             view = view[os.pwrite(fd, view, offset + len(data) - len(view)):]
         return part, group, zlib.crc32(data), None, None
-    from fastpipe.data.jpeg import encode
 
-    files = [encode(_pixels(int(i)), job.quality) for i in items]
-    data = b"".join(files)
-    return part, group, zlib.crc32(data), data, [len(f) for f in files]
+    def jpeg_size(self, item: int) -> int:
+        from fastpipe.data.jpeg import encode
+
+        return len(encode(self.pixels(item), self.job.quality))
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+
+
+_WORKER: Optional[_Worker] = None  # in each pool process
+
+
+def _init_worker(job: ImagesJob, order: np.ndarray, parent: int) -> None:
+    global _WORKER
+    from fastpipe.runtime import die_with_parent
+
+    die_with_parent(parent)  # an orphan must not go on writing a file another builder now resumes
+    _WORKER = _Worker(job, order)
+
+
+def _encode_group(task: tuple) -> tuple:
+    return _WORKER.encode_group(task)
 
 
 def _jpeg_size(item: int) -> int:
-    from fastpipe.data.jpeg import encode
-
-    return len(encode(_pixels(item), _WORKER["job"].quality))
+    return _WORKER.jpeg_size(item)
 
 
 # ----------------------------------------------------------------------------- main side
@@ -120,29 +137,30 @@ class _Pool:
     """A fork pool of ``workers`` processes, or the calling process itself for one worker."""
 
     def __init__(self, job: ImagesJob, order: np.ndarray, workers: int) -> None:
-        self.pool = None
+        self.pool, self.local = None, None
         if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
             self.pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (job, order, os.getpid()))
         else:
-            _init_worker(job, order)
+            self.local = _Worker(job, order)
 
-    def map(self, fn, tasks, ordered: bool = True):
+    def map(self, fn: str, tasks, ordered: bool = True):
+        """``fn`` ("encode_group" or "jpeg_size") over ``tasks``, in order unless ``ordered`` is false."""
         if self.pool is None:
-            return map(fn, tasks)
-        return (self.pool.imap if ordered else self.pool.imap_unordered)(fn, tasks, chunksize=1)
+            return map(getattr(self.local, fn), tasks)
+        work = {"encode_group": _encode_group, "jpeg_size": _jpeg_size}[fn]
+        return (self.pool.imap if ordered else self.pool.imap_unordered)(work, tasks, chunksize=1)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.terminate()
             self.pool.join()
-        for fd in _WORKER.get("fds", {}).values():
-            os.close(fd)
-        _WORKER.clear()
+        if self.local is not None:
+            self.local.close()
 
 
 def _estimate_jpeg_bytes(job: ImagesJob, order: np.ndarray, pool: _Pool, samples: int = 64) -> float:
     picks = order[np.linspace(0, len(order) - 1, min(samples, len(order))).astype(int)]
-    sizes = list(pool.map(_jpeg_size, [int(i) for i in picks]))
+    sizes = list(pool.map("jpeg_size", [int(i) for i in picks]))
     return float(np.mean(sizes))
 
 
@@ -205,7 +223,7 @@ def _build(job: ImagesJob, out: Path, workers: int, progress: bool) -> int:
         tasks = [(i, g, start, stop, (str(partial_path(w.final)), w.offset_of(start)))
                  for i, w in enumerate(writers) for g, start, stop in w.todo()]
         bar = _bar(out, len(order), already, progress)
-        for part, group, crc, data, sizes in pool.map(_encode_group, tasks, ordered=job.codec == "jpeg"):
+        for part, group, crc, data, sizes in pool.map("encode_group", tasks, ordered=job.codec == "jpeg"):
             w = writers[part]
             w.add(group, crc, data, sizes)
             bar.update(w.group_size(group))

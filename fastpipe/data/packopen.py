@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import torch
 
 from fastpipe.config import MmapLoaderConfig
 from fastpipe.data.cache import ensure_cached_pack, stored_shape

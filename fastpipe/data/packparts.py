@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from fastpipe.data.packfile import PackReader, fsync_rename
+from fastpipe.data.packfile import PackReader
+from fastpipe.data.packwriter import fsync_rename
 from fastpipe.data.packformat import DTYPE_JPEG, TRAIN, VAL, chunks_of, data_offset_for, header_region, index_bytes
 from fastpipe.data.packjournal import Journal, partial_path
 from fastpipe.errors import DataError

@@ -71,7 +71,7 @@ def test_a_killed_pack_is_resumed_by_one_of_two_builders_and_matches_a_fresh_one
     assert pack_main([str(folder), str(fresh), "--size", "128", "--codec", "jpeg", "--chunk-images", "16",
                       "--threads", "2", "--no-progress"]) == 0
     assert out.read_bytes() == fresh.read_bytes()  # the resumed pack is the pack, byte for byte
-    assert PackReader(out).count == 384
+    PackReader(out).verify()
 
 
 def test_training_from_a_jpeg_cache_decodes_on_the_cpu(tmp_path, tiny):

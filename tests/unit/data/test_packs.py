@@ -143,6 +143,9 @@ def test_two_ranks_of_two_readers_read_only_their_shards_each_sample_once_per_ep
         seen = np.concatenate(orders[-2:])
         assert len(seen) == len(set(seen.tolist())) and len(seen) >= 186 - 2 * 8 * 2  # each once; at most a step per lane left
     assert not np.array_equal(orders[0], orders[2])  # another order each epoch
+    ranks[1].set_epoch(1)
+    full = [y.tolist() for _, y in ranks[1]]
+    assert ranks[1].skip_next(3) is True and [y.tolist() for _, y in ranks[1]] == full[3:]  # resumed, unread
     held = [loader(folder, packs["jpeg-shards"], Dist(r, 2, r, 2), train=False) for r in range(2)]
     assert sorted(torch.cat([y for ld in held for _, y in ld]).tolist()) == sorted(pack.labels(pack.indices(1)).tolist())
 

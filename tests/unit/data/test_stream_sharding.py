@@ -14,7 +14,6 @@ from stream_data import CountingStream, Indexed, SplittingStream
 from fastpipe.config import DefaultLoaderConfig
 from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import FastpipeWarning
 from fastpipe.record.notes import collect_warnings
 from fastpipe.runtime import Dist
 
