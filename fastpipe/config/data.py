@@ -46,7 +46,7 @@ class MmapLoaderConfig:
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
 
     name: str = "mmap"
-    path: Optional[str] = None  # a pack file to read; null = pack the dataset once into the cache and reuse it
+    path: Optional[str] = None  # a pack file, or a sharded pack (its folder or index.json); null = the cache
     # Image size stored in the cache: N or [height, width]; null = image_size (8/7 of it with augment).
     stored_size: Any = None
     num_threads: Any = "auto"  # threads copying batches out of the map; auto = min(4, this process's cores)
