@@ -130,6 +130,12 @@ class PackSet:
             self._readers[shard] = reader
         return reader
 
+    def any_reader(self) -> PackReader:
+        """An opened shard if there is one, else the first shard opened unverified (a look at its format)."""
+        if self._readers:
+            return next(iter(self._readers.values()))
+        return PackReader(self.index_path.parent / self.shards[0]["file"])
+
     def runs(self, positions: np.ndarray):
         """(shard reader, local indices, slice of ``positions``) for each run of one shard in sorted ``positions``."""
         shards = self.shards_of(positions)
