@@ -1,10 +1,11 @@
 """JPEG packs: images encoded once at the stored size, decoded per batch on the GPU or in CPU threads.
 
 Encoding (pack time) uses Pillow (libjpeg-turbo) at the given quality with full-resolution chroma
-(4:4:4): with 4:2:0 a re-encoded 256x256 image at quality 90 differs from the raw pack by a mean
-of 3.1 (0..255), with 4:4:4 by 2.6, for 40 % more bytes. Decoding uses torchvision: batched nvJPEG
-(``decode_jpeg(..., device="cuda")``) when ``data.decoder`` is gpu, libjpeg-turbo in a pool of
-threads (torchvision's op drops the GIL) when it is cpu.
+(4:4:4): at quality 90 and 256x256 the mean error against the raw pack is 3.06 (0..255) with
+4:2:0 and 2.58 with 4:4:4, for 41 % more bytes (benchmarks/results/cpu-jpeg-fidelity.md).
+Decoding uses torchvision: batched nvJPEG (``decode_jpeg(..., device="cuda")``) when
+``data.decoder`` is gpu, libjpeg-turbo in a pool of threads (torchvision's op drops the GIL) when
+it is cpu.
 """
 from __future__ import annotations
 
