@@ -104,7 +104,9 @@ class PackBatches:
         batches = iter(self.epoch_batches())
         self._skip = 0
         # Pinning in a fresh thread would touch the current device, GPU 0, unless told this rank's GPU.
-        bind = dict(initializer=torch.cuda.set_device, initargs=(self.device,)) \
+        gpu = self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device()) \
+            if self.device.type == "cuda" else self.device  # set_device needs an index; "cuda" means the current one
+        bind = dict(initializer=torch.cuda.set_device, initargs=(gpu,)) \
             if self.pin and self.device.type == "cuda" else {}
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastpipe-mmap", **bind)
         read = lambda idx: self.source.read_batch(idx, self.pin)  # noqa: E731
