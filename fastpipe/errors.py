@@ -59,7 +59,7 @@ def memory_fixes(settings) -> list:
                      "(graph.txt)")
     elif settings.train.batch_size != 1:
         fixes.append("lower train.batch_size (train.grad_accum keeps the effective batch)")
-    if settings.precision.name != "amp":
+    if settings.precision.name not in ("amp", "fp8"):
         fixes.append("use precision=amp")
     if not getattr(settings.model, "activation_checkpointing", False):
         fixes.append("set model.activation_checkpointing=true")

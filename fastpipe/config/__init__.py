@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fastpipe.config import data, launcher
+from fastpipe.config import data, launcher, precision
 from fastpipe.config._checks import one_of
 from fastpipe.config.compile import CompileConfig
 from fastpipe.config.data import (
@@ -33,19 +33,19 @@ from fastpipe.config.launcher import (
 )
 from fastpipe.config.objects import (LEGACY_SCHEMAS, OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig,
                                      ObjectConfig, OptimizerConfig, TaskConfig)
-from fastpipe.config.precision import PrecisionConfig
+from fastpipe.config.precision import Fp8PrecisionConfig, PrecisionConfig
 from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
 from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, EnvironmentProblem
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "config_dir", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
            "LauncherConfig", "ProcessGroupLauncherConfig",
            "LoaderConfig", "LrScheduleConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig",
            "OptimizerConfig",
-           "PrecisionConfig", "TaskConfig",
+           "Fp8PrecisionConfig", "PrecisionConfig", "TaskConfig",
            "ProfileConfig", "ReportConfig", "RuntimeConfig", "SingleLauncherConfig", "SweepConfig", "TrainConfig"]
 
 
@@ -131,11 +131,25 @@ class Config:
         if self.dataset.collate_fn is not None and self.data.name != "default":
             raise ConfigError(f"dataset.collate_fn is used by data=default only; data={self.data.name} makes its "
                               "batches itself: use data=default, or drop dataset.collate_fn")
+        if self.precision.name == "fp8":
+            self._check_fp8()
         loaders = self.dataset.declared("loaders") or ("default", "mmap")  # dali reads image files only
         if self.data.name not in loaders:
             why = self.dataset.declared("loaders_note") or "it has no image files for DALI to decode"
             raise ConfigError(f"data={self.data.name} cannot read dataset={self.choices.get('dataset', self.dataset.short_name)}: "
                               f"{why}; use data={' or data='.join(loaders)}")
+
+    def _check_fp8(self) -> None:
+        """precision=fp8's combinations: compiled (eager fp8 casts cost more than they save), torchao present."""
+        from importlib.util import find_spec
+
+        if self.compile.name == "off":
+            raise ConfigError("precision=fp8 with compile=off: without torch.compile the fp8 casts run as separate "
+                              "kernels and training is slower than bf16; use compile=default (or another mode), "
+                              "or precision=amp")
+        if find_spec("torchao") is None:
+            raise EnvironmentProblem("precision=fp8 needs torchao's float8 training, which is not installed: "
+                              "pip install 'fastpipe[fp8]' (or use precision=amp)")
 
 
 # The config groups, in the order of the root config's fields: one list for the entry point,
@@ -145,7 +159,7 @@ GROUPS = tuple(f.name for f in fields(Config) if f.metadata.get("group"))
 SCHEMAS = {
     **LEGACY_SCHEMAS,  # dataset and model are open (a _target_ and its callable's keys); these keep old configs composing
     "data": data.SCHEMAS,
-    "precision": {"precision": PrecisionConfig},
+    "precision": precision.SCHEMAS,
     "compile": {"compile": CompileConfig},
     "launcher": launcher.SCHEMAS,
     "profile": {"profile": ProfileConfig},

@@ -21,7 +21,7 @@ KEYS = ("schema_version", "status", "reason", "run_id", "choices", "overrides", 
         "gpu_util", "final_loss", "val_metrics", "primary_metric", "accuracy", "val_loss", "corpus_baselines",
         "nonfinite_steps", "steps", "measured_steps", "compile_fallback", "flops_per_sample", "flops_method",
         "peak_tflops", "mfu", "checkpoint", "checkpoint_stall_s", "weights", "weights_file", "val_metrics_raw", "best", "stopped_early",
-        "grad_norm", "batch_size", "batch_size_search", "per_rank", "env", "warnings")
+        "grad_norm", "batch_size", "batch_size_search", "model_build_s", "fp8", "per_rank", "env", "warnings")
 
 
 def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,

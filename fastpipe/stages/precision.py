@@ -1,4 +1,5 @@
-"""The ``precision`` group: fp32, or automatic mixed precision (bf16 autocast, fp16 + GradScaler)."""
+"""The ``precision`` group: fp32, automatic mixed precision (bf16 autocast, fp16 + GradScaler), or fp8
+matmuls on the Linear layers with bf16 autocast around the rest (fp8.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from torch import nn
 
 from fastpipe.config import PrecisionConfig
 
@@ -22,6 +24,7 @@ class Precision:
     scaler: torch.amp.GradScaler
     tf32: bool = False
     by_fsdp: bool = False  # launcher=fsdp: FSDP2's MixedPrecisionPolicy casts, not autocast
+    fp8: object = None  # precision=fp8: the Fp8Layers converted (fp8.py); None for a model not converted
 
     def autocast(self):
         if self.dtype is None or self.by_fsdp:
@@ -29,6 +32,9 @@ class Precision:
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def describe(self) -> str:
+        if self.name == "fp8":
+            fsdp = "; bf16 elsewhere by FSDP2's MixedPrecisionPolicy (no autocast)" if self.by_fsdp else ""
+            return (self.fp8.describe() if self.fp8 is not None else "fp8  no layer converted: bf16 autocast") + fsdp
         if self.dtype is None:
             return f"fp32  (TF32 {'allowed' if self.tf32 else 'off'})"
         dtype = "bf16" if self.dtype is torch.bfloat16 else "fp16"
@@ -38,12 +44,20 @@ class Precision:
         return f"amp  {dtype} autocast on {self.device_type}  GradScaler {'on' if self.scaler.is_enabled() else 'off'}"
 
 
-def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
-    """The Precision for ``cfg`` (a PrecisionConfig) on ``device``. ``by_fsdp``: the model is FSDP2-sharded,
-    so amp is its MixedPrecisionPolicy (fsdp.py) and fp16's GradScaler is the sharded one."""
+def build_precision(cfg, device: torch.device, by_fsdp: bool = False, model: Optional[nn.Module] = None) -> Precision:
+    """The Precision for ``cfg`` (a PrecisionConfig or Fp8PrecisionConfig) on ``device``. ``by_fsdp``: the model
+    is FSDP2-sharded, so amp is its MixedPrecisionPolicy (fsdp.py) and fp16's GradScaler is the sharded one.
+    precision=fp8 converts ``model``'s Linear layers in place (before it is sharded, wrapped or compiled);
+    without a model (evaluating saved weights) fp8 is bf16 autocast alone."""
     if cfg.name == "fp32":
         return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
                          tf32=cfg.tf32 and device.type == "cuda")
+    if cfg.name == "fp8":
+        from fastpipe.stages.fp8 import convert_fp8
+
+        layers = None if model is None else convert_fp8(model, cfg, device, by_fsdp)
+        return Precision("fp8", torch.bfloat16, device.type, torch.amp.GradScaler(device.type, enabled=False),
+                         by_fsdp=by_fsdp, fp8=layers)
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     dtype = DTYPES[cfg.amp_dtype(device.type, bf16_ok)]
     if by_fsdp:

@@ -1,13 +1,16 @@
 """``train.batch_size=auto``: the batch size found by trying the real training step.
 
-Each candidate (powers of two) builds the run's model, precision, compile mode and optimizer afresh
-and runs a few full steps (forward, loss, backward, optimizer step; compilation included, Dynamo
-reset between candidates so each compiles for its own shape) on real batches of the dataset. On a
-GPU the batch doubles until the step runs out of memory (caught, the cache emptied) or reaches
-``train.batch_size_max``; on a CPU, where running out of memory kills the process instead of
-raising, it stops at the cap. ``train.batch_size_goal=memory`` takes the largest that fits;
-``throughput`` the one with the best steady-state samples/s among those that fit. Under DDP every
-rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
+Each candidate builds the run's model, precision, compile mode and optimizer afresh and runs a few full
+steps (forward, loss, backward, optimizer step; compilation included, Dynamo reset between candidates
+so each compiles for its own shape) on real batches of the dataset. The search starts at
+``train.batch_size_start`` (256 on a GPU, 32 on a CPU), doubles while the step fits (halves while it
+does not) to bracket the answer, then bisects between the last size that fitted and the first that
+did not, on the grid of ``train.batch_size_round`` (multiples of 8, or powers of two: no bisection).
+On a GPU a size does not fit when the step runs out of memory (caught, the cache emptied); on a CPU,
+where running out of memory kills the process instead of raising, the search stops at the cap
+(``train.batch_size_max``). ``train.batch_size_goal=memory`` takes the largest that fits;
+``throughput`` the one with the best steady-state samples/s among those tried that fit. Under DDP
+every rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
 The probes change nothing of the run: its model is built after them, from the same seed.
 """
 from __future__ import annotations
@@ -21,9 +24,27 @@ import torch
 
 from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 
-START = 8  # the first candidate (halved down to 1 when it does not fit)
+CPU_START, GPU_START = 32, 256  # train.batch_size_start=null
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
-WARMUP_STEPS, TIMED_STEPS = 2, 3  # per candidate: compile + first optimizer state, then timed
+GRID = 8  # train.batch_size_round=8: multiples of 8 (and 1, 2, 4 below it)
+# Steps per candidate. Memory: the second step holds weights, optimizer state, activations and gradients
+# at once (the first creates the state after its activations are freed); a third covers CUDA graphs,
+# recorded on a later call. Throughput: compile + first optimizer state, then timed steps.
+MEMORY_STEPS = 3
+WARMUP_STEPS, TIMED_STEPS = 2, 3
+
+
+def steps_for(goal: str) -> tuple:
+    """(untimed steps, timed steps) of one candidate for ``train.batch_size_goal``."""
+    return (MEMORY_STEPS, 0) if goal == "memory" else (WARMUP_STEPS, TIMED_STEPS)
+
+
+def on_grid(size: int, rounding) -> int:
+    """The largest candidate at or below ``size`` (>= 1): a multiple of 8 from 8 up (rounding=8), else a
+    power of two."""
+    if rounding == GRID and size >= GRID:
+        return size - size % GRID
+    return 1 << (max(1, size).bit_length() - 1)
 
 
 @dataclass
@@ -45,15 +66,21 @@ class BatchSearch:
     probes: List[Probe] = field(default_factory=list)
     seconds: float = 0.0
 
+    start: int = 0
+    rounding: object = GRID
+
     def describe(self) -> str:
         tried = ", ".join(f"{p.batch_size}{'' if p.fits else ' x'}" for p in self.probes)
         what = "largest that fits" if self.goal == "memory" else "best samples/s of those that fit"
-        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == self.cap \
-            and all(p.fits for p in self.probes) else ""
-        return f"(auto: {what}; tried {tried}{capped}; {self.seconds:.0f} s)"
+        grid = "multiples of 8" if self.rounding == GRID else "powers of two"
+        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == \
+            on_grid(self.cap, self.rounding) and all(p.fits for p in self.probes) else ""
+        return (f"(auto: {what}; {len(self.probes)} probes from {self.start} in {grid}: {tried}{capped}; "
+                f"{self.seconds:.0f} s)")
 
     def record(self) -> dict:
         return {"goal": self.goal, "cap": self.cap, "chosen": self.chosen, "seconds": round(self.seconds, 1),
+                "start": self.start, "round": self.rounding, "probe_count": len(self.probes),
                 "probes": [vars(p) for p in self.probes]}
 
 
@@ -80,7 +107,9 @@ def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
     splits = build_dataset(settings.dataset, runtime, name)
     cap = cap_for(cfg, device)
     limit = _dataset_limit(splits, runtime.dist.world_size)
-    probes = _search(settings, runtime, splits, min(cap, limit) if limit else cap, warnings)
+    bound = min(cap, limit) if limit else cap
+    start = start_for(cfg, device, on_grid(bound, cfg.batch_size_round))
+    probes = _search(settings, runtime, splits, bound, warnings)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
@@ -96,7 +125,7 @@ def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
         chosen = max(p.batch_size for p in fitting)
     seed_everything(settings.seed + runtime.dist.rank)  # the run starts from the seed, as without a search
     return BatchSearch(cfg.batch_size_goal, cap, chosen, sorted(probes, key=lambda p: p.batch_size),
-                       time.perf_counter() - start_time)
+                       time.perf_counter() - start_time, start, cfg.batch_size_round)
 
 
 def _dataset_limit(splits, world_size: int) -> Optional[int]:
@@ -106,23 +135,39 @@ def _dataset_limit(splits, world_size: int) -> Optional[int]:
     return max(1, len(splits.train) // world_size)
 
 
+def start_for(cfg, device: torch.device, top: int) -> int:
+    """The first candidate: ``train.batch_size_start`` (or the device's default) on the grid, at most ``top``."""
+    start = cfg.batch_size_start or (GPU_START if device.type == "cuda" else CPU_START)
+    return on_grid(min(start, top), cfg.batch_size_round)
+
+
 def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Probe]:
-    """Powers of two: down from START until one fits, then up until one does not or the cap (each
-    timed, for the throughput goal)."""
-    probes, size = [], min(START, cap)
-    while size >= 1:
+    """Bracket, then bisect: from the start, double while a size fits (up to the cap) or halve while it
+    does not (down to 1); then bisect on the grid between the last size that fitted and the first that did
+    not. With a limit that grows with the batch, the answer is the largest size on the grid that fits."""
+    rounding = settings.train.batch_size_round
+    top = on_grid(cap, rounding)
+    probes: List[Probe] = []
+
+    def fits(size: int) -> bool:
         probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
-        if probes[-1].fits:
+        return probes[-1].fits
+
+    size = start_for(settings.train, runtime.device, top)
+    lo, hi = (size, None) if fits(size) else (None, size)
+    while lo is None and hi > 1:  # halve until one fits
+        size = on_grid(hi // 2, rounding)
+        lo, hi = (size, hi) if fits(size) else (None, size)
+    if lo is None:
+        return probes  # not even 1 fits
+    while hi is None and lo < top:  # double until one does not fit, or the cap
+        size = min(on_grid(2 * lo, rounding), top)
+        lo, hi = (size, None) if fits(size) else (lo, size)
+    while hi is not None:  # bisect between the last fit and the first failure
+        size = on_grid((lo + hi) // 2, rounding)
+        if size <= lo:
             break
-        size //= 2
-    if not probes[-1].fits:
-        return probes
-    size = probes[-1].batch_size * 2
-    while size <= cap:
-        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
-        if not probes[-1].fits:
-            break
-        size *= 2
+        lo, hi = (size, hi) if fits(size) else (lo, size)
     return probes
 
 
@@ -158,12 +203,13 @@ def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
         torch.cuda.empty_cache()
     if seconds is None:
         return Probe(size, False, why="out of memory")
-    return Probe(size, True, size * TIMED_STEPS / seconds if seconds > 0 else None,
+    timed = steps_for(settings.train.batch_size_goal)[1]
+    return Probe(size, True, size * timed / seconds if timed and seconds > 0 else None,
                  None if peak is None else round(peak, 3))
 
 
 def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> float:
-    """WARMUP_STEPS + TIMED_STEPS real steps of batch ``size``; returns the timed steps' seconds."""
+    """``steps_for(goal)`` real steps of batch ``size``; returns the timed steps' seconds (0 for memory)."""
     from fastpipe.stages.compile import build_compiled
     from fastpipe.config import DefaultLoaderConfig
     from fastpipe.data import build_loader
@@ -176,12 +222,12 @@ def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> flo
 
     device = runtime.device
     local = Runtime(device, Dist(), runtime.cache_root, runtime.cores_per_process)  # no DDP: memory per GPU
-    model = build_model(settings.model, splits.model_kwargs(), settings.choices.get("model", ""))
+    model = build_model(settings.model, splits.model_kwargs(), settings.choices.get("model", ""), device=device)
+    precision = build_precision(settings.precision, device, model=model)  # as graph.build: fp8 before wrapping
     if settings.model.activation_checkpointing:
         enable_activation_checkpointing(model)
     channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    precision = build_precision(settings.precision, device)
     compiled = build_compiled(settings.compile, model, device, warnings)
     optimizer = build_optimizer(settings.optimizer, settings.train, model, device)
     ema = build_ema(model, settings.train.ema_decay)  # the run keeps this copy on the device too
@@ -201,11 +247,12 @@ def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> flo
         if ema is not None:
             ema.update_parameters(model)
 
-    for _ in range(WARMUP_STEPS):
+    untimed, timed = steps_for(settings.train.batch_size_goal)
+    for _ in range(untimed):
         compiled.call(step, warnings)
     _sync(device)
     start = time.perf_counter()
-    for _ in range(TIMED_STEPS):
+    for _ in range(timed):
         compiled.call(step, warnings)
     _sync(device)
     return time.perf_counter() - start

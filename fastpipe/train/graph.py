@@ -1,12 +1,14 @@
 """Compose the chosen stages into a training graph: ``build(settings, runtime)``, then ``describe()``.
 
-Stages, in order: dataset -> task -> model (+ activation checkpointing, channels_last) -> data-parallel
-wrap -> precision -> compile -> optimizer -> loaders. Each stage is built by its group's one builder.
-launcher=fsdp builds the model on the meta device and shards it before anything is allocated.
+Stages, in order: dataset -> task -> model (built on the training device; precision=fp8 swaps its
+Linear layers; + activation checkpointing, channels_last) -> data-parallel wrap -> precision -> compile
+-> optimizer -> loaders. Each stage is built by its group's one builder. launcher=fsdp builds the
+model on the meta device and shards it before anything is allocated.
 """
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import List
 
@@ -45,6 +47,7 @@ class TrainingGraph:
     ema: object = None  # an AveragedModel of the weights (train.ema_decay), or None
     sharding: str = ""  # launcher=fsdp: how the model is sharded (graph.txt), else empty
     batch_search: object = None  # train.batch_size=auto: the BatchSearch that chose the batch size
+    model_build_s: float = 0.0  # constructing (and initialising) the model on its device, or sharding it
 
     @property
     def sharded(self) -> bool:
@@ -117,7 +120,8 @@ class TrainingGraph:
             ("loader", f"data={self.train_loader.describe()}  batch_size={s.train.batch_size}/process"
                        + (f" {self.batch_search.describe()}" if self.batch_search is not None else "")),
             ("task", f"{task}  primary metric: {self.task.primary} ({direction} is better)"),
-            ("model", f"{s.model.target}  params={params / 1e6:.2f}M"
+            ("model", f"{s.model.target}  params={params / 1e6:.2f}M  built on "
+                      f"{'meta, sharded' if self.sharded else self.device} in {self.model_build_s:.1f} s"
                       + ("  activation_checkpointing" if s.model.activation_checkpointing else "")),
             ("parallel", f"launcher=fsdp  {self.sharding}" if self.sharded else
                          f"{type(self.train_module).__name__}  launcher={s.launcher.name}" + (
@@ -178,19 +182,30 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     check_task(task, settings.task.target)
     if settings.launcher.name == "fsdp":
         return _build_sharded(settings, runtime, warnings, dataset, task)
-    model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""))
+    started = time.perf_counter()
+    model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""), device=device)
+    precision = build_precision(settings.precision, device, model=model)  # fp8: before anything wraps the Linears
     if settings.model.activation_checkpointing:
         enable_activation_checkpointing(model)
     channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)
     model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    built_s = _synced_seconds(started, device)
     train_module = wrap_data_parallel(model, runtime, settings.launcher)
-    precision = build_precision(settings.precision, device)
     if settings.compile.optimize_ddp != "auto" and settings.launcher.name != "ddp":
         warnings.append(f"compile.optimize_ddp={settings.compile.optimize_ddp} shapes how Dynamo compiles a DDP "
                         f"model; with launcher={settings.launcher.name} it does nothing")
     compiled = build_compiled(settings.compile, train_module, device, warnings)
-    return _finish(settings, runtime, dataset, task, model, train_module, precision, compiled, channels_last,
-                   build_ema(model, settings.train.ema_decay))
+    graph = _finish(settings, runtime, dataset, task, model, train_module, precision, compiled, channels_last,
+                    build_ema(model, settings.train.ema_decay))
+    graph.model_build_s = built_s
+    return graph
+
+
+def _synced_seconds(started: float, device: torch.device) -> float:
+    """Seconds since ``started`` once the device has finished the work queued (initialisation kernels)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
 
 
 def _build_sharded(settings: Config, runtime: Runtime, warnings: List[str], dataset, task) -> TrainingGraph:
@@ -203,17 +218,18 @@ def _build_sharded(settings: Config, runtime: Runtime, warnings: List[str], data
         raise ConfigError("train.ema_decay with launcher=fsdp: the average would be a second sharded copy of the "
                           "model, which fastpipe does not keep; drop train.ema_decay, or use launcher=ddp")
     device, cfg = runtime.device, settings.launcher
-    with torch.device("meta"):
-        model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""))
+    started = time.perf_counter()
+    model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""), device="meta")
+    precision = build_precision(settings.precision, device, by_fsdp=True, model=model)  # fp8: before sharding
     blocks = fsdp.units(model, cfg.shard)
     if settings.model.activation_checkpointing:
         enable_activation_checkpointing(model, blocks)
-    precision = build_precision(settings.precision, device, by_fsdp=True)
     sharding = fsdp.shard(model, blocks, cfg, device, fsdp.mixed_precision(precision.dtype))
+    built_s = _synced_seconds(started, device)
     per_block = cfg.compile_per_block and settings.compile.name != "off"
     compiled = build_compiled(settings.compile, model, device, warnings, units=blocks if per_block else None)
     graph = _finish(settings, runtime, dataset, task, model, model, precision, compiled, False, None)
-    graph.sharding = sharding
+    graph.sharding, graph.model_build_s = sharding, built_s
     return graph
 
 

@@ -69,6 +69,8 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: 
     metrics["batch_size"] = settings.train.batch_size
     g = training_graph.build(settings, runtime, warnings, progress=show)
     g.batch_search = search
+    metrics["model_build_s"] = round(g.model_build_s, 3)
+    metrics["fp8"] = g.precision.fp8.record() if g.precision.fp8 is not None else None
     description = g.describe()
     if dist.is_main:
         print(description, flush=True)
