@@ -38,14 +38,15 @@ class Fp8Layers:
     fsdp_all_gather: bool = False
     share: float = 0.0  # the converted layers' share of the model's parameters
 
-    def describe(self) -> str:
+    def describe(self, by_fsdp: bool = False) -> str:
         how = "emulated on the CPU" if self.emulated else "fp8 tensor cores"
         kept = "; ".join(f"{name} ({why})" for name, why in self.kept.items())
-        gather = "  weights all-gathered in fp8" if self.fsdp_all_gather else ""
+        rest = "the rest in bf16 by FSDP2's MixedPrecisionPolicy (no autocast)" if by_fsdp else \
+            "bf16 autocast around the rest"
+        gather = "; weights all-gathered in fp8" if self.fsdp_all_gather else ""
         return (f"fp8  torchao float8 training, recipe={self.recipe} ({how}) on {len(self.converted)} Linear layers "
                 f"({100 * self.share:.0f} % of the parameters): {compact_names(self.converted)}"
-                f"{f'; kept in bf16: {kept}' if kept else ''}; bf16 autocast around the rest{gather}; "
-                "MFU counted against the bf16 peak")
+                f"{f'; kept in bf16: {kept}' if kept else ''}; {rest}{gather}; MFU counted against the bf16 peak")
 
     def record(self) -> dict:
         return {"recipe": self.recipe, "converted": list(self.converted), "kept": dict(self.kept),

@@ -33,8 +33,7 @@ class Precision:
 
     def describe(self) -> str:
         if self.name == "fp8":
-            fsdp = "; bf16 elsewhere by FSDP2's MixedPrecisionPolicy (no autocast)" if self.by_fsdp else ""
-            return (self.fp8.describe() if self.fp8 is not None else "fp8  no layer converted: bf16 autocast") + fsdp
+            return self.fp8.describe(self.by_fsdp) if self.fp8 is not None else "fp8  no layer converted: bf16 autocast"
         if self.dtype is None:
             return f"fp32  (TF32 {'allowed' if self.tf32 else 'off'})"
         dtype = "bf16" if self.dtype is torch.bfloat16 else "fp16"

@@ -69,6 +69,20 @@ def test_a_model_with_no_convertible_layer_is_refused_naming_why():
         fp8.convert_fp8(torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3)), Fp8PrecisionConfig(), CPU)
 
 
+def test_under_fsdp_the_tensorwise_weights_are_gathered_in_fp8_and_rowwise_ones_are_not():
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    for recipe, gathered in (("tensorwise", True), ("rowwise", False)):
+        with torch.device("meta"):  # as launcher=fsdp builds it, before sharding
+            model = _gpt()
+        with pytest.warns(FastpipeWarning):
+            layers = fp8.convert_fp8(model, Fp8PrecisionConfig(recipe=recipe), CPU, by_fsdp=True)
+        assert layers.fsdp_all_gather is gathered
+        assert isinstance(model.blocks[0].mlp[0].weight, WeightWithDynamicFloat8CastTensor) is gathered
+        assert ("weights all-gathered in fp8" in layers.describe(True)) is gathered
+        assert "by FSDP2's MixedPrecisionPolicy (no autocast)" in layers.describe(True)
+
+
 def test_refusals_compile_off_old_gpu_and_bad_keys(monkeypatch):
     with pytest.raises(ConfigError, match="precision=fp8 with compile=off.*slower than bf16.*compile=default"):
         make_settings(LM + ["precision=fp8"])
