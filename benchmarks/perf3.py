@@ -1,27 +1,30 @@
 """Performance III on one H200 (issue 27): fp8 against bf16 at 1.3B parameters, a 10B build, the batch search.
 
-Each phase is one device call (at most 10 minutes); every run is a fresh process through runner.py, rows
-written the moment each run ends; a phase stops starting runs when its --deadline is near.
+Each phase is one device call (at most 10 minutes), in priority order; every run is a fresh process
+through runner.py, rows written the moment each run ends; a phase starts no run its --deadline cannot
+hold.
 
   1 (about 6 min) the 1.3B trio: lm.py --model gpt_1b --batch 8, random tokens of a 50,304 vocabulary:
     the hand loop (lm_handloop.py) in bf16 once, fastpipe model=gpt_1b in bf16 once, fastpipe
     precision=fp8 (tensorwise) three times; the table has fp8 against fastpipe's bf16 and bf16 against
     the hand loop.
-  2 (about 6 min) the batch-size search's time (model=resnet50 dataset=synthetic precision=amp
-    compile=off train.batch_size=auto train.max_steps=60), a 10B GPT's build on the GPU (32 x 5,120,
-    activation checkpointing, SGD without momentum so that one GPU holds it, 3 steps), then fp8's
-    held-out loss against bf16's after --loss-steps steps of --loss-model on the byte corpus
-    (dataset=tokens dataset.seq_len=1024), bf16 first.
-  3 (about 4 min, when there is time) GPT-2 small in fp8 against bf16 (lm.py, one run each).
+  2 (about 3 min) the batch-size search's time (model=resnet50 dataset=synthetic precision=amp
+    compile=off train.batch_size=auto train.max_steps=60), then a 10B GPT's build on the GPU (32 x
+    5,120, activation checkpointing, SGD without momentum so that one GPU holds it, 3 steps).
+  3 (about 5 min; 2 with --loss-model gpt2_small) fp8's held-out loss against bf16's after --loss-steps
+    steps of --loss-model on the byte corpus (dataset=tokens dataset.seq_len=1024), bf16 first.
+  4 (about 2 min) GPT-2 small in fp8 against bf16 (lm.py, one run each): where fp8 does not pay.
+  5 (about 5 min) compile_reuse.py --gpu: what a compiled ResNet-50 probe costs, eager and cold, and
+    what its Inductor cache saves the full run.
 
 Writes to --out/pN (at most 8 files): perf3.md (the short table, printed last), perf3.jsonl (every
 row), perf3.log (every command and its output) and runs.tgz (each run's metrics.json and graph.txt,
-and lm.py's own table and log). ``--smoke`` runs a phase on the CPU with tiny models (the test suite
-runs it): it checks the commands, not speed.
+and the called script's own table and log). ``--smoke`` runs phases on the CPU with tiny models (the
+test suite runs 2 and 3): it checks the commands, not speed.
 
     bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD
     python benchmarks/perf3.py --phase 1 --out $OUT --deadline 540
-    python benchmarks/perf3.py --phase 1 --out /tmp/p3 --smoke
+    python benchmarks/perf3.py --phase 2,3 --out /tmp/p3 --smoke
 """
 from __future__ import annotations
 
@@ -49,13 +52,17 @@ SMOKE_BIG = [o for o in BIG if not o.startswith(("model.n_", "dataset.vocab", "d
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--phase", type=int, required=True, choices=[1, 2, 3])
+    p.add_argument("--phase", required=True, help="1-5, or several in order: 2,3")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--deadline", type=float, default=540, help="seconds this phase may take (default 540)")
+    p.add_argument("--deadline", type=float, default=540, help="seconds the phases may take (default 540)")
     p.add_argument("--loss-model", default="gpt_1b", help="phase 2's model for the fp8-vs-bf16 loss (a conf/model)")
     p.add_argument("--loss-steps", type=int, default=500)
     p.add_argument("--smoke", action="store_true", help="CPU, tiny models, a few steps: checks the script")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    a.phases = [int(n) for n in a.phase.split(",")]
+    if not a.phases or any(n not in range(1, 6) for n in a.phases):
+        p.error(f"--phase {a.phase}: give phases 1-5, e.g. 1 or 2,3")
+    return a
 
 
 def lm_rows(a, folder: Path, deadline: Deadline, log, extra: list) -> list:
@@ -113,19 +120,35 @@ def loss_runs(a, out: Path, deadline: Deadline, log) -> list:
     return rows
 
 
-def phase_rows(a, out: Path, deadline: Deadline, log) -> list:
+def phase_rows(a, phase: int, out: Path, deadline: Deadline, log) -> list:
     device = ["device=cpu", "launcher.fresh_process=false"] if a.smoke else []
-    if a.phase == 1:
+    if phase == 1:
         extra = ["--model", "gpt_1b", "--batch", "8", "--repeats", "1", "--fp8-repeats", "3", "--timeout", "300"]
         return lm_rows(a, out / "lm1b", deadline, log, extra if not a.smoke else ["--repeats", "1", "--fp8-repeats", "1"])
-    if a.phase == 3:
+    if phase == 2:
+        return [fastpipe_row("batch search resnet50", (SMOKE_SEARCH if a.smoke else SEARCH) + device,
+                             out / "runs" / "search", deadline, log, 240),
+                fastpipe_row("10B GPT build", (SMOKE_BIG if a.smoke else BIG) + device, out / "runs" / "build10b",
+                             deadline, log, 240)]
+    if phase == 3:
+        return loss_runs(a, out, deadline, log)
+    if phase == 4:
         extra = ["--model", "gpt2_small", "--batch", "32", "--repeats", "1", "--fp8-repeats", "1", "--no-hand"]
         return lm_rows(a, out / "gpt2small", deadline, log, extra if not a.smoke else ["--repeats", "1", "--fp8-repeats", "1"])
-    rows = [fastpipe_row("batch search resnet50", (SMOKE_SEARCH if a.smoke else SEARCH) + device,
-                         out / "runs" / "search", deadline, log, 240),
-            fastpipe_row("10B GPT build", (SMOKE_BIG if a.smoke else BIG) + device, out / "runs" / "build10b",
-                         deadline, log, 240)]
-    return rows + loss_runs(a, out, deadline, log)
+    return reuse_rows(a, out / "reuse", deadline, log)
+
+
+def reuse_rows(a, folder: Path, deadline: Deadline, log) -> list:
+    """compile_reuse.py (its runs are fresh processes), into ``folder``."""
+    import compile_reuse
+
+    args = ["--out", str(folder), "--deadline", str(max(1, deadline.left()))]
+    compile_reuse.main(args + ([] if a.smoke else ["--gpu"]) + (["--probe-steps", "3", "--full-steps", "6",
+                                                                  "--warmup", "2"] if a.smoke else []))
+    log.write((folder / "compile_reuse.md").read_text() if (folder / "compile_reuse.md").exists() else "")
+    return [{"what": f"reuse: {r['run']}", "status": r.get("status"), "reason": r.get("reason"),
+             "wall_s": r.get("wall_s"), "warmup_s": r.get("warmup_s"), "throughput": r.get("throughput")}
+            for r in read_jsonl(folder / "compile_reuse.jsonl")]
 
 
 def archive(out: Path) -> None:
@@ -139,16 +162,23 @@ def archive(out: Path) -> None:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    out = (a.out / f"p{a.phase}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
     deadline = Deadline(a.deadline, floor_s=5 if a.smoke else 60)
+    ok = True
+    for phase in a.phases:
+        ok &= run_phase(a, phase, deadline)
+    return 0 if ok else 1
+
+
+def run_phase(a, phase: int, deadline: Deadline) -> bool:
+    out = (a.out / f"p{phase}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
     jsonl = out / "perf3.jsonl"
     jsonl.write_text("")
     with open(out / "perf3.log", "w") as log:
         if not a.smoke:  # the machine, for the log (each run's metrics.json has it too)
             run_command(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                          "--format=csv"], 30, log)
-        rows = phase_rows(a, out, deadline, log)
+        rows = phase_rows(a, phase, out, deadline, log)
     for row in rows:
         append_jsonl(jsonl, row)
     archive(out)
@@ -159,10 +189,10 @@ def main(argv=None) -> int:
                ("val loss", "val_loss", ".4f"), ("vs bf16", "loss_vs_bf16"), ("peak GB", "peak_mem_gb", ".1f"),
                ("wall s", "wall_s", ".0f"), ("status", lambda r: "ok" if r.get("status") == "ok" else
                                              f"{r.get('status')}: {r.get('reason')}")]
-    text = write_markdown_table(out / "perf3.md", rows, columns, f"perf3 phase {a.phase}"
+    text = write_markdown_table(out / "perf3.md", rows, columns, f"perf3 phase {phase}"
                                 + (" (smoke: CPU, tiny models)" if a.smoke else ""))
     print(text)
-    return 0 if all(r.get("status") == "ok" for r in rows) else 1
+    return all(r.get("status") == "ok" for r in rows)
 
 
 if __name__ == "__main__":

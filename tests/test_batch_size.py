@@ -96,15 +96,12 @@ def test_every_rank_follows_the_same_search_path(monkeypatch):
 
     tried = {}
 
-    def probe(settings, rt, splits, size, warnings):
+    def probe(size):
         tried["size"] = size
         return Probe(size, size <= 16, why="" if size <= 16 else "out of memory")
 
-    monkeypatch.setattr(batch_size, "_probe", probe)
     monkeypatch.setattr(runtime_module, "gather_objects", lambda fits, world_size: [fits, tried["size"] <= 4])
-    settings = SimpleNamespace(train=SimpleNamespace(batch_size_start=8, batch_size_round=8))
-    runtime = SimpleNamespace(dist=SimpleNamespace(world_size=2), device=torch.device("cpu"))
-    probes = batch_size._search(settings, runtime, None, 64, [])
+    probes = batch_size._search(probe, SimpleNamespace(world_size=2), 64, 8, 8)
     assert [(p.batch_size, p.fits) for p in probes] == [(8, False), (4, True)]  # no size of the grid between
     assert probes[0].why == "did not fit on every rank"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -109,7 +109,11 @@ def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
     limit = _dataset_limit(splits, runtime.dist.world_size)
     bound = min(cap, limit) if limit else cap
     start = start_for(cfg, device, on_grid(bound, cfg.batch_size_round))
-    probes = _search(settings, runtime, splits, bound, warnings)
+
+    def probe(size: int) -> Probe:
+        return _probe(settings, runtime, splits, size, warnings)
+
+    probes = _search(probe, runtime.dist, bound, start, cfg.batch_size_round)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
@@ -141,19 +145,19 @@ def start_for(cfg, device: torch.device, top: int) -> int:
     return on_grid(min(start, top), cfg.batch_size_round)
 
 
-def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Probe]:
-    """Bracket, then bisect: from the start, double while a size fits (up to the cap) or halve while it
-    does not (down to 1); then bisect on the grid between the last size that fitted and the first that did
-    not. With a limit that grows with the batch, the answer is the largest size on the grid that fits."""
-    rounding = settings.train.batch_size_round
+def _search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding) -> List[Probe]:
+    """Bracket, then bisect: from ``start``, double while a size fits (up to ``cap``) or halve while it
+    does not (down to 1); then bisect on the grid of ``rounding`` between the last size that fitted and the
+    first that did not. With a limit that grows with the batch, the answer is the largest size on the grid
+    that fits. ``probe(size)`` tries one size on this process; ``dist``: the processes that search together."""
     top = on_grid(cap, rounding)
     probes: List[Probe] = []
 
     def fits(size: int) -> bool:
-        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
+        probes.append(_on_every_rank(probe(size), dist))
         return probes[-1].fits
 
-    size = start_for(settings.train, runtime.device, top)
+    size = on_grid(min(start, top), rounding)
     lo, hi = (size, None) if fits(size) else (None, size)
     while lo is None and hi > 1:  # halve until one fits
         size = on_grid(hi // 2, rounding)
@@ -171,14 +175,14 @@ def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Pr
     return probes
 
 
-def _on_every_rank(probe: Probe, runtime) -> Probe:
+def _on_every_rank(probe: Probe, dist) -> Probe:
     """Under DDP a size fits only if it fits on every rank, so that every rank searches the same sizes
     (one rank searching down while another searches up would share no size). A collective: every
     rank calls it for every probe."""
     from fastpipe.runtime import gather_objects
 
-    if runtime.dist.world_size > 1:
-        everywhere = all(gather_objects(probe.fits, runtime.dist.world_size))
+    if dist.world_size > 1:
+        everywhere = all(gather_objects(probe.fits, dist.world_size))
         if probe.fits and not everywhere:
             probe.fits, probe.why = False, probe.why or "did not fit on every rank"
     return probe

@@ -20,12 +20,13 @@ LIMITS = sorted({1, 2, 3, 7, 8, 9, 15, 16, 17, 100, 255, 256, 257, 1000, 2047, 2
 
 
 def _search(monkeypatch, limit: int, start, rounding, cap: int = 4096, device=GPU):
-    """The search's probes (in the order tried) under a memory that holds batches up to ``limit``."""
-    monkeypatch.setattr(batch_size, "_probe", lambda settings, runtime, splits, size, warnings: Probe(
-        size, size <= limit, why="" if size <= limit else "out of memory"))
-    settings = SimpleNamespace(train=SimpleNamespace(batch_size_start=start, batch_size_round=rounding))
-    runtime = SimpleNamespace(device=device, dist=SimpleNamespace(world_size=1))
-    return batch_size._search(settings, runtime, None, cap, [])
+    """The search's probes (in the order tried) under a memory that holds batches up to ``limit``: the
+    probe's fit test is replaced, the search is the real one."""
+    def probe(size):
+        return Probe(size, size <= limit, why="" if size <= limit else "out of memory")
+
+    first = start_for(SimpleNamespace(batch_size_start=start, batch_size_round=rounding), device, cap)
+    return batch_size._search(probe, SimpleNamespace(world_size=1), cap, first, rounding)
 
 
 def _exhaustive(limit: int, cap: int) -> int:
