@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     eager, cold = wall.get("probe eager"), wall.get("probe compiled, cold cache")
     warm, full = wall.get("full run, warm from the probe"), wall.get("full run, cold cache")
     if warm and full:
-        notes.append(f"cache reuse: a finalist's full run takes {full - warm:+.1f} s less wall time warm from its "
+        notes.append(f"cache reuse: a finalist's full run takes {full - warm:.1f} s less wall time warm from its "
                      f"probe's cache ({warm:.1f} s against {full:.1f} s cold); a pruned combination saves nothing")
     if eager and cold:
         notes.append(f"eager first: a probe costs {cold - eager:.1f} s less eager ({eager:.1f} s against {cold:.1f} s "
