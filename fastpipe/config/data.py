@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
+from fastpipe.config.registry import register
 from fastpipe.errors import ConfigError
 
 
@@ -12,6 +13,8 @@ def _pin(setting, device_type: str) -> bool:
     return device_type == "cuda" if setting == "auto" else bool(setting)
 
 
+@register("data", "default", builder="fastpipe.data.default:build_default_loader",
+          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True)
 @dataclass
 class DefaultLoaderConfig:
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
@@ -37,6 +40,7 @@ class DefaultLoaderConfig:
         return _pin(self.pin_memory, device_type)
 
 
+@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"))
 @dataclass
 class MmapLoaderConfig:
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
@@ -74,6 +78,7 @@ class MmapLoaderConfig:
         return _pin(self.pin_memory, device_type)
 
 
+@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",))
 @dataclass
 class DaliLoaderConfig:
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
@@ -111,4 +116,3 @@ class DaliLoaderConfig:
 
 
 LoaderConfig = Union[DefaultLoaderConfig, MmapLoaderConfig, DaliLoaderConfig]
-SCHEMAS = {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig, "dali": DaliLoaderConfig}

@@ -7,19 +7,23 @@ from typing import Any, Union
 from omegaconf import MISSING
 
 from fastpipe.config._checks import auto_or_bool, one_of
+from fastpipe.config.registry import names, register
 from fastpipe.errors import ConfigError
 
 
+# Decorators apply bottom-up: the choices register (and are listed) as fp32, amp (then fp8, below).
+@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision")
+@register("precision", "fp32", builder="fastpipe.stages.precision:build_fp32", schema_name="precision")
 @dataclass
 class PrecisionConfig:
-    name: str = MISSING  # fp32 | amp
+    name: str = MISSING  # fp32 | amp (fp8 has its own schema, below)
     # amp only: auto = bf16 where the device supports it (CPU, Ampere and newer GPUs), else fp16 with
     # GradScaler loss scaling; or bf16 | fp16.
     dtype: str = "auto"
     tf32: bool = False  # fp32 only: allow TF32 tensor-core matmuls / convolutions on CUDA (~1e-3 relative error)
 
     def __post_init__(self) -> None:
-        one_of("precision.name", self.name, ("fp32", "amp"))
+        one_of("precision.name", self.name, tuple(n for n in names("precision") if n != "fp8"))
         one_of("precision.dtype", self.dtype, ("auto", "bf16", "fp16"))
 
     def amp_dtype(self, device_type: str, bf16_supported: bool) -> str:
@@ -32,6 +36,7 @@ class PrecisionConfig:
         return self.dtype
 
 
+@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8")
 @dataclass
 class Fp8PrecisionConfig:
     """precision=fp8: the chosen Linear layers' matmuls in float8 (torchao's float8 training, docs/precision.md),
@@ -52,6 +57,7 @@ class Fp8PrecisionConfig:
     dtype: str = "bf16"  # the autocast dtype around the fp8 layers (bf16 only: fp8 training has no fp16 mode)
 
     def __post_init__(self) -> None:
+        one_of("precision.name", self.name, ("fp8",))
         one_of("precision.recipe", self.recipe, ("tensorwise", "rowwise"))
         one_of("precision.dtype", self.dtype, ("bf16",))
         auto_or_bool("precision.fsdp_fp8_all_gather", self.fsdp_fp8_all_gather)
@@ -70,4 +76,3 @@ class Fp8PrecisionConfig:
 
 
 AnyPrecisionConfig = Union[PrecisionConfig, Fp8PrecisionConfig]
-SCHEMAS = {"precision": PrecisionConfig, "fp8": Fp8PrecisionConfig}

@@ -32,7 +32,9 @@ def test_a_resnet_built_on_the_device_keeps_torchvisions_init_and_the_seed_gives
 
 def test_the_graph_builds_the_model_on_its_device_and_says_how_long_it_took():
     from fastpipe.train import graph
+    from fastpipe.train.description import describe
 
-    g = graph.build(make_settings(TINY), cpu_runtime(), [])
+    settings = make_settings(TINY)
+    g = graph.build(settings, cpu_runtime())
     assert all(p.device.type == "cpu" for p in g.model.parameters())
-    assert "built on cpu in" in g.describe() and g.model_build_s > 0
+    assert "built on cpu in" in describe(g, settings) and g.parallel.build_s > 0
