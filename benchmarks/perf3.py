@@ -18,8 +18,9 @@ hold.
     what its Inductor cache saves the full run.
 
 Writes to --out/pN (at most 8 files): perf3.md (the short table, printed last), perf3.jsonl (every
-row), perf3.log (every command and its output) and runs.tgz (each run's metrics.json and graph.txt,
-and the called script's own table and log). ``--smoke`` runs phases on the CPU with tiny models (the
+row), perf3.log (every command and its output), runs.tgz (each run's metrics.json and graph.txt, and
+the called script's own files), and lm.md or compile_reuse.md (that script's table: medians, the
+ratios to the hand loop and to bf16). ``--smoke`` runs phases on the CPU with tiny models (the
 test suite runs 2 and 3): it checks the commands, not speed.
 
     bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD
@@ -74,7 +75,10 @@ def lm_rows(a, folder: Path, deadline: Deadline, log, extra: list) -> list:
         rows.append({"what": f"{folder.name}: {row['run']} #{row['repeat']}", "status": row.get("status"),
                      "reason": row.get("reason"), "tokens_per_s": row.get("tokens_per_s"), "mfu": row.get("mfu"),
                      "warmup_s": row.get("warmup_s"), "wall_s": row.get("wall_s"), "peak_mem_gb": row.get("peak_mem_gb")})
-    log.write((folder / "lm.md").read_text() if (folder / "lm.md").exists() else "lm.py wrote no table\n")
+    table = folder / "lm.md"
+    if table.exists():  # lm.py's own table (medians, vs hand, vs bf16) beside perf3.md
+        (folder.parent / "lm.md").write_text(table.read_text())
+    log.write(table.read_text() if table.exists() else "lm.py wrote no table\n")
     return rows
 
 
@@ -145,7 +149,10 @@ def reuse_rows(a, folder: Path, deadline: Deadline, log) -> list:
     args = ["--out", str(folder), "--deadline", str(max(1, deadline.left()))]
     compile_reuse.main(args + ([] if a.smoke else ["--gpu"]) + (["--probe-steps", "3", "--full-steps", "6",
                                                                   "--warmup", "2"] if a.smoke else []))
-    log.write((folder / "compile_reuse.md").read_text() if (folder / "compile_reuse.md").exists() else "")
+    table = folder / "compile_reuse.md"
+    if table.exists():
+        (folder.parent / "compile_reuse.md").write_text(table.read_text())
+    log.write(table.read_text() if table.exists() else "compile_reuse.py wrote no table\n")
     return [{"what": f"reuse: {r['run']}", "status": r.get("status"), "reason": r.get("reason"),
              "wall_s": r.get("wall_s"), "warmup_s": r.get("warmup_s"), "throughput": r.get("throughput")}
             for r in read_jsonl(folder / "compile_reuse.jsonl")]
