@@ -138,7 +138,8 @@ def phase_rows(a, phase: int, out: Path, deadline: Deadline, log) -> list:
         return loss_runs(a, out, deadline, log)
     if phase == 4:
         extra = ["--model", "gpt2_small", "--batch", "32", "--repeats", "1", "--fp8-repeats", "1", "--no-hand"]
-        return lm_rows(a, out / "gpt2small", deadline, log, extra if not a.smoke else ["--repeats", "1", "--fp8-repeats", "1"])
+        return lm_rows(a, out / "gpt2small", deadline, log, extra if not a.smoke else ["--repeats", "1", "--fp8-repeats", "1",
+                                                                             "--no-hand"])
     return reuse_rows(a, out / "reuse", deadline, log)
 
 
