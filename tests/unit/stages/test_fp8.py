@@ -91,3 +91,12 @@ def test_refusals_compile_off_old_gpu_and_bad_keys(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
     with pytest.raises(EnvironmentProblem, match="compute capability >= 8.9.*A100-SXM4-80GB has 8.0"):
         fp8.convert_fp8(_gpt(), Fp8PrecisionConfig(), torch.device("cuda", 0))
+
+
+def test_a_sweep_over_amp_and_fp8_takes_each_ones_keys_and_notes_the_others():
+    amp = make_settings(["precision=amp", "precision.recipe=rowwise"])
+    assert amp.dropped_keys == ["precision.recipe=rowwise does not apply to precision=amp (a key of precision=fp8): "
+                                "ignored for this run"]
+    fp8_run = make_settings(LM + FP8 + ["precision.tf32=true", "precision.recipe=rowwise"])
+    assert fp8_run.precision.recipe == "rowwise" and "a key of precision=fp32 and precision=amp" in fp8_run.dropped_keys[0]
+
