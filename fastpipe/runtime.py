@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import platform
 import random
-import signal
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 
 from fastpipe.errors import EnvironmentProblem
+from fastpipe.signals import die_with_parent  # noqa: F401  (re-exported: the launchers call it from here)
 
 
 @dataclass(frozen=True)
@@ -144,18 +143,6 @@ def _compiler_switches(cfg, precision=None) -> None:
         import torch._inductor.config as inductor
 
         inductor.emulate_precision_casts = True
-
-
-def die_with_parent(parent: int) -> None:
-    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
-    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
-    is gone; a parent already gone by now means exit at once."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def cpu_cores() -> int:
