@@ -115,7 +115,7 @@ def setup_runtime(settings) -> Runtime:
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
     torch.backends.cudnn.allow_tf32 = tf32
-    _compiler_switches(settings.compile)
+    _compiler_switches(settings.compile, settings.precision)
     seed_everything(settings.seed + dist.rank)  # each rank its own stream (augmentation, dropout)
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
@@ -129,15 +129,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _compiler_switches(cfg) -> None:
+def _compiler_switches(cfg, precision=None) -> None:
     """Dynamo's process-wide DDP switch, per ``compile.optimize_ddp`` (compiled autograd is turned on around
-    each backward: CompiledModel.backward_context)."""
+    each backward: CompiledModel.backward_context); Inductor's exact rounding of casts for fp8's rowwise
+    recipe (without it the fused rowwise scaling can round differently from eager and lose accuracy)."""
     if cfg is None or cfg.name == "off":
         return
     import torch._dynamo.config as dynamo
 
     if cfg.optimize_ddp != "auto":
         dynamo.optimize_ddp = cfg.optimize_ddp
+    if getattr(precision, "name", None) == "fp8" and precision.recipe == "rowwise":
+        import torch._inductor.config as inductor
+
+        inductor.emulate_precision_casts = True
 
 
 def cpu_cores() -> int:
