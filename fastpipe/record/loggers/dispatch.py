@@ -77,10 +77,14 @@ class _Worker:
     def _failed(self, run: RunInfo, where: str, exc: BaseException) -> None:
         self.failure = (f"{self.hook.key} failed ({where}: {_first_line(exc)}); the run goes on without it")
         print(f"fastpipe: warning: {self.failure}", file=sys.stderr, flush=True)
+        self.leave(run, self.failure)
+
+    def leave(self, run: RunInfo, why: str) -> None:
+        """Its tracker run is left as the tracker has it: the launching process must not wait on it again."""
         key = getattr(self.obj, "state_key", None)
-        if key:  # its tracker run is left as it is: the launching process must not wait on it again
+        if key:
             try:
-                state.remember(run.dir, key, failed=self.failure)
+                state.remember(run.dir, key, failed=why)
             except OSError:
                 pass
 
@@ -138,6 +142,7 @@ class RunHooks:
                     waiting.remove(worker)
                     self._note(f"{worker.hook.key} made no progress for {idle:.0f} s at the run's end; the run ends "
                                "without its last records")
+                    worker.leave(self.run, self.notes[-1])
             if waiting and not said and now - ending > SAY_WAITING_S:
                 said = True
                 print(f"fastpipe: waiting for {', '.join(w.hook.key for w in waiting)} to take the run's last records",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
@@ -135,7 +136,8 @@ def preflight(uri: str, timeout_s: float) -> None:
         if not folder.is_dir():
             raise EnvironmentProblem(f"logger.mlflow.tracking_uri={uri}: the folder {folder} does not exist; create it "
                                      "or give another sqlite:///PATH")
-    elif (uri.startswith("file:") or "://" not in uri) and not tracker_environment()["mlflow_allow_file_store"]:
+    elif (urllib.parse.urlparse(uri).scheme in ("", "file") and not uri.startswith("databricks")
+          and not tracker_environment()["mlflow_allow_file_store"]):
         raise EnvironmentProblem(f"logger.mlflow.tracking_uri={uri} is MLflow's file store, which MLflow 3 refuses; "
                                  "use sqlite:///mlflow.db (the default), a tracking server, or set "
                                  "MLFLOW_ALLOW_FILE_STORE=true")
