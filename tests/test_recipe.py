@@ -168,9 +168,10 @@ def scripted_evaluator(monkeypatch, values, higher, patience=2, min_delta=0.0, e
     ckpt = SimpleNamespace(save_weights=lambda g, which, step, ema, metric: saved.append((step, metric)))
     task = SimpleNamespace(primary="m", higher_is_better=higher)
     g = SimpleNamespace(task=task, model=None, held_out=None)
-    cfg = SimpleNamespace(eval_every=every, early_stop_patience=patience, early_stop_min_delta=min_delta)
+    cfg = SimpleNamespace(eval_every=every, early_stop_patience=patience, early_stop_min_delta=min_delta,
+                          eval_batches=None)
     sequence = iter(values)
-    monkeypatch.setattr(evaluation, "evaluate", lambda g, model: {"m": next(sequence)})
+    monkeypatch.setattr(evaluation, "evaluate", lambda g, model, limit=None: {"m": next(sequence)})
     return evaluation.Evaluator(g, cfg, ckpt), saved
 
 

@@ -45,7 +45,8 @@ def launch_repeats(launch: Callable, settings, run_dir: Path) -> dict:
     for k in range(n):
         names.append(f"repeat-{k}")
         repeat = copy.copy(settings)  # each repeat is its own launch, and its trackers' own run
-        repeat.context = dataclasses.replace(settings.context, repeat=k)
+        if getattr(settings, "context", None) is not None:
+            repeat.context = dataclasses.replace(settings.context, repeat=k)
         runs.append(launch(repeat, run_dir / names[-1]))
         if runs[-1].get("status") != "ok":
             break  # a failed repeat (bad input, crash) would fail again: stop measuring

@@ -211,10 +211,8 @@ def repeat_failed(run_dir):
     from fastpipe.launch.repeats import launch_repeats
 
     outcomes = iter([full_record().set(repeats=None).to_dict(), failed("boom", CHOICES, OVERRIDES).to_dict()])
-    from fastpipe.config import RunContext
-
-    settings = SimpleNamespace(report=SimpleNamespace(repeats=3), context=RunContext())
-    return launch_repeats(lambda settings, folder: next(outcomes), settings, run_dir)
+    return launch_repeats(lambda settings, folder: next(outcomes), SimpleNamespace(report=SimpleNamespace(repeats=3)),
+                          run_dir)
 
 
 def began(run_dir):
