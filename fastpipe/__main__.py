@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -25,17 +26,20 @@ def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
-    from fastpipe.runtime import environment
+    from fastpipe.runtime import environment, process_started_at
     from fastpipe.signals import stop_while_launching
 
     hc = HydraConfig.get()
+    # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
+    # imports are paid once, so every job is measured alike).
+    started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
     run_dir = Path(hc.runtime.output_dir)
     choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
     overrides = list(hc.overrides.task)
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices)
-            settings.overrides = overrides
+            settings.overrides, settings.started_at = overrides, started_at
             if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
                 done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
                 if done is not None:

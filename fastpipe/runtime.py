@@ -20,6 +20,8 @@ import torch
 
 from fastpipe.errors import EnvironmentProblem
 
+_IMPORTED_AT = __import__("time").time()
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -127,6 +129,19 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+
+
+def process_started_at() -> float:
+    """When this process started (Unix time): from /proc on Linux (to 1/100 s: its start in clock ticks
+    since boot against the uptime), else the moment fastpipe's runtime module was imported."""
+    import time
+
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_AT
 
 
 def cpu_cores() -> int:

@@ -84,6 +84,7 @@ class Config:
     overrides: List[str] = field(default_factory=list)
     choices: Dict[str, str] = field(default_factory=dict)
     run_id: str = ""  # set by each launch: a record says which run wrote it
+    started_at: float = 0.0  # set by the entry point: when this job started (Unix time), for the end-to-end clock
 
     def __post_init__(self) -> None:
         one_of("device", self.device, ("auto", "cpu", "cuda"))
@@ -96,6 +97,9 @@ class Config:
             self.optimizer.deprecations.append(f"train.lr is deprecated: use optimizer.lr={self.train.lr:g} "
                                                "(it will be removed in the next release)")
         self._old_schedule_keys()
+        if self.report.objective == "time_to_target" and self.train.target is None:
+            raise ConfigError("report.objective=time_to_target ranks the jobs by when they reach train.target, which "
+                              "is not set: add train.target=VALUE and train.eval_every=N")
 
     def _old_schedule_keys(self) -> None:
         """``train.lr_schedule`` / ``train.lr_warmup_steps`` of fastpipe 0.1: the lr_schedule group now."""
@@ -131,6 +135,9 @@ class Config:
         if self.dataset.collate_fn is not None and self.data.name != "default":
             raise ConfigError(f"dataset.collate_fn is used by data=default only; data={self.data.name} makes its "
                               "batches itself: use data=default, or drop dataset.collate_fn")
+        if self.train.target is not None:
+            check_target(self.train.target, self.task.declared("primary"), self.task.declared("bounds"),
+                         self.choices.get("task", self.task.short_name))
         loaders = self.dataset.declared("loaders") or ("default", "mmap")  # dali reads image files only
         if self.data.name not in loaders:
             why = self.dataset.declared("loaders_note") or "it has no image files for DALI to decode"
@@ -150,6 +157,17 @@ SCHEMAS = {
     "launcher": launcher.SCHEMAS,
     "profile": {"profile": ProfileConfig},
 }
+
+
+def check_target(target: float, metric, bounds, task: str) -> None:
+    """Refuse a ``train.target`` outside the range the task declares for its primary metric."""
+    if bounds is None:
+        return
+    low, high = (None if b is None else float(b) for b in bounds)
+    if (low is not None and target < low) or (high is not None and target > high):
+        span = f"[{'-inf' if low is None else format(low, 'g')}, {'inf' if high is None else format(high, 'g')}]"
+        raise ConfigError(f"train.target={target:g} lies outside {metric or 'the primary metric'}'s range {span} "
+                          f"(task={task} declares it): give a target inside it")
 
 
 def config_dir() -> str:
