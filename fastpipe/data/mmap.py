@@ -194,8 +194,9 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
 
 
 def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int, seed: int,
-                      train: bool, channels_last: bool) -> MmapLoader:
-    """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader."""
+                      train: bool, channels_last: bool, limit=None) -> MmapLoader:
+    """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader (its first
+    ``limit`` samples)."""
     dist, device = runtime.dist, runtime.device
     pin = cfg.pin(device.type)
     if pin and not torch.cuda.is_available():
@@ -220,6 +221,8 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
             how += f"  stored={reader.height}x{reader.width}"
         else:
             source, prepare, geometry = RecordPack(reader), MovePrep(device), "as stored"
+    if limit is not None:
+        indices = indices[:limit]
     threads = cfg.reader_threads(runtime.cores_per_process)
     host = PackBatches(source, indices, batch_size, dist, seed, train, cfg.drop_last and train, threads,
                        cfg.prefetch, pin, device, epochs=dataset if train else None)

@@ -13,7 +13,7 @@ from typing import Dict, Iterable, Optional
 
 FILE = "metrics.json"
 # What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PREVIOUS = "metrics.previous.json"  # an earlier run's record in a reused folder
 
 KEYS = ("schema_version", "status", "reason", "run_id", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
@@ -21,7 +21,7 @@ KEYS = ("schema_version", "status", "reason", "run_id", "choices", "overrides", 
         "gpu_util", "final_loss", "val_metrics", "primary_metric", "accuracy", "val_loss", "corpus_baselines",
         "nonfinite_steps", "steps", "measured_steps", "compile_fallback", "flops_per_sample", "flops_method",
         "peak_tflops", "mfu", "checkpoint", "checkpoint_stall_s", "weights", "weights_file", "val_metrics_raw", "best", "stopped_early",
-        "grad_norm", "batch_size", "batch_size_search", "per_rank", "env", "warnings")
+        "stopped_by", "target", "time_breakdown_s", "compile_cache", "grad_norm", "batch_size", "batch_size_search", "per_rank", "env", "warnings")
 
 
 def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
@@ -111,6 +111,16 @@ def held_out_text(m: dict, key: str = "val_metrics") -> str:
     return "  ".join(p + (" (primary)" if k == primary else "") for p, k in zip(parts, values))
 
 
+def target_text(t: dict) -> str:
+    """``accuracy >= 0.95 reached at step 240 in 63.6 s (70.1 s end to end), 15,360 samples``, or not."""
+    sign = ">=" if t.get("higher_is_better", True) else "<="
+    if t.get("reached"):
+        return (f"{t['metric']} {sign} {t['value']:g} reached at step {t['steps']} in {t['seconds']:.2f} s of training "
+                f"({t['seconds_end_to_end']:.2f} s end to end), {t['samples']:,} samples: {t['reached_value']:.4g}")
+    best = "n/a" if t.get("best_value") is None else f"{t['best_value']:.4g}"
+    return f"{t['metric']} {sign} {t['value']:g} NOT reached in {t['seconds']:.2f} s ({t['steps']} steps): best {best}"
+
+
 def summary_text(m: dict) -> str:
     """The few lines printed at the end of a run."""
     if m.get("status") != "ok":
@@ -133,6 +143,16 @@ def summary_text(m: dict) -> str:
         lines.append(f"  best         step {best['step']}: {(m.get('primary_metric') or {}).get('name')} {best['value']:.4g}"
                      + ("   (stopped early: no gain for train.early_stop_patience evaluations)" if m.get("stopped_early")
                         else ""))
+    if m.get("target"):
+        lines.append(f"  target       {target_text(m['target'])}")
+    if m.get("time_breakdown_s"):
+        t = m["time_breakdown_s"]
+        lines.append(f"  time         {t['wall_s']:.2f} s wall: " + "  ".join(f"{k} {t[k]:.2f}" for k in
+                                                                           ("setup", "compile", "train", "eval",
+                                                                            "checkpoint"))
+                     + (f"   compile cache {m['compile_cache']['state']}" if m.get("compile_cache") else ""))
+    if m.get("stopped_by") == "time_budget":
+        lines.append("  stopped      train.time_budget_s: the training clock ran out (checkpointed; resume to go on)")
     if m.get("corpus_baselines"):
         b = m["corpus_baselines"]
         lines.append(f"  baselines    corpus entropy per token: bigram {b['bigram']:.3f}  unigram {b['unigram']:.3f}  "

@@ -23,8 +23,11 @@ from fastpipe.models import build_model, enable_activation_checkpointing, is_con
 from fastpipe.stages.optim import build_optimizer, describe_optimizer, lr_factor
 from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.runtime import Runtime, gather_objects
+from fastpipe.stages.batch_recipe import build_batch_recipe
 from fastpipe.stages.schedules import Schedule, build_schedule
+from fastpipe.config.data import resize_schedule
 from fastpipe.stages.tasks import check_task
+from fastpipe.train.target import check_target_run
 
 
 @dataclass
@@ -45,6 +48,8 @@ class TrainingGraph:
     ema: object = None  # an AveragedModel of the weights (train.ema_decay), or None
     sharding: str = ""  # launcher=fsdp: how the model is sharded (graph.txt), else empty
     batch_search: object = None  # train.batch_size=auto: the BatchSearch that chose the batch size
+    batch_recipe: object = None  # MixUp/CutMix and the resize schedule (stages/batch_recipe.py), or None
+    target_loader: object = None  # train.target_eval_samples: the held-out split's first N samples
 
     @property
     def sharded(self) -> bool:
@@ -138,7 +143,13 @@ class TrainingGraph:
                      f"eval each epoch{f' and every {s.train.eval_every} steps' if s.train.eval_every else ''} on "
                      f"{held_out} held-out samples"
                      + (f"  early stop after {s.train.early_stop_patience} without gain" if s.train.early_stop_patience
-                        else "")),
+                        else "")
+                     + (f"  target {self.task.primary} {'>=' if self.task.higher_is_better else '<='} "
+                        f"{s.train.target:g}" + (f" (screened on the first {s.train.target_eval_samples} held-out "
+                                                 "samples)" if s.train.target_eval_samples else "")
+                        if s.train.target is not None else "")
+                     + (f"  time budget {s.train.time_budget_s:g} s" if s.train.time_budget_s else "")),
+            *([("batches", self.batch_recipe.describe())] if self.batch_recipe is not None else []),
             ("measure", f"warm-up {s.measure.warmup_steps} steps excluded  windows of {s.measure.window} steps"),
         ]
         lines = ["fastpipe training graph"] + [f"  {i + 1:>2}. {name:<10} {text}" for i, (name, text) in enumerate(rows)]
@@ -176,6 +187,8 @@ def build(settings: Config, runtime: Runtime, warnings: List[str], progress: boo
     dataset = build_dataset(settings.dataset, runtime, name, progress=progress)
     task = settings.task.build()
     check_task(task, settings.task.target)
+    if settings.train.target is not None:
+        check_target_run(settings, dataset, task)
     if settings.launcher.name == "fsdp":
         return _build_sharded(settings, runtime, warnings, dataset, task)
     model = build_model(settings.model, dataset.model_kwargs(), settings.choices.get("model", ""))
@@ -231,5 +244,12 @@ def _finish(settings: Config, runtime: Runtime, dataset, task, model, train_modu
                           "batches of an epoch; lower it or train.batch_size")
     steps = total_steps(settings.train, len(train_loader) // settings.train.grad_accum)
     schedule = build_schedule(settings.lr_schedule, optimizer, steps, lr_factor(settings.train, runtime.dist.world_size))
+    recipe = build_batch_recipe(settings.train, resize_schedule(settings.data.resize_schedule), task,
+                                settings.choices.get("task") or settings.task.short_name, dataset.fact("num_classes"),
+                                steps)
+    target_loader = None if settings.train.target_eval_samples is None else build_loader(
+        *loader_args, train=False, channels_last=channels_last, limit=settings.train.target_eval_samples)
     return TrainingGraph(settings, runtime, dataset, task, model, train_module, precision, compiled, optimizer,
-                         train_loader, eval_loader, channels_last, schedule, ema)
+                         train_loader, eval_loader, channels_last, schedule, ema, batch_recipe=recipe,
+                         target_loader=target_loader)
+
