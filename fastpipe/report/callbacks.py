@@ -91,18 +91,21 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError
+        from fastpipe.config.report import OBJECTIVE_CHOICES
         from fastpipe.sweeps.objective import OBJECTIVES, direction_name, wants_objective
 
         objective = str(OmegaConf.select(config, "report.objective", default="throughput"))
         if objective not in OBJECTIVES:  # before any job starts, for every sweeper
-            _refuse(ConfigError(f"report.objective={objective!r} is not valid; use throughput (the fastest job "
-                                "wins) or primary_metric (the best held-out primary metric wins)"))
+            _refuse(ConfigError(OBJECTIVE_CHOICES.format(value=repr(objective))))
         if not wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
             return
         direction = direction_name(OmegaConf.select(config, "hydra.sweeper.direction", default="maximize"))
         if objective == "throughput" and direction == "minimize":
             _refuse(ConfigError("report.objective=throughput is higher-is-better but hydra.sweeper.direction="
                                 "minimize: add hydra.sweeper.direction=maximize"))
+        if objective == "time_to_target" and direction == "maximize":
+            _refuse(ConfigError("report.objective=time_to_target is lower-is-better (seconds to the target) but "
+                                "hydra.sweeper.direction=maximize: add hydra.sweeper.direction=minimize"))
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
