@@ -94,9 +94,15 @@ def build_mix(mixup_alpha: Optional[float], cutmix_alpha: Optional[float], num_c
 
 
 def build_batch_recipe(train_cfg, schedule: Optional[List[Tuple[float, int]]], task, task_name: str,
-                       num_classes: Optional[int], total_steps: int) -> Optional[BatchRecipe]:
+                       num_classes: Optional[int], total_steps: int, dataset_name: str = "",
+                       images: Optional[bool] = None) -> Optional[BatchRecipe]:
     """The recipe for ``train.mixup_alpha`` / ``train.cutmix_alpha`` and ``data.resize_schedule``
-    (already checked, as pairs); None when none is set."""
+    (already checked, as pairs); None when none is set. ``images``: whether the dataset gives image
+    batches (None: it does not say; the first batch is checked)."""
+    if images is False and (schedule or train_cfg.mixup_alpha or train_cfg.cutmix_alpha):
+        key = "data.resize_schedule" if schedule else "train.mixup_alpha / train.cutmix_alpha"
+        raise ConfigError(f"{key} works on batches of images, and dataset={dataset_name} gives other samples (e.g. "
+                          f"tokens): drop it for this dataset")
     mix = None
     if train_cfg.mixup_alpha or train_cfg.cutmix_alpha:
         key = "train.mixup_alpha" if train_cfg.mixup_alpha else "train.cutmix_alpha"

@@ -244,9 +244,10 @@ def _finish(settings: Config, runtime: Runtime, dataset, task, model, train_modu
                           "batches of an epoch; lower it or train.batch_size")
     steps = total_steps(settings.train, len(train_loader) // settings.train.grad_accum)
     schedule = build_schedule(settings.lr_schedule, optimizer, steps, lr_factor(settings.train, runtime.dist.world_size))
+    images = True if dataset.is_images or dataset.fact("image_size") else False if dataset.fact("vocab_size") else None
     recipe = build_batch_recipe(settings.train, resize_schedule(settings.data.resize_schedule), task,
                                 settings.choices.get("task") or settings.task.short_name, dataset.fact("num_classes"),
-                                steps)
+                                steps, dataset.name, images)
     target_loader = None if settings.train.target_eval_samples is None else build_loader(
         *loader_args, train=False, channels_last=channels_last, limit=settings.train.target_eval_samples)
     return TrainingGraph(settings, runtime, dataset, task, model, train_module, precision, compiled, optimizer,

@@ -132,9 +132,10 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     target = evaluator.target
     res.stopped_by = ("target" if target is not None and target.reached else res.stopped_by
                       or ("early_stop" if res.stopped_early else None))
-    if pos is not None:  # the final checkpoint keeps the last evaluation and the clock
+    paused = res.stopped_by == "time_budget"
+    if paused and pos is not None:  # resumed from: it keeps the stop's evaluation and the clock after it
         pos.evaluation = evaluator.state()
-    ckpt.finish(g, pos, streak, always=res.stopped_by == "time_budget")  # a budget stop resumes from it
+    ckpt.finish(g, pos, streak, always=paused)
     meter.run_clock.stop()
     res.target = target and target.record(res.steps, evaluator.samples(res.steps))
     if worst.item() >= cfg.max_nonfinite_steps:

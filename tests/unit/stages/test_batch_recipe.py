@@ -57,6 +57,10 @@ def test_mixup_is_refused_for_a_task_without_soft_targets():
     assert type(build_batch_recipe(cfg, None, Classification(), "classification", 4, 100).mix).__name__ == "MixUp"
     with pytest.raises(ConfigError, match="number of classes"):
         build_batch_recipe(cfg, None, Classification(), "classification", None, 100)
+    no_mix = SimpleNamespace(mixup_alpha=None, cutmix_alpha=None)
+    with pytest.raises(ConfigError, match="data.resize_schedule works on batches of images, and dataset=tokens"):
+        build_batch_recipe(no_mix, [(0.0, 16)], LanguageModelling(), "lm", None, 100, "tokens", images=False)
+    assert build_batch_recipe(no_mix, None, Classification(), "classification", 4, 100) is None
 
 
 def test_the_resize_schedule_changes_size_at_its_fractions_of_the_run():
