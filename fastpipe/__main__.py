@@ -10,14 +10,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from fastpipe.record import results
+from fastpipe.cli.help import register_help_resolver
+from fastpipe.record.run_record import failed
 from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
+from fastpipe.record import results
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 register_configs()
+register_help_resolver()  # --help's list of groups (conf/hydra/help/fastpipe.yaml)
 register_sweep_plugins()  # Hydra's plugin scan misses them under an editable install run from elsewhere
 
 
@@ -26,7 +29,7 @@ def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
-    from fastpipe.runtime import environment, process_started_at
+    from fastpipe.runtime import process_started_at
     from fastpipe.signals import stop_while_launching
 
     hc = HydraConfig.get()
@@ -49,9 +52,7 @@ def run(cfg: DictConfig):
                     settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
             metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
-        metrics = results.failed(str(exc), choices, overrides, environment(None, 1))
-        metrics.update(getattr(exc, "metrics", None) or {})
-        results.write(run_dir, metrics)
+        metrics = refused(run_dir, exc, choices, overrides)
     except KeyboardInterrupt:
         metrics = interrupted(run_dir, choices, overrides)
     status = metrics.get("status")
@@ -64,19 +65,28 @@ def run(cfg: DictConfig):
     return metrics
 
 
+def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -> dict:
+    """Settings that cannot work, or a stop signal before training began: the job's failed record."""
+    from fastpipe.runtime import environment
+
+    record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
+    results.write(run_dir, record)
+    return record.to_dict()
+
+
 def interrupted(run_dir: Path, choices: dict, overrides: list) -> dict:
     """Ctrl-C: the trainer's own record when it wrote one, else one naming the newest good checkpoint."""
     from fastpipe.checkpoint.files import newest_good
 
-    record = results.read(run_dir)
-    if record is not None and record.get("status") == "interrupted":
-        return record
+    kept = results.read(run_dir)
+    if kept is not None and kept.get("status") == "interrupted":
+        return kept
     latest = newest_good(run_dir / "checkpoints")
-    record = results.failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
-                                                         "no checkpoint was written"),
-                            choices, overrides, status="interrupted", checkpoint=latest and str(latest))
+    record = failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
+                                                 "no checkpoint was written"),
+                    choices, overrides, status="interrupted", checkpoint=latest and str(latest))
     results.write(run_dir, record)
-    return record
+    return record.to_dict()
 
 
 def main() -> None:

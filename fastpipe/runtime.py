@@ -36,6 +36,25 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    # The collectives over these processes (the default process group); each is a no-op for one process.
+    def any_rank(self, flag: torch.Tensor) -> torch.Tensor:
+        """True on every rank when ``flag`` is true on any (a device-side all-reduce; no host sync)."""
+        if self.world_size == 1:
+            return flag
+        flag = flag.to(torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return flag.bool()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over the ranks, in place."""
+        if self.world_size > 1:
+            torch.distributed.all_reduce(tensor)
+        return tensor
+
+    def gather(self, value) -> list:
+        """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+        return gather_objects(value, self.world_size)
+
 
 @dataclass
 class Runtime:
@@ -48,6 +67,11 @@ class Runtime:
     def cores_per_process(self) -> int:
         """This process's share of the machine's cores (loader workers, decode threads)."""
         return max(1, self.cpu_cores // max(1, self.dist.local_world_size))
+
+    def describe(self, seed: int, cudnn_benchmark: bool, channels_last: bool) -> str:
+        """graph.txt's runtime line: the device, the processes and the switches ``setup_runtime`` applied."""
+        return (f"device={self.device}  world_size={self.dist.world_size}  seed={seed}  "
+                f"cudnn.benchmark={cudnn_benchmark}  channels_last={channels_last}")
 
 
 def dist_from_env() -> Dist:

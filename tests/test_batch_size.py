@@ -21,7 +21,7 @@ def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
     """Replace the real step: sizes above ``fits_up_to`` run out of memory; ``rate`` gives samples/s."""
     tried = []
 
-    def run_steps(settings, runtime, splits, size, warnings):
+    def run_steps(settings, runtime, splits, size):
         tried.append(size)
         if size > fits_up_to:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -41,7 +41,7 @@ def test_batch_size_auto_is_a_value_and_nonsense_is_refused_when_composed():
 
 def test_memory_goal_doubles_until_out_of_memory_and_takes_the_largest_that_fit(monkeypatch):
     tried = _fake_steps(monkeypatch, fits_up_to=32)
-    search = find_batch_size(_settings("train.batch_size_max=1024", "dataset.num_images=2000"), cpu_runtime(), [])
+    search = find_batch_size(_settings("train.batch_size_max=1024", "dataset.num_images=2000"), cpu_runtime())
     assert tried == [8, 16, 32, 64] and search.chosen == 32
     assert [(p.batch_size, p.fits) for p in search.probes] == [(8, True), (16, True), (32, True), (64, False)]
     assert search.probes[-1].why == "out of memory" and "tried 8, 16, 32, 64 x" in search.describe()
@@ -49,31 +49,31 @@ def test_memory_goal_doubles_until_out_of_memory_and_takes_the_largest_that_fit(
 
 def test_search_goes_below_the_start_when_it_does_not_fit_and_fails_clearly_at_one(monkeypatch):
     _fake_steps(monkeypatch, fits_up_to=2)
-    assert find_batch_size(_settings(), cpu_runtime(), []).chosen == 2
+    assert find_batch_size(_settings(), cpu_runtime()).chosen == 2
     _fake_steps(monkeypatch, fits_up_to=0)
     with pytest.raises(FastpipeError, match="not even a batch of 1 fits"):
-        find_batch_size(_settings(), cpu_runtime(), [])
+        find_batch_size(_settings(), cpu_runtime())
 
 
 def test_throughput_goal_takes_the_fastest_that_fits(monkeypatch):
     _fake_steps(monkeypatch, fits_up_to=64, rate=lambda size: {8: 50, 16: 90, 32: 120, 64: 110}[size])
     search = find_batch_size(_settings("train.batch_size_goal=throughput", "train.batch_size_max=64",
-                                       "dataset.num_images=2000"), cpu_runtime(), [])
+                                       "dataset.num_images=2000"), cpu_runtime())
     assert search.chosen == 32 and search.record()["probes"][2]["samples_per_s"] == pytest.approx(120)
 
 
 def test_cpu_search_stops_at_the_cap_and_at_the_dataset(monkeypatch):
     _fake_steps(monkeypatch, fits_up_to=10**6)
-    search = find_batch_size(_settings("dataset.num_images=2000"), cpu_runtime(), [])
+    search = find_batch_size(_settings("dataset.num_images=2000"), cpu_runtime())
     assert search.cap == batch_size.CPU_CAP and search.chosen == batch_size.CPU_CAP  # a CPU cannot catch OOM
     assert "capped at train.batch_size_max=128" in search.describe()
-    small = find_batch_size(_settings("dataset.num_images=100"), cpu_runtime(), [])  # 75 training images
+    small = find_batch_size(_settings("dataset.num_images=100"), cpu_runtime())  # 75 training images
     assert small.chosen == 64 and max(p.batch_size for p in small.probes) == 64
 
 
 def test_fsdp_is_refused_with_the_fix():
     with pytest.raises(ConfigError, match="launcher=fsdp.*train.batch_size=N"):
-        find_batch_size(_settings("launcher=fsdp"), cpu_runtime(), [])
+        find_batch_size(_settings("launcher=fsdp"), cpu_runtime())
 
 
 def test_ranks_agree_on_sizes_that_fit_everywhere():
@@ -93,13 +93,12 @@ def test_every_rank_follows_the_same_search_path(monkeypatch):
 
     tried = {}
 
-    def probe(settings, rt, splits, size, warnings):
+    def probe(size):
         tried["size"] = size
         return Probe(size, size <= 16, why="" if size <= 16 else "out of memory")
 
-    monkeypatch.setattr(batch_size, "_probe", probe)
     monkeypatch.setattr(runtime_module, "gather_objects", lambda fits, world_size: [fits, tried["size"] <= 4])
-    probes = batch_size._search(None, SimpleNamespace(dist=SimpleNamespace(world_size=2)), None, 64, [])
+    probes = batch_size._search(probe, SimpleNamespace(world_size=2), 64)
     assert [(p.batch_size, p.fits) for p in probes] == [(8, False), (4, True), (8, False)]
     assert probes[0].why == "did not fit on every rank"
 
@@ -117,13 +116,14 @@ def test_lr_scaling_rules():
 
 def test_lr_scaling_reaches_the_optimizer_and_a_schedule_with_its_own_peak():
     from fastpipe.train import graph
+    from fastpipe.train.description import describe
 
     settings = make_settings(TINY + ["train.lr_scaling=linear", "train.lr_reference_batch=8", "optimizer=sgd",
                                      "optimizer.lr=0.1", "lr_schedule=onecycle"])
-    g = graph.build(settings, cpu_runtime(), [])
+    g = graph.build(settings, cpu_runtime())
     assert g.optimizer.param_groups[0]["max_lr"] == pytest.approx(settings.lr_schedule.params["max_lr"] * 2)
-    assert "lr_scaling=linear: x2 for a global batch of 16 against 8" in g.describe()
-    plain = graph.build(make_settings(TINY + ["optimizer=sgd", "optimizer.lr=0.1"]), cpu_runtime(), [])
+    assert "lr_scaling=linear: x2 for a global batch of 16 against 8" in describe(g, settings)
+    plain = graph.build(make_settings(TINY + ["optimizer=sgd", "optimizer.lr=0.1"]), cpu_runtime())
     assert plain.optimizer.param_groups[0]["initial_lr"] == pytest.approx(0.1)
 
 

@@ -58,7 +58,7 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
         store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
         torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        g = graph.build(settings, setup_runtime(settings), warnings=[])
+        g = graph.build(settings, setup_runtime(settings))
         _check_graph(g, settings, lm)
     finally:
         if torch.distributed.is_initialized():
@@ -66,7 +66,9 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
 
 
 def _check_graph(g, settings, lm: bool) -> None:
-    text = g.describe()
+    from fastpipe.train.description import describe
+
+    text = describe(g, settings)
     assert "fastpipe training graph" in text and len(g.train_loader) > 0
     inputs, targets = next(iter(g.train_loader))
     if lm:
@@ -110,27 +112,22 @@ def test_unknown_choice_lists_valid_ones_on_the_command_line():
     assert "precision/fp64" in proc.stderr and "fp32" in proc.stderr and "amp" in proc.stderr
 
 
-@pytest.mark.slow
-def test_help_and_cfg_job_keep_hydra_conventions():
-    help_out = run_cli(["--help"])
-    assert help_out.returncode == 0 and "precision: amp, fp32" in help_out.stdout
-    cfg = run_cli(["--cfg", "job", "precision=amp"])
-    assert cfg.returncode == 0 and "name: amp" in cfg.stdout and "batch_size: 64" in cfg.stdout
-
-
 def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
     from conftest import cpu_runtime
+    from fastpipe.record.notes import collect_warnings
     from fastpipe.train import graph
+    from fastpipe.train.description import describe
 
     def built(*overrides):
-        warnings = []
-        g = graph.build(make_settings(list(TINY) + list(overrides)), cpu_runtime(), warnings)
-        return g, warnings
+        settings = make_settings(list(TINY) + list(overrides))
+        with collect_warnings([]) as warnings:
+            g = graph.build(settings, cpu_runtime())
+        return g, warnings, settings
 
-    g, warnings = built("compile=default", "compile.compiled_autograd=true")
-    assert g.compiled.backward_backend == "inductor" and "compiled_autograd" in g.describe() and not warnings
-    _, warnings = built("compile=off", "compile.compiled_autograd=true")
+    g, warnings, settings = built("compile=default", "compile.compiled_autograd=true")
+    assert g.compiled.backward_backend == "inductor" and "compiled_autograd" in describe(g, settings) and not warnings
+    _, warnings, _ = built("compile=off", "compile.compiled_autograd=true")
     assert any("compile=off:  compiled_autograd take(s) effect only with torch.compile" in w for w in warnings)
-    _, warnings = built("compile=default", "compile.optimize_ddp=python_reducer")
+    _, warnings, _ = built("compile=default", "compile.optimize_ddp=python_reducer")
     assert any("compile.optimize_ddp=python_reducer shapes how Dynamo compiles a DDP model; with launcher=single"
                in w for w in warnings)

@@ -301,7 +301,7 @@ def test_gpt_on_an_image_dataset_says_it_needs_a_vocabulary(monkeypatch):
     s = make_settings(TINY + ["model=gpt"])  # task=classification: the settings are fine, the model is not
     with pytest.raises(ConfigError, match=r"model=\w+ needs vocab_size, which the dataset does not give; .*"
                                           r"set model.vocab_size=N"):
-        graph.build(s, cpu_runtime(), [])
+        graph.build(s, cpu_runtime())
 
 
 # ------------------------------------------------------------------ whole runs (slow)

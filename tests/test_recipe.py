@@ -15,6 +15,7 @@ from conftest import HERE_TESTS, REPO, compose, make_settings, run_in_process
 from omegaconf import OmegaConf
 from test_checkpoint import BASE
 
+from fastpipe.record.notes import collect_warnings
 from fastpipe.train import evaluation
 from fastpipe.stages.ema import build_ema
 from fastpipe.stages.optim import build_optimizer, clip_gradients
@@ -61,8 +62,8 @@ def test_a_torch_scheduler_is_stepped_and_given_the_run_length():
     assert max(got) == pytest.approx(0.5, rel=0.02) and got[-1] < got[0]
     state = schedule.state_dict()
     again, opt2 = schedule_of(["lr_schedule=onecycle", "lr_schedule.max_lr=0.5"], total=40)
-    warnings = []
-    again.resume(state, 40, warnings)
+    with collect_warnings([]) as warnings:
+        again.resume(state, 40)
     assert again.scheduler.last_epoch == schedule.scheduler.last_epoch and warnings == []
 
 
@@ -72,8 +73,8 @@ def test_a_torch_scheduler_resumed_into_a_longer_run_follows_the_new_length():
     first, opt = schedule_of(onecycle, total=20)
     lrs(first, opt, 10)
     longer, opt2 = schedule_of(onecycle, total=40)
-    warnings = []
-    longer.resume(first.state_dict(), 10, warnings)
+    with collect_warnings([]) as warnings:
+        longer.resume(first.state_dict(), 10)
     fresh, opt3 = schedule_of(onecycle, total=40)
     assert lrs(longer, opt2, 30) == pytest.approx(lrs(fresh, opt3, 40)[10:])
     assert len(warnings) == 1 and "ran over 20 steps" in warnings[0] and "resumes at step 10" in warnings[0]
@@ -166,7 +167,7 @@ def scripted_evaluator(monkeypatch, values, higher, patience=2, min_delta=0.0, e
     saved = []
     ckpt = SimpleNamespace(save_weights=lambda g, which, step, ema, metric: saved.append((step, metric)))
     task = SimpleNamespace(primary="m", higher_is_better=higher)
-    g = SimpleNamespace(task=task, eval_module=None)
+    g = SimpleNamespace(task=task, model=None, held_out=None)
     cfg = SimpleNamespace(eval_every=every, early_stop_patience=patience, early_stop_min_delta=min_delta)
     sequence = iter(values)
     monkeypatch.setattr(evaluation, "evaluate", lambda g, model: {"m": next(sequence)})

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Union
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
+from fastpipe.config.registry import register
 from fastpipe.errors import ConfigError
 
 
@@ -51,6 +52,8 @@ class LoaderCommon:
         resize_schedule(self.resize_schedule)
 
 
+@register("data", "default", builder="fastpipe.data.default:build_default_loader",
+          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True)
 @dataclass
 class DefaultLoaderConfig(LoaderCommon):
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
@@ -77,6 +80,7 @@ class DefaultLoaderConfig(LoaderCommon):
         return _pin(self.pin_memory, device_type)
 
 
+@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"))
 @dataclass
 class MmapLoaderConfig(LoaderCommon):
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
@@ -115,6 +119,7 @@ class MmapLoaderConfig(LoaderCommon):
         return _pin(self.pin_memory, device_type)
 
 
+@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",))
 @dataclass
 class DaliLoaderConfig(LoaderCommon):
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
@@ -153,4 +158,3 @@ class DaliLoaderConfig(LoaderCommon):
 
 
 LoaderConfig = Union[DefaultLoaderConfig, MmapLoaderConfig, DaliLoaderConfig]
-SCHEMAS = {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig, "dali": DaliLoaderConfig}

@@ -6,9 +6,13 @@ from dataclasses import dataclass
 from omegaconf import MISSING
 
 from fastpipe.config._checks import one_of
+from fastpipe.config.registry import names, register
 from fastpipe.errors import ConfigError
 
 
+# Decorators apply bottom-up: the choices register (and are listed) as fp32, amp.
+@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision")
+@register("precision", "fp32", builder="fastpipe.stages.precision:build_fp32", schema_name="precision")
 @dataclass
 class PrecisionConfig:
     name: str = MISSING  # fp32 | amp
@@ -18,7 +22,7 @@ class PrecisionConfig:
     tf32: bool = False  # fp32 only: allow TF32 tensor-core matmuls / convolutions on CUDA (~1e-3 relative error)
 
     def __post_init__(self) -> None:
-        one_of("precision.name", self.name, ("fp32", "amp"))
+        one_of("precision.name", self.name, names("precision"))
         one_of("precision.dtype", self.dtype, ("auto", "bf16", "fp16"))
 
     def amp_dtype(self, device_type: str, bf16_supported: bool) -> str:

@@ -1,8 +1,9 @@
-"""``train.*``: the training run's length, optimizer, schedule and checkpoints."""
+"""``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints
+(fastpipe 0.1's ``train.lr`` and friends: config/legacy.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.errors import ConfigError
@@ -10,8 +11,6 @@ from fastpipe.errors import ConfigError
 
 @dataclass
 class TrainConfig:
-    MOVED_KEYS: ClassVar[tuple] = ("lr", "optimizer", "momentum", "weight_decay")  # old spellings, not listed as keys
-
     epochs: int = 3
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     # Samples per process per micro-batch, or auto: the largest that fits in device memory (or, with
@@ -25,7 +24,6 @@ class TrainConfig:
     # square root (often used with Adam). graph.txt shows the lr applied.
     lr_scaling: str = "none"
     lr_reference_batch: int = 256  # the global batch optimizer.lr was tuned for
-    lr: Optional[float] = None  # deprecated spelling of optimizer.lr (the peak learning rate)
     # Gradient clipping: the gradients' total L2 norm is scaled down to at most this (after fp16 loss
     # scaling is undone); null = off. The norm before clipping is logged at window edges.
     clip_grad_norm: Optional[float] = None
@@ -60,15 +58,6 @@ class TrainConfig:
     # Keep the trained weights: checkpoints/best.pt (the best evaluation by the task's primary metric)
     # and checkpoints/last.pt (the end of the run), for fastpipe.load and python -m fastpipe.evaluate.
     save_weights: bool = True
-    # fastpipe 0.1's spellings, now the lr_schedule group (lr_schedule=constant,
-    # lr_schedule.warmup_steps=N): still accepted, with a deprecation warning.
-    lr_schedule: Optional[str] = None
-    lr_warmup_steps: Optional[int] = None
-    # Moved to the optimizer group (optimizer=adamw, optimizer.momentum, optimizer.weight_decay):
-    # kept only to say so when an old command line sets them.
-    optimizer: Optional[str] = None
-    momentum: Optional[float] = None
-    weight_decay: Optional[float] = None
     grad_accum: int = 1  # micro-batches per optimizer step
     max_nonfinite_steps: int = 20  # stop after this many non-finite losses in a row
     checkpoint_every: Optional[int] = 0  # steps between checkpoints in <run>/checkpoints; 0 or null = off
@@ -78,13 +67,6 @@ class TrainConfig:
     resume: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for key, new in (("optimizer", "optimizer={value} (with its lr: optimizer.lr=...)"),
-                         ("momentum", "optimizer.momentum={value}"),
-                         ("weight_decay", "optimizer.weight_decay={value}")):
-            value = getattr(self, key)
-            if value is not None:
-                raise ConfigError(f"train.{key} moved to the optimizer group: use {new.format(value=value)} "
-                                  f"instead of train.{key}={value}")
         auto_or_bool("train.no_decay", self.no_decay)
         auto_or_int("train.batch_size", self.batch_size, minimum=1)
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))

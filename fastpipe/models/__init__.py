@@ -45,6 +45,13 @@ def build_model(cfg: ModelConfig, dataset_facts: dict, choice: str = "") -> nn.M
     return model
 
 
+def describe_model(cfg: ModelConfig, model: nn.Module) -> str:
+    """graph.txt's model line: the callable, its size, and activation checkpointing when on."""
+    params = sum(p.numel() for p in model.parameters())
+    return f"{cfg.target}  params={params / 1e6:.2f}M" + ("  activation_checkpointing" if cfg.activation_checkpointing
+                                                          else "")
+
+
 def is_conv_net(model: nn.Module) -> bool:
     """True when the model has 2-D convolutions (channels_last pays off for those)."""
     return any(isinstance(m, nn.Conv2d) for m in model.modules())

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from fastpipe.record import results
+from fastpipe.record.run_record import RunRecord
 
 
 class RunRecorder:
@@ -34,7 +35,7 @@ class RunRecorder:
         if self.enabled:
             (self.run_dir / name).write_text(text + "\n")
 
-    def write_metrics(self, record: dict) -> None:
+    def write_metrics(self, record: RunRecord) -> None:
         if self.enabled:
             results.write(self.run_dir, record)
 

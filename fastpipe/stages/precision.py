@@ -39,11 +39,22 @@ class Precision:
 
 
 def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
-    """The Precision for ``cfg`` (a PrecisionConfig) on ``device``. ``by_fsdp``: the model is FSDP2-sharded,
-    so amp is its MixedPrecisionPolicy (fsdp.py) and fp16's GradScaler is the sharded one."""
-    if cfg.name == "fp32":
-        return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
-                         tf32=cfg.tf32 and device.type == "cuda")
+    """The Precision for ``cfg`` (a PrecisionConfig) on ``device``, by the choice's registered builder.
+    ``by_fsdp``: the model is FSDP2-sharded, so amp is its MixedPrecisionPolicy (fsdp.py) and fp16's
+    GradScaler is the sharded one."""
+    from fastpipe.config.registry import choice
+
+    return choice("precision", cfg.name).build(cfg, device, by_fsdp)
+
+
+def build_fp32(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
+    """precision=fp32 (TF32 matmuls only when allowed, and on CUDA)."""
+    return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
+                     tf32=cfg.tf32 and device.type == "cuda")
+
+
+def build_amp(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
+    """precision=amp: bf16 autocast where supported, else fp16 with loss scaling."""
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     dtype = DTYPES[cfg.amp_dtype(device.type, bf16_ok)]
     if by_fsdp:

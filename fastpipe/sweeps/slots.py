@@ -22,10 +22,10 @@ class Slot:
 
     def describe(self) -> str:
         gpus = f"GPU {','.join(self.gpus)}" if self.gpus else "no GPU"
-        return f"slot {self.index}: {gpus}, cores {_ranges(self.cpus)}"
+        return f"slot {self.index}: {gpus}, cores {core_ranges(self.cpus)}"
 
 
-def _ranges(cores: Sequence[int]) -> str:
+def core_ranges(cores: Sequence[int]) -> str:
     """``0-3,8`` for [0, 1, 2, 3, 8]."""
     out, run = [], []
     for c in sorted(cores):

@@ -1,8 +1,9 @@
 """``train.batch_size=auto``: the batch size found by trying the real training step.
 
-Each candidate (powers of two) builds the run's model, precision, compile mode and optimizer afresh
-and runs a few full steps (forward, loss, backward, optimizer step; compilation included, Dynamo
-reset between candidates so each compiles for its own shape) on real batches of the dataset. On a
+Each candidate (powers of two) builds the run's stages afresh through the one stage builder
+(graph.build_probe: model, placement, precision, compile, EMA, optimizer) and runs a few of the
+training step itself (train/step.py: accumulation, clipping, the EMA's update; compilation
+included, Dynamo reset between candidates so each compiles for its own shape) on a real batch. On a
 GPU the batch doubles until the step runs out of memory (caught, the cache emptied) or reaches
 ``train.batch_size_max``; on a CPU, where running out of memory kills the process instead of
 raising, it stops at the cap. ``train.batch_size_goal=memory`` takes the largest that fits;
@@ -15,11 +16,17 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
+from fastpipe.config import Config
+from fastpipe.config.registry import choice
 from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
+from fastpipe.measure.steps import synchronize
+from fastpipe.runtime import Runtime
+from fastpipe.train import graph
+from fastpipe.train.step import train_step
 
 START = 8  # the first candidate (halved down to 1 when it does not fit)
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
@@ -66,28 +73,32 @@ def cap_for(cfg, device: torch.device) -> int:
     return cfg.batch_size_max or (GPU_CAP if device.type == "cuda" else CPU_CAP)
 
 
-def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
+def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
     """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device; every rank calls it."""
-    from fastpipe.data.splits import build_dataset
-    from fastpipe.runtime import gather_objects, seed_everything
+    from fastpipe.runtime import seed_everything
 
-    if settings.launcher.name == "fsdp":
-        raise ConfigError("train.batch_size=auto with launcher=fsdp: the search tries whole-model steps on one "
-                          "device, which a sharded model does not fit; set train.batch_size=N")
+    launcher = choice("launcher", settings.launcher.name)
+    if launcher.shards:
+        raise ConfigError(f"train.batch_size=auto with launcher={launcher.name}: the search tries whole-model steps "
+                          "on one device, which a sharded model does not fit; set train.batch_size=N")
     start_time = time.perf_counter()
     device, cfg = runtime.device, settings.train
-    name = settings.choices.get("dataset") or settings.dataset.short_name
-    splits = build_dataset(settings.dataset, runtime, name)
+    splits = graph.build_splits(settings, runtime)
     cap = cap_for(cfg, device)
     limit = _dataset_limit(splits, runtime.dist.world_size)
-    probes = _search(settings, runtime, splits, min(cap, limit) if limit else cap, warnings)
+
+    def probe(size: int) -> Probe:
+        return _probe(size, device, size * cfg.grad_accum, lambda: _run_steps(settings, runtime, splits, size))
+
+    probes = _search(probe, runtime.dist, min(cap, limit) if limit else cap)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
-        probes = _agree(gather_objects(probes, runtime.dist.world_size))
+        probes = _agree(runtime.dist.gather(probes))
     fitting = [p for p in probes if p.fits]
     if not fitting:
-        fixes = [f for f in memory_fixes(settings) if "batch_size" not in f]
+        fixes = [f for f in memory_fixes("auto", settings.precision.name, settings.model.activation_checkpointing,
+                                         launcher.shards) if "batch_size" not in f]
         raise FastpipeError(f"train.batch_size=auto: not even a batch of 1 fits on {device} "
                             f"({probes[-1].why}); use a smaller model; or {'; or '.join(fixes)}")
     if cfg.batch_size_goal == "throughput" and all(p.samples_per_s for p in fitting):
@@ -106,12 +117,13 @@ def _dataset_limit(splits, world_size: int) -> Optional[int]:
     return max(1, len(splits.train) // world_size)
 
 
-def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Probe]:
+def _search(probe: Callable[[int], Probe], dist, cap: int) -> List[Probe]:
     """Powers of two: down from START until one fits, then up until one does not or the cap (each
-    timed, for the throughput goal)."""
+    timed, for the throughput goal). ``probe(size)`` tries one size on this process; ``dist``: the
+    processes that search together."""
     probes, size = [], min(START, cap)
     while size >= 1:
-        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
+        probes.append(_on_every_rank(probe(size), dist))
         if probes[-1].fits:
             break
         size //= 2
@@ -119,36 +131,36 @@ def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Pr
         return probes
     size = probes[-1].batch_size * 2
     while size <= cap:
-        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
+        probes.append(_on_every_rank(probe(size), dist))
         if not probes[-1].fits:
             break
         size *= 2
     return probes
 
 
-def _on_every_rank(probe: Probe, runtime) -> Probe:
+def _on_every_rank(probe: Probe, dist) -> Probe:
     """Under DDP a size fits only if it fits on every rank, so that every rank searches the same sizes
     (one rank searching down while another searches up would share no size). A collective: every
     rank calls it for every probe."""
     from fastpipe.runtime import gather_objects
 
-    if runtime.dist.world_size > 1:
-        everywhere = all(gather_objects(probe.fits, runtime.dist.world_size))
+    if dist.world_size > 1:
+        everywhere = all(gather_objects(probe.fits, dist.world_size))
         if probe.fits and not everywhere:
             probe.fits, probe.why = False, probe.why or "did not fit on every rank"
     return probe
 
 
-def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
-    """Build the step for ``size`` and run it; fits=False when it runs out of GPU memory."""
-    device = runtime.device
+def _probe(size: int, device: torch.device, samples_per_step: int, run: Callable[[], float]) -> Probe:
+    """``run()`` (the training step for ``size``, built and timed: seconds of TIMED_STEPS steps), with
+    the device's memory measured around it; fits=False when it runs out of GPU memory."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     torch._dynamo.reset()  # each size compiles for its own shape, as the run will
     seconds = None
     try:
-        seconds = _run_steps(settings, runtime, splits, size, warnings)
+        seconds = run()
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
@@ -158,56 +170,23 @@ def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
         torch.cuda.empty_cache()
     if seconds is None:
         return Probe(size, False, why="out of memory")
-    return Probe(size, True, size * TIMED_STEPS / seconds if seconds > 0 else None,
+    return Probe(size, True, samples_per_step * TIMED_STEPS / seconds if seconds > 0 else None,
                  None if peak is None else round(peak, 3))
 
 
-def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> float:
-    """WARMUP_STEPS + TIMED_STEPS real steps of batch ``size``; returns the timed steps' seconds."""
-    from fastpipe.stages.compile import build_compiled
-    from fastpipe.config import DefaultLoaderConfig
-    from fastpipe.data import build_loader
-    from fastpipe.stages.ema import build_ema
-    from fastpipe.measure.steps import _sync
-    from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
-    from fastpipe.stages.optim import build_optimizer
-    from fastpipe.stages.precision import build_precision
-    from fastpipe.runtime import Dist, Runtime
-
-    device = runtime.device
-    local = Runtime(device, Dist(), runtime.cache_root, runtime.cores_per_process)  # no DDP: memory per GPU
-    model = build_model(settings.model, splits.model_kwargs(), settings.choices.get("model", ""))
-    if settings.model.activation_checkpointing:
-        enable_activation_checkpointing(model)
-    channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)
-    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    precision = build_precision(settings.precision, device)
-    compiled = build_compiled(settings.compile, model, device, warnings)
-    optimizer = build_optimizer(settings.optimizer, settings.train, model, device)
-    ema = build_ema(model, settings.train.ema_decay)  # the run keeps this copy on the device too
-    task = settings.task.build()
-    loader = build_loader(DefaultLoaderConfig(num_workers=0, persistent_workers=False), splits, local, size,
-                          settings.seed, train=True, channels_last=channels_last)
-    loader.set_epoch(0)
-    inputs, targets = next(iter(loader))
-
-    def step(module):
-        with precision.autocast():
-            loss = task.loss(module(inputs), targets)
-        precision.scaler.scale(loss).backward()
-        precision.scaler.step(optimizer)
-        precision.scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema.update_parameters(model)
-
+def _run_steps(settings: Config, runtime: Runtime, splits, size: int) -> float:
+    """The run's graph built for batch ``size`` (graph.build_probe), then WARMUP_STEPS + TIMED_STEPS of
+    the training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds."""
+    g = graph.build_probe(settings, runtime, splits, size)
+    g.train_loader.set_epoch(0)
+    batch = next(iter(g.train_loader))
     for _ in range(WARMUP_STEPS):
-        compiled.call(step, warnings)
-    _sync(device)
+        train_step(g, settings.train, lambda: batch)
+    synchronize(runtime.device)
     start = time.perf_counter()
     for _ in range(TIMED_STEPS):
-        compiled.call(step, warnings)
-    _sync(device)
+        train_step(g, settings.train, lambda: batch)
+    synchronize(runtime.device)
     return time.perf_counter() - start
 
 

@@ -8,6 +8,7 @@ import torch
 
 from fastpipe.config import TrainConfig
 from fastpipe.measure.clock import RunClock
+from fastpipe.train.graph import HeldOut
 from fastpipe.train.target import Target
 
 
@@ -19,62 +20,60 @@ def batch_length(target) -> int:
 
 
 @torch.no_grad()
-def evaluate(g, model: torch.nn.Module, loader=None) -> Optional[Dict[str, float]]:
-    """The task's held-out metrics of ``model`` over ``loader`` (default: the held-out split): per-batch
-    sums kept on the device, summed over the split and the ranks in one all-reduce, divided by the
-    number of held-out samples; then ``summarize``. Images are resized first to a resize schedule's
-    last size (``g.batch_recipe``)."""
-    loader = g.eval_loader if loader is None else loader
-    if loader is None:
+def evaluate(held: HeldOut, model: torch.nn.Module) -> Optional[Dict[str, float]]:
+    """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
+    split and the ranks in one all-reduce, divided by the number of held-out samples; then ``summarize``.
+    Images go to a resize schedule's last size first (``held.resize``)."""
+    if held.loader is None:
         return None
-    recipe = getattr(g, "batch_recipe", None)
     was_training = model.training
     model.eval()
-    names, totals, count = None, None, 0
-    for (inputs, targets), counted in (in_lockstep(g, iter(loader)) if g.sharded
-                                       else ((batch, True) for batch in loader)):
-        if recipe is not None:
-            inputs = recipe.held_out(inputs)
-        with g.precision.autocast():
+    names, totals, count, device = None, None, 0, held.device
+    for (inputs, targets), counted in (in_lockstep(held, iter(held.loader)) if held.lockstep
+                                       else ((batch, True) for batch in held.loader)):
+        if held.resize is not None:
+            inputs = held.resize(inputs)
+        with held.precision.autocast():
             outputs = model(inputs)
             if not counted:
                 continue
-            sums = g.task.metrics(outputs, targets)
+            sums = held.task.metrics(outputs, targets)
         if totals is None:
             names = list(sums)
-            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=g.device)
-        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=g.device).detach().double() for n in names])
+            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
+        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=device).detach().double() for n in names])
         count += batch_length(targets)
     model.train(was_training)
     if totals is None:
-        totals = torch.zeros(1, dtype=torch.float64, device=g.device)  # this rank had no batch
+        totals = torch.zeros(1, dtype=torch.float64, device=device)  # this rank had no batch
     totals[-1] = count
-    totals = g.all_reduce_sum(totals).tolist()
+    totals = held.dist.all_reduce_sum(totals).tolist()
     if not totals[-1] or names is None:
         return None
     means = {n: v / totals[-1] for n, v in zip(names, totals)}
-    summarize = getattr(g.task, "summarize", None)
+    summarize = getattr(held.task, "summarize", None)
     return {**means, **(summarize(means) if callable(summarize) else {})}
 
 
-def in_lockstep(g, batches):
+def in_lockstep(held: HeldOut, batches):
     """(batch, counted) pairs with the same number of forwards on every rank, as a sharded model needs
     (each forward gathers parameters from all ranks): a rank out of batches repeats its last one,
     uncounted, while another still has some. One small all-reduce per batch."""
     from fastpipe.errors import ConfigError
 
+    dist, device = held.dist, held.device
     last = next(batches, None)
-    having = int(g.all_reduce_sum(torch.tensor([float(last is not None)], device=g.device)).item())
+    having = int(dist.all_reduce_sum(torch.tensor([float(last is not None)], device=device)).item())
     if having == 0:
         return
-    if having < g.runtime.dist.world_size:
-        raise ConfigError(f"the held-out split gives {g.runtime.dist.world_size - having} of "
-                          f"{g.runtime.dist.world_size} ranks no batch, and a sharded model's ranks must evaluate "
-                          "together: hold out more samples (or a smaller train.batch_size)")
+    if having < dist.world_size:
+        raise ConfigError(f"the held-out split gives {dist.world_size - having} of {dist.world_size} ranks no batch, "
+                          "and a sharded model's ranks must evaluate together: hold out more samples (or a smaller "
+                          "train.batch_size)")
     yield last, True
     while True:
         batch = next(batches, None)
-        if not bool(g.any_rank(torch.tensor(batch is not None, device=g.device))):
+        if not bool(dist.any_rank(torch.tensor(batch is not None, device=device))):
             return
         if batch is None:
             yield last, False
@@ -93,6 +92,7 @@ class Evaluator:
     def __init__(self, g, cfg: TrainConfig, ckpt, ema=None, resumed: Optional[dict] = None,
                  clock: Optional[RunClock] = None, samples=lambda step: 0) -> None:
         self.g, self.cfg, self.ckpt, self.ema = g, cfg, ckpt, ema
+        self.held, self.screen = g.held_out, getattr(g, "target_held_out", None)
         self.clock, self.samples = clock or RunClock(), samples  # samples(step): trained on by then, all ranks
         self.latest: Optional[Dict[str, float]] = None
         self.raw: Optional[Dict[str, float]] = None
@@ -130,16 +130,16 @@ class Evaluator:
             return self._run(step, periodic)
 
     def _run(self, step: int, periodic: bool) -> Optional[Dict[str, float]]:
-        primary, subset_loader = self.g.task.primary, getattr(self.g, "target_loader", None)
+        primary = self.g.task.primary
         self.scalars = {}
-        if periodic and self.target is not None and subset_loader is not None:
-            screened = evaluate(self.g, self.ema.module if self.ema is not None else self.g.eval_module, subset_loader)
+        if periodic and self.target is not None and self.screen is not None:
+            screened = evaluate(self.screen, self.ema.module if self.ema is not None else self.g.model)
             value = (screened or {}).get(primary)
             self.scalars[f"val_subset/{primary}"] = value
             if not self.target.note(step, self.samples(step), value, subset=True):
                 return None  # short of the target on the subset: nothing that counts
-        self.raw = evaluate(self.g, self.g.eval_module)
-        self.latest = evaluate(self.g, self.ema.module) if self.ema is not None else self.raw
+        self.raw = evaluate(self.held, self.g.model)
+        self.latest = evaluate(self.held, self.ema.module) if self.ema is not None else self.raw
         if self.latest is not None:
             self.history.append({"step": step, **self.latest})
             if self.target is not None:

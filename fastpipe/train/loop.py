@@ -1,5 +1,6 @@
-"""The training loop: one plain function (forward under autocast, the task's loss, scaled backward,
-clip, step, average, measure), evaluating at each epoch's end and every ``train.eval_every`` steps."""
+"""The training loop: one plain function around the shared step (train/step.py: forward under
+autocast, the task's loss, scaled backward, clip, step, average), measuring, evaluating at each
+epoch's end and every ``train.eval_every`` steps, checkpointing."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,8 +15,9 @@ from fastpipe.checkpoint.state import Position, global_batch
 from fastpipe.config import TrainConfig
 from fastpipe.data.device import head
 from fastpipe.train.evaluation import Evaluator
-from fastpipe.train.graph import TrainingGraph
-from fastpipe.stages.optim import clip_gradients, nonfinite_error, step_unless
+from fastpipe.train.graph import TrainingGraph, steps_per_epoch as epoch_steps, total_steps
+from fastpipe.train.step import train_step
+from fastpipe.stages.optim import nonfinite_error
 from fastpipe.stages.profiling import NoProfiler
 
 
@@ -37,17 +39,18 @@ class LoopResult:
     target: Optional[dict] = None  # train.target: metrics.json's target record
 
 
-def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[str], progress: bool, ckpt=None,
+def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, ckpt=None,
           profiler=None) -> LoopResult:
     """Train ``g`` (a TrainingGraph) per ``cfg`` (TrainConfig), feeding ``meter`` and ``recorder``;
     ``ckpt`` (a Checkpointer) restores, saves and stops on signals; ``profiler`` steps each step."""
     ckpt, profiler, accum = ckpt or Checkpointer(cfg), profiler or NoProfiler(), cfg.grad_accum
-    steps_per_epoch, total = g.steps_per_epoch, g.total_steps
-    start = ckpt.restore(g, steps_per_epoch, warnings)  # step 0, or where a checkpoint left off
+    steps_per_epoch = epoch_steps(g, cfg)
+    total = total_steps(cfg, steps_per_epoch)
+    start = ckpt.restore(g, cfg, steps_per_epoch)  # step 0, or where a checkpoint left off
     if start.step >= total or start.epoch >= cfg.epochs:
         raise ckpt.past_the_end(start, total)
     res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
-    samples_per_step, step_samples = g.batch_size * accum, global_batch(g)  # this process's; all processes'
+    step_samples = global_batch(cfg, g.runtime.dist.world_size)  # all processes'
     evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock,
                           samples=lambda step: start.samples_seen + (step - start.step) * step_samples)
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
@@ -56,12 +59,16 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     norm = None  # the last pre-clip gradient norm, a device tensor read at window edges
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
 
-    def forward_backward(module, inputs, targets, last_micro):
-        with g.sync_context(last_micro), g.precision.autocast():
-            loss = g.task.loss(module(inputs), targets) / accum
-        with g.compiled.backward_context():
-            g.precision.scaler.scale(loss).backward()
-        return loss.detach()
+    def next_batch():  # the data-wait is the time the step waits here
+        t0 = meter.before_fetch()
+        inputs, targets = next(batches)
+        meter.after_fetch(t0)
+        if res.sample_inputs is None:  # for counting FLOPs after training: a small copy, no sync
+            res.sample_inputs = head(inputs, 2)
+            res.tokens_per_sample = g.task.tokens(targets) if hasattr(g.task, "tokens") else None
+        if g.batch_recipe is not None:  # MixUp/CutMix, the resize schedule: device work
+            inputs, targets = g.batch_recipe.train(inputs, targets, res.steps)
+        return inputs, targets
 
     def evaluate_now(periodic=False):  # outside the timing windows
         meter.close_window()
@@ -73,35 +80,17 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
         skip = start.step_in_epoch if epoch == start.epoch else 0
         batches, epoch_start, loss = epoch_batches(g.train_loader, epoch, skip * accum), meter.clock(), None
         for step_in_epoch in range(skip + 1, min(steps_per_epoch, skip + total - res.steps) + 1):
-            loss = torch.zeros((), device=g.device)
-            for micro in range(accum):
-                t0 = meter.before_fetch()
-                inputs, targets = next(batches)
-                meter.after_fetch(t0)
-                if res.sample_inputs is None:  # for counting FLOPs after training: a small copy, no sync
-                    res.sample_inputs = head(inputs, 2)
-                    res.tokens_per_sample = g.task.tokens(targets) if hasattr(g.task, "tokens") else None
-                if g.batch_recipe is not None:  # MixUp/CutMix, the resize schedule: device work
-                    inputs, targets = g.batch_recipe.train(inputs, targets, res.steps)
-                loss += g.compiled.call(lambda m: forward_backward(m, inputs, targets, micro == accum - 1), warnings)
-            bad = ~torch.isfinite(loss)
-            if cfg.clip_grad_norm:
-                norm = clip_gradients(g.optimizer, g.precision.scaler, cfg.clip_grad_norm)
-                bad = bad | ~torch.isfinite(norm)  # an overflowing gradient would clip to NaN
-            bad = g.any_rank(bad)  # all ranks skip together, or DDP replicas diverge
             g.schedule.set(res.steps)
-            step_unless(g.optimizer, g.precision.scaler, bad)
-            g.optimizer.zero_grad(set_to_none=True)
+            step = train_step(g, cfg, next_batch)
             g.schedule.after_step()
-            if g.ema is not None:
-                g.ema.update_parameters(g.model)
+            loss, bad, norm = step.loss, step.skipped, step.grad_norm
             streak = (streak + 1) * bad
             worst = torch.maximum(worst, streak)
             bad_total += bad
             res.steps += 1
             bar.update(1)
             profiler.step()
-            edge = meter.after_step(samples_per_step)
+            edge = meter.after_step(cfg.batch_size * accum)  # this process's samples
             if edge:  # a window edge: the host is synced, reading is free
                 res.final_loss = loss.item()
                 res.grad_norm = None if norm is None else norm.item()
@@ -112,7 +101,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                 if worst.item() >= cfg.max_nonfinite_steps:
                     ckpt.settle(g=g)
                     raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
-                if cfg.time_budget_s and g.any_rank(torch.tensor(meter.run_clock.over_budget(), device=g.device)):
+                if cfg.time_budget_s and g.runtime.dist.any_rank(torch.tensor(meter.run_clock.over_budget(),
+                                                                               device=g.device)):
                     res.stopped_by = "time_budget"  # every rank agrees, at the same edge
             pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
@@ -141,3 +131,19 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     if worst.item() >= cfg.max_nonfinite_steps:
         raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
     return res
+
+
+def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out, direction: str = "") -> str:
+    """graph.txt's loop line: the run's length, when it evaluates on how many held-out samples
+    (``held_out``: the split, or None), early stopping, and the target (``direction``: e.g.
+    ``accuracy >=``) and time budget."""
+    samples = "no" if held_out is None else len(held_out) if hasattr(held_out, "__len__") else "a stream of"
+    every = f" and every {cfg.eval_every} steps" if cfg.eval_every else ""
+    stop = f"  early stop after {cfg.early_stop_patience} without gain" if cfg.early_stop_patience else ""
+    if cfg.target is not None:
+        screen = f" (screened on the first {cfg.target_eval_samples} held-out samples)" if cfg.target_eval_samples else ""
+        stop += f"  target {direction} {cfg.target:g}{screen}"
+    if cfg.time_budget_s:
+        stop += f"  time budget {cfg.time_budget_s:g} s"
+    return (f"epochs={cfg.epochs}  steps/epoch={steps_per_epoch}  max_steps={cfg.max_steps}  "
+            f"eval each epoch{every} on {samples} held-out samples{stop}")

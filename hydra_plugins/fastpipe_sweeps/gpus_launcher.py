@@ -327,8 +327,9 @@ class GpusLauncher(Launcher):
         return ret
 
     def _record_death(self, job: _Job, code: int, running: Optional[dict]) -> dict:
-        from fastpipe.record import results
         from fastpipe.config import GROUPS
+        from fastpipe.record import results
+        from fastpipe.record.run_record import failed
 
         if code < 0:
             try:
@@ -342,13 +343,12 @@ class GpusLauncher(Launcher):
         choices = {g: str(job.config.hydra.runtime.choices.get(g)) for g in GROUPS
                    if g in job.config.hydra.runtime.choices}
         overrides = list(job.config.hydra.overrides.task)
-        record = results.failed(f"the job process {how} before it recorded an outcome; see "
-                                f"{job.run_dir / OUTPUT_FILE}", choices, overrides,
-                                run_id=(running or {}).get("run_id"))
+        record = failed(f"the job process {how} before it recorded an outcome; see {job.run_dir / OUTPUT_FILE}",
+                        choices, overrides, run_id=(running or {}).get("run_id"))
         if running is None:  # it never began: an earlier run's record moves to metrics.previous.json
             results.begin(job.run_dir, choices, overrides, run_id=None)
         results.write(job.run_dir, record)
-        return record
+        return record.to_dict()
 
     # ------------------------------------------------------------------ the pool
     def _signal_running(self, running: Dict[int, _Job], signum: int) -> None:

@@ -36,18 +36,19 @@ def test_two_ddp_ranks_screen_the_target_together_and_stop_at_the_same_step(tmp_
 def test_halving_by_time_to_target_resumes_the_promoted_combination_from_its_checkpoint(tmp_path):
     proc = fastpipe(["-m", "hydra/sweeper=halving", "hydra.sweeper.finalists=1", "hydra.sweeper.budget_s=0.5",
                      "optimizer.lr=0.003,0.0003,0.0001", "report.objective=time_to_target", "train.target=0.99",
-                     "train.eval_every=3", "train.max_steps=14", "launcher.fresh_process=false", *SMALL,
+                     "train.eval_every=5", "train.max_steps=30", "train.epochs=10", "launcher.fresh_process=false", *SMALL,
                      f"hydra.sweep.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "halving.json").read_text())
     (round1,) = record["rounds"]
     assert record["settings"]["mode"] == "time_to_target" and round1["budget_s"] == 0.5
+    assert len(round1["kept"]) == len(round1["dropped"]) == 1, round1  # nobody reached 99 % or ended in 0.5 s
     (kept,), (dropped,) = round1["kept"], round1["dropped"]
     before = json.loads((tmp_path / str(kept) / "metrics.previous.json").read_text())
     after = json.loads((tmp_path / str(kept) / "metrics.json").read_text())
-    assert before["stopped_by"] == "time_budget" and after["status"] == "ok" and after["steps"] == 14
+    assert before["stopped_by"] == "time_budget" and after["status"] == "ok" and after["steps"] == 30
     assert any(f"at step {before['steps']} " in w for w in after["warnings"])  # from its own checkpoint
-    assert after["per_rank"]["steps_run"] == [14 - before["steps"]]  # no step twice
+    assert after["per_rank"]["steps_run"] == [30 - before["steps"]]  # no step twice
     curve, earlier = after["target"]["curve"], before["target"]["curve"]
     assert curve[:len(earlier)] == earlier and curve[len(earlier)]["seconds"] > before["target"]["seconds"]
     run = after["time_breakdown_s"]  # the restart's start-up is not on the training clock
