@@ -58,6 +58,8 @@ run_sweep() {  # a name, then the sweep's arguments
   end=$(date +%s.%N)
   echo "$name wall_s=$(echo "$end - $start" | bc) load_after=$(cut -d' ' -f1-3 /proc/loadavg)"
   cat "$work/$name/report.md"
+  printf '\n### the baseline job'"'"'s run summary (job 0)\n\n'
+  awk '/fastpipe run summary/{f=1} f{print} /model FLOPs/{if(f){exit}}' "$work/$name.log"
   cp -r "$work/$name" "$work/$name-throughput"
   python -m fastpipe.report "$work/$name-throughput" --objective throughput --quiet > /dev/null
   printf '\n### the same jobs ranked by throughput\n\n'
