@@ -7,7 +7,7 @@
 #      x label smoothing 0/0.1 x EMA off/0.99: 16 jobs), evaluated every 10 steps, at most 6 epochs;
 #   2. lm: the byte-level LM (task=lm dataset=tokens model=gpt_tiny) to a held-out loss of 2.0 nats per
 #      byte over batch 32/64 x lr 0.003/0.006 (4 jobs), checked every 100 steps on the first 1,024
-#      held-out windows (confirmed on all 7,737), at most 10 epochs.
+#      held-out windows (confirmed on all 7,737), at most 1,500 steps (and 10 epochs).
 # The datasets (shapes images, token files) are built once before the clocks start.
 #   bash benchmarks/cpu_target.sh [image|lm|both] > benchmarks/results/cpu-target.log 2>&1
 # Run it on an idle machine (uptime's load below 1): concurrent work slows every job, unevenly.
@@ -78,5 +78,6 @@ if [[ $which == lm || $which == both ]]; then
   python -m fastpipe task=lm dataset=tokens model=gpt_tiny train.max_steps=1 measure.warmup_steps=1 \
     runtime.progress=false "hydra.run.dir=$work/prime-lm" > "$work/prime-lm.log" 2>&1
   run_sweep lm task=lm dataset=tokens model=gpt_tiny report.objective=time_to_target train.target=2.0 \
-    train.eval_every=100 train.target_eval_samples=1024 train.epochs=10 train.batch_size=32,64 optimizer.lr=0.003,0.006
+    train.eval_every=100 train.target_eval_samples=1024 train.epochs=10 train.max_steps=1500 \
+    train.batch_size=32,64 optimizer.lr=0.003,0.006
 fi
