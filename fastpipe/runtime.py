@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import platform
 import random
-import signal
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 
 from fastpipe.errors import EnvironmentProblem
+from fastpipe.signals import die_with_parent  # noqa: F401  (re-exported: the launchers call it from here)
 
 _IMPORTED_AT = __import__("time").time()
 
@@ -118,7 +117,7 @@ def setup_runtime(settings) -> Runtime:
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
     torch.backends.cudnn.allow_tf32 = tf32
-    _compiler_switches(settings.compile)
+    _compiler_switches(settings.compile, settings.precision)
     seed_everything(settings.seed + dist.rank)  # each rank its own stream (augmentation, dropout)
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
@@ -132,27 +131,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _compiler_switches(cfg) -> None:
+def _compiler_switches(cfg, precision=None) -> None:
     """Dynamo's process-wide DDP switch, per ``compile.optimize_ddp`` (compiled autograd is turned on around
-    each backward: CompiledModel.backward_context)."""
+    each backward: CompiledModel.backward_context); Inductor's exact rounding of casts for fp8's rowwise
+    recipe (without it the fused rowwise scaling can round differently from eager and lose accuracy)."""
     if cfg is None or cfg.name == "off":
         return
     import torch._dynamo.config as dynamo
 
     if cfg.optimize_ddp != "auto":
         dynamo.optimize_ddp = cfg.optimize_ddp
+    if getattr(precision, "name", None) == "fp8" and precision.recipe == "rowwise":
+        import torch._inductor.config as inductor
 
-
-def die_with_parent(parent: int) -> None:
-    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
-    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
-    is gone; a parent already gone by now means exit at once."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
+        inductor.emulate_precision_casts = True
 
 
 def process_started_at() -> float:

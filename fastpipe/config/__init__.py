@@ -34,19 +34,19 @@ from fastpipe.config.launcher import (
 )
 from fastpipe.config.objects import (OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig, ObjectConfig,
                                      OptimizerConfig, TaskConfig)
-from fastpipe.config.precision import PrecisionConfig
+from fastpipe.config.precision import Fp8PrecisionConfig, PrecisionConfig
 from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
 from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, EnvironmentProblem
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "group_schemas", "config_dir", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
            "LauncherConfig", "ProcessGroupLauncherConfig",
            "LoaderConfig", "LrScheduleConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig",
            "OptimizerConfig",
-           "PrecisionConfig", "TaskConfig",
+           "Fp8PrecisionConfig", "PrecisionConfig", "TaskConfig",
            "ProfileConfig", "ReportConfig", "RuntimeConfig", "SingleLauncherConfig", "SweepConfig", "TrainConfig"]
 
 
@@ -124,6 +124,8 @@ class Config:
             check_target(self.train.target, self.task.declared("primary"), self.task.declared("bounds"),
                          self.choices.get("task", self.task.short_name))
         self._check_closed_choices()
+        if self.precision.name == "fp8":
+            self._check_fp8()
 
     def _check_closed_choices(self) -> None:
         """Each closed group's choice against what it supports (config/registry.py): the launcher it runs
@@ -143,6 +145,18 @@ class Config:
             why = self.dataset.declared("loaders_note") or f"it allows data={' or data='.join(allowed)} only"
             raise ConfigError(f"data={self.data.name} cannot read dataset={dataset}: {why}; use "
                               f"data={' or data='.join(allowed)}")
+
+    def _check_fp8(self) -> None:
+        """precision=fp8's combinations: compiled (eager fp8 casts cost more than they save), torchao present."""
+        from importlib.util import find_spec
+
+        if self.compile.name == "off":
+            raise ConfigError("precision=fp8 with compile=off: without torch.compile the fp8 casts run as separate "
+                              "kernels and training is slower than bf16; use compile=default (or another mode), "
+                              "or precision=amp")
+        if find_spec("torchao") is None:
+            raise EnvironmentProblem("precision=fp8 needs torchao's float8 training, which is not installed: "
+                                     "pip install 'fastpipe[fp8]' (or use precision=amp)")
 
 
 # The config groups, in the order of the root config's fields: one list for the entry point,

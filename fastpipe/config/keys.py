@@ -42,13 +42,23 @@ def drop_other_choices_keys(cfg: DictConfig, schemas: Mapping[str, Dict[str, typ
             continue
         own = set(field_names(kind))
         for key in [k for k in node.keys() if k not in own]:
-            owners = [name for name, other in kinds.items() if key in field_names(other)]
+            owners = _choice_names(group, [name for name, other in kinds.items() if key in field_names(other)])
             if owners:
                 notes.append(f"{group}.{key}={node[key]} does not apply to {group}={node.get('name', kind.__name__)} "
                              f"(a key of {' and '.join(f'{group}={o}' for o in owners)}): ignored for this run")
                 with open_dict(node):
                     del node[key]
     return notes
+
+
+def _choice_names(group: str, schema_names: List[str]) -> List[str]:
+    """The choices whose schemas are ``schema_names`` (precision's fp32 and amp share one), by the registry."""
+    from fastpipe.config import registry
+
+    if group not in registry.CLOSED_GROUPS:
+        return schema_names
+    return [c for c in registry.names(group)
+            if (registry.choice(group, c).schema_name or c) in schema_names] or schema_names
 
 
 def refuse_added_keys(node: DictConfig, path: str = "") -> None:

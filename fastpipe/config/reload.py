@@ -24,7 +24,15 @@ def run_settings(run_dir: Path, overrides=()):
         node = record.get(group)
         if not isinstance(node, DictConfig):
             continue
-        kind = next(iter(schemas.values())) if len(schemas) == 1 else schemas.get(node.get("name"))
+        kind = next(iter(schemas.values())) if len(schemas) == 1 else _schema_of(group, node.get("name"))
         if kind is not None:
             record[group] = OmegaConf.merge(keys.schema_node(kind, open_keys=len(schemas) > 1), node)
     return to_settings(OmegaConf.merge(root_schema(), record), check=False)
+
+
+def _schema_of(group: str, name) -> object:
+    """The schema of the recorded choice ``group=name`` (choices may share one: precision's fp32 and amp),
+    or None for a choice no longer registered."""
+    from fastpipe.config import registry
+
+    return registry.choice(group, name).schema if name in registry.names(group) else None

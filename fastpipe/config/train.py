@@ -19,6 +19,12 @@ class TrainConfig:
     batch_size: Any = 64
     batch_size_goal: str = "memory"  # auto: memory (the largest that fits) or throughput (best samples/s)
     batch_size_max: Optional[int] = None  # auto's largest candidate; null = 4096 on a GPU, 128 on a CPU
+    # auto's first candidate: it doubles from there while the step fits (halves while it does not), then
+    # bisects between the last size that fitted and the first that did not; null = 256 on a GPU, 32 on a CPU.
+    batch_size_start: Optional[int] = None
+    # auto's sizes: 8 = multiples of 8 (1, 2, 4 below 8); pow2 = powers of two only (doubling and halving,
+    # no bisection: fewer probes, an answer up to 2x below the largest size that fits).
+    batch_size_round: Any = 8
     # The learning rate follows the global batch (batch_size x grad_accum x processes): none = as
     # configured; linear = optimizer.lr x global / lr_reference_batch (Goyal et al. 2017); sqrt = x its
     # square root (often used with Adam). graph.txt shows the lr applied.
@@ -70,8 +76,9 @@ class TrainConfig:
         auto_or_bool("train.no_decay", self.no_decay)
         auto_or_int("train.batch_size", self.batch_size, minimum=1)
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))
+        one_of("train.batch_size_round", self.batch_size_round, (8, "pow2"))
         one_of("train.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
-        for key in ("batch_size_max", "lr_reference_batch"):
+        for key in ("batch_size_max", "batch_size_start", "lr_reference_batch"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:

@@ -74,6 +74,8 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
         record.batch_size_search = search.record()
     record.batch_size = settings.train.batch_size
     g = training_graph.build(settings, runtime, progress=show)
+    record.set(model_build_s=round(g.parallel.build_s, 3),
+               fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
     description = describe(g, settings, search)
     if dist.is_main:
         print(description, flush=True)
