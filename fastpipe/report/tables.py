@@ -105,7 +105,8 @@ def target_halving_lines(h: dict) -> List[str]:
     return [f"- halving by time to target: {h['combinations']} combinations (keep={s.get('keep')}, "
             f"finalists={s.get('finalists')}; {source}); {steps or 'no round was needed'}; "
             + (f"finalists {', '.join(map(str, finals))} trained on to the end of their runs; " if finals else "")
-            + "a promoted combination resumed from its own checkpoint, its training clock continuing",
+            + ("a promoted combination resumed from its own checkpoint, its training clock continuing"
+               if any(r["kept"] for r in h["rounds"]) else "nobody needed promoting"),
             f"- time: this sweep took {_duration(h['wall_s'])} of wall time"
             + (f", {h['parallel']} jobs at a time" if h["parallel"] > 1 else "")]
 
