@@ -10,14 +10,17 @@
 #      held-out windows (confirmed on all 7,737), at most 1,500 steps (and 10 epochs).
 # The datasets (shapes images, token files) are built once before the clocks start.
 #   bash benchmarks/cpu_target.sh [image|lm|both] > benchmarks/results/cpu-target.log 2>&1
-# Run it on an idle machine (uptime's load below 1): concurrent work slows every job, unevenly.
+# Run it on an idle machine (uptime's load below 1): concurrent work slows every job, unevenly. On a
+# shared machine OMP_NUM_THREADS=1 keeps each job's intra-op threads from spinning against the others'
+# (several times faster there); the log's first line records it.
 set -euo pipefail
 which=${1:-both}
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 export FASTPIPE_CACHE="$work/data-cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor-cache"
 echo "# $(date -u '+%F %T') UTC · $(nproc) CPU cores · $(python -c 'import torch; print("torch", torch.__version__)')" \
-  "· fastpipe $(git rev-parse --short HEAD 2>/dev/null || echo '?') · load $(cut -d' ' -f1-3 /proc/loadavg) · work $work"
+  "· fastpipe $(git rev-parse --short HEAD 2>/dev/null || echo '?') · load $(cut -d' ' -f1-3 /proc/loadavg) · work $work" \
+  "· OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
 
 rankings() {  # the sweep folder: both rankings from the two reports' CSVs, and whether they agree
   python - "$1" <<'PY'
