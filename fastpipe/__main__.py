@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -26,12 +27,13 @@ def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
-    from fastpipe.signals import stop_while_launching
+    from fastpipe.signals import stop_while_launching, stopped_before_training
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
     overrides = list(hc.overrides.task)
+    earlier = (results.read(run_dir) or {}).get("run_id")  # an earlier run's record in this folder
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices)
@@ -45,9 +47,17 @@ def run(cfg: DictConfig):
                     settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
             metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
-        metrics = refused(run_dir, exc, choices, overrides)
+        from fastpipe.runtime import full_errors
+
+        if full_errors():
+            traceback.print_exc()
+        metrics = refused(run_dir, stopped_before_training() or exc, choices, overrides)
     except KeyboardInterrupt:
-        metrics = interrupted(run_dir, choices, overrides)
+        metrics = interrupted(run_dir, choices, overrides, earlier)
+        if metrics.get("status") == "ok":  # Ctrl-C after the results were written: they stay; the sweep stops
+            print(f"fastpipe: interrupted (Ctrl-C) after the run finished; its results are kept in "
+                  f"{run_dir / results.FILE}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
     status = metrics.get("status")
     if status != "ok":
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
@@ -67,13 +77,18 @@ def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -
     return record.to_dict()
 
 
-def interrupted(run_dir: Path, choices: dict, overrides: list) -> dict:
-    """Ctrl-C: the trainer's own record when it wrote one, else one naming the newest good checkpoint."""
+def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = None) -> dict:
+    """Ctrl-C: the trainer's own record when it wrote one (``ok`` when it came after the results were
+    written: they are kept), else one naming the newest good checkpoint. ``earlier``: the run id of
+    the record the folder held before this job (an earlier run's is kept as metrics.previous.json)."""
     from fastpipe.checkpoint.files import newest_good
 
     kept = results.read(run_dir)
-    if kept is not None and kept.get("status") == "interrupted":
+    ours = kept is not None and (earlier is None or kept.get("run_id") != earlier)
+    if ours and kept.get("status") in ("interrupted", "ok"):
         return kept
+    if kept is not None and not ours:
+        results.begin(run_dir, choices, overrides, None)  # before the job launched: the earlier record moves aside
     latest = newest_good(run_dir / "checkpoints")
     record = failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
                                                  "no checkpoint was written"),

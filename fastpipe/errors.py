@@ -24,6 +24,17 @@ def no_full_batch(samples: int, batch_size: int, world_size: int) -> DataError:
                      "process(es); lower train.batch_size or set data.drop_last=false")
 
 
+class ProjectError(FastpipeError):
+    """A project's dataset, collate_fn, model or task gives what training cannot use (samples of
+    different shapes, a tuple where the task takes logits, token ids past the model's vocabulary);
+    the message names the part at fault and the split. ``metrics``: merged into the failed
+    metrics.json (the project code's own traceback, when it raised)."""
+
+    def __init__(self, message: str, metrics: dict = None) -> None:
+        super().__init__(message)
+        self.metrics = metrics or {}
+
+
 class EnvironmentProblem(FastpipeError):
     """Something the run needs from the machine is absent (CUDA, DALI, a module)."""
 

@@ -85,6 +85,12 @@ def started_by_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+def full_errors() -> bool:
+    """``HYDRA_FULL_ERROR=1`` (Hydra's own switch): also print the traceback of an error fastpipe
+    recognises, which it otherwise reports as one line."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 def cache_root() -> Path:
     """Where generated datasets and packs live: $FASTPIPE_CACHE, else ~/.cache/fastpipe."""
     base = os.environ.get("FASTPIPE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastpipe"

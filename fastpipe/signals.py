@@ -19,13 +19,14 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from fastpipe.errors import Preempted
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _received: Optional[int] = None
 _phase = "starting"  # starting | training | finishing
+_before_training: Optional[tuple] = None  # (signal, where) of a stop signal before training began
 
 
 def exit_reason(code: int) -> str:
@@ -37,6 +38,8 @@ def exit_reason(code: int) -> str:
             name = f"signal {-code}"
         hint = " (the out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
         return f"training process killed by {name}{hint}"
+    if code == 130:
+        return "training process interrupted (Ctrl-C: exit code 130)"
     return f"training process exited with code {code}"
 
 
@@ -46,9 +49,20 @@ def received() -> Optional[str]:
 
 
 def _stop_now(signum, what: str) -> Preempted:
+    global _before_training
+    _before_training = (signum, what)
     name = signal.Signals(signum).name
     return Preempted(f"stopped by {name} while {what}, before training began: nothing to checkpoint; run the "
                      "same command again", metrics={"status": "preempted"})
+
+
+def stopped_before_training() -> Optional[Preempted]:
+    """The ``Preempted`` of a stop signal that came before training began in this job, or None.
+
+    The signal raises ``Preempted`` wherever the process is; code there may turn it into its own
+    error (an image that "cannot be read", a compile fall-back, a settings error) or swallow it. The
+    job still stopped because of the signal: its record says so, with exit code 75."""
+    return None if _before_training is None else _stop_now(*_before_training)
 
 
 def _note(signum, _frame) -> None:
@@ -74,22 +88,36 @@ def _handlers(handler) -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """In the training process, for the whole run: see the module docstring."""
-    global _received, _phase
-    _received, _phase = None, "starting"
+    """In the training process, for the whole run: see the module docstring. A stop signal that
+    arrived while the process was still importing (``started_with_signals_held``) is acted on here."""
+    global _received, _phase, _before_training
+    _received, _phase, _before_training = None, "starting", None
     with _handlers(_note):
+        if threading.current_thread() is threading.main_thread():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a pending one raises Preempted now
         yield
 
 
 @contextlib.contextmanager
 def training() -> Iterator[None]:
-    """The training loop: a stop signal is noted and acted on at the next step boundary."""
+    """The training loop: a stop signal is noted and acted on at the next step boundary. One that came
+    while starting up and was swallowed where it landed stops the run here, before the first step."""
     global _phase
+    stopped = stopped_before_training()
+    if stopped is not None:
+        raise stopped
     _phase = "training"
     try:
         yield
     finally:
         _phase = "finishing"
+
+
+def outside_a_job(signum: int) -> str:
+    """What a stop signal outside any job (composing the config, between a sweep's jobs) did, and what to do."""
+    return (f"stopped by {signal.Signals(signum).name} outside a job (composing the config, or between a sweep's "
+            "jobs): run the same command again; a sweep run again into the same hydra.sweep.dir with "
+            "sweep.resume=true skips the jobs that finished")
 
 
 def exit_on_stop_signals() -> None:
@@ -100,7 +128,7 @@ def exit_on_stop_signals() -> None:
     def stop(signum, _frame):
         import sys
 
-        print(f"fastpipe: error: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        print(f"fastpipe: error: {outside_a_job(signum)}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_PREEMPTED)
 
     for sig in STOP_SIGNALS:
@@ -115,6 +143,8 @@ def _launching(signum, _frame) -> None:
 def stop_while_launching() -> Iterator[None]:
     """In the Hydra process, around a job: a stop signal before the trainer runs stops the job (and
     the sweep) with exit code 75; while the trainer runs, ``forwarded_to`` passes signals on."""
+    global _before_training
+    _before_training = None
     with _handlers(_launching):
         yield
 
@@ -128,3 +158,29 @@ def forwarded_to(pid: int) -> Iterator[None]:
 
     with _handlers(forward):
         yield
+
+
+@contextlib.contextmanager
+def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
+    """Start the training process (``start()`` returns its pid) and forward stop signals to it, with
+    no moment where a stop signal is lost or kills it unrecorded: the signals are blocked while it
+    starts, so it inherits the block and keeps a signal pending through its imports until
+    ``stop_on_signals`` can record it (preempted, exit 75); one that reaches this process meanwhile
+    waits until forwarding is set, then goes to the trainer."""
+    if threading.current_thread() is not threading.main_thread():
+        pid = start()
+        yield pid
+        return
+    from multiprocessing import resource_tracker
+
+    # multiprocessing starts its resource tracker with the first process it spawns, and unblocks
+    # SIGTERM after doing so: started first, it leaves the block below alone
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        pid = start()
+        with forwarded_to(pid):
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # one that came meanwhile is forwarded now
+            yield pid
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -57,3 +57,17 @@ class TabularNet(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x)
+
+
+class CrashesInForward(TinyCNN):
+    """TinyCNN whose forward has a bug: an error fastpipe cannot know the cause of."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a bug in the project's forward")
+
+
+class ReturnsTuple(TinyCNN):
+    """TinyCNN that returns (logits, features): not what task=classification takes."""
+
+    def forward(self, x: torch.Tensor):
+        return super().forward(x), x

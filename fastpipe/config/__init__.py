@@ -38,7 +38,7 @@ from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
 from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, FastpipeError
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "group_schemas", "config_dir", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
@@ -208,7 +208,7 @@ def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check
     _refuse_added_keys(cfg)
     try:
         settings = OmegaConf.to_object(cfg)
-    except ConfigError:
+    except FastpipeError:  # a schema's own message, or a stop signal (Preempted) that landed here
         raise
     except Exception as exc:  # OmegaConf's own messages name the key; keep them
         raise ConfigError(str(exc).splitlines()[0]) from exc

@@ -26,9 +26,9 @@ from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
-from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, init_distributed,
-                              shutdown_distributed, started_by_torchrun)
-from fastpipe.signals import exit_reason, forwarded_to
+from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, full_errors,
+                              init_distributed, shutdown_distributed, started_by_torchrun)
+from fastpipe.signals import exit_reason, started_with_signals_held
 
 
 def _single_worker(settings: Config, run_dir: str, parent: int) -> None:
@@ -39,6 +39,8 @@ def _single_worker(settings: Config, run_dir: str, parent: int) -> None:
     try:
         run_training(settings, Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
+        if full_errors():
+            traceback.print_exc()
         sys.exit(getattr(exc, "exit_code", EXIT_CODE))  # EXIT_PREEMPTED after a stop signal
     except KeyboardInterrupt:  # Ctrl-C reached the whole process group: recorded; the parent says it
         sys.exit(130)
@@ -93,8 +95,13 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
     """One fresh training process; signals reach it, Ctrl-C waits for its record."""
     process = multiprocessing.get_context("spawn").Process(
         target=_single_worker, args=(settings, str(run_dir), os.getpid()), name="fastpipe-train")
-    process.start()
-    with forwarded_to(process.pid):  # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints
+
+    def start() -> int:
+        process.start()
+        return process.pid
+
+    # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints; also while it starts
+    with started_with_signals_held(start):
         try:
             process.join()
         except KeyboardInterrupt:  # the trainer got Ctrl-C too (one process group): let it record why

@@ -26,6 +26,7 @@ from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 from fastpipe.measure.steps import synchronize
 from fastpipe.runtime import Runtime
 from fastpipe.train import graph
+from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.step import train_step
 
 START = 8  # the first candidate (halved down to 1 when it does not fit)
@@ -88,7 +89,10 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
     limit = _dataset_limit(splits, runtime.dist.world_size)
 
     def probe(size: int) -> Probe:
-        return _probe(size, device, size * cfg.grad_accum, lambda: _run_steps(settings, runtime, splits, size))
+        return _probe(size, device, size * cfg.grad_accum, lambda: _run_steps(settings, runtime, splits, size,
+                                                                              check=size == first))
+
+    first = min(START, cap)
 
     probes = _search(probe, runtime.dist, min(cap, limit) if limit else cap)
     if limit is not None and limit < cap and all(p.fits for p in probes):
@@ -174,10 +178,13 @@ def _probe(size: int, device: torch.device, samples_per_step: int, run: Callable
                  None if peak is None else round(peak, 3))
 
 
-def _run_steps(settings: Config, runtime: Runtime, splits, size: int) -> float:
+def _run_steps(settings: Config, runtime: Runtime, splits, size: int, check: bool = False) -> float:
     """The run's graph built for batch ``size`` (graph.build_probe), then WARMUP_STEPS + TIMED_STEPS of
-    the training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds."""
+    the training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds.
+    ``check``: the first probe checks a first batch of each split first (train/first_batch.py)."""
     g = graph.build_probe(settings, runtime, splits, size)
+    if check:
+        check_first_batches(g, settings)
     g.train_loader.set_epoch(0)
     batch = next(iter(g.train_loader))
     for _ in range(WARMUP_STEPS):

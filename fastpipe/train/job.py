@@ -15,8 +15,10 @@ from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
-from fastpipe.errors import EnvironmentProblem, FastpipeError, FastpipeWarning, OutOfMemory, memory_fixes
+from fastpipe.errors import (EnvironmentProblem, FastpipeError, FastpipeWarning, OutOfMemory, TrainingError,
+                             memory_fixes)
 from fastpipe.train.description import describe
+from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.loop import train
 from fastpipe.measure.steps import StepMeter, combine_ranks
 from fastpipe.stages.profiling import build_profiler
@@ -24,7 +26,7 @@ from fastpipe.record.recorder import RunRecorder
 from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
-from fastpipe.signals import stop_on_signals, training
+from fastpipe.signals import stop_on_signals, stopped_before_training, training
 
 
 def run_training(settings: Config, run_dir: Path) -> dict:
@@ -51,7 +53,12 @@ def run_training(settings: Config, run_dir: Path) -> dict:
             print(f"fastpipe: {exc}", file=sys.stderr, flush=True)
         return record.to_dict()
     except BaseException as exc:
-        failure = _fixable_failure(settings, exc)
+        if isinstance(exc, KeyboardInterrupt) and record.status == "ok":  # Ctrl-C once the results were in
+            record.warnings.append("interrupted (Ctrl-C) after the results were written; they are kept")
+            raise
+        # a stop signal before training began wins over the error it became where it landed
+        failure = (None if isinstance(exc, KeyboardInterrupt) else stopped_before_training()) or \
+            _fixable_failure(settings, exc)
         _record_failure(failure, record, ckpt)
         if failure is not exc:
             raise failure from exc
@@ -72,6 +79,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
         record.batch_size_search = search.record()
     record.batch_size = settings.train.batch_size
     g = training_graph.build(settings, runtime, progress=show)
+    check_first_batches(g, settings)  # the project's parts on a first batch of each split, before any step
     description = describe(g, settings, search)
     if dist.is_main:
         print(description, flush=True)
@@ -90,8 +98,10 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.set(**outcome(g, result))
     primary = record.primary_metric
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
-    record.set(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
+    record.set(checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
                checkpoint_stall_s=ckpt.stall_summary())
+    _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
+    record.set(status="ok")
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
     recorder.write_text("graph.txt", describe(g, settings, search))  # again: a compile fall-back is noted there
     if dist.is_main:
@@ -107,6 +117,30 @@ def _with_found_batch_size(settings: Config, runtime) -> tuple:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)
     return training_graph.with_batch_size(settings, search.chosen), search
+
+
+def _require_primary(g, result, settings: Config) -> None:
+    """A run evaluated on a held-out split must end with a finite primary metric: without one, the
+    run's parity, target and rank in a sweep mean nothing. Runs without a held-out split (dataset=
+    synthetic) report a null metric and stay ok."""
+    import math
+
+    val, name = result.val_metrics, g.task.primary
+    if g.eval_loader is None or val is None:
+        return
+    from fastpipe.train.first_batch import part
+
+    task = part(settings, "task")
+    if name not in val:
+        raise TrainingError(f"{task}'s primary metric {name!r} is missing from the held-out metrics "
+                            f"({', '.join(sorted(val)) or 'none'}) after step {result.steps}: the run has no result; "
+                            f"return {name!r} from metrics() on every batch, or set primary to one of those names")
+    value = val[name]
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TrainingError(f"{task}'s primary metric {name} is {value} on the held-out split after step "
+                            f"{result.steps}: the run has no result; the model's outputs or metrics()' sums are "
+                            "non-finite (look at final_loss and val_metrics: lower optimizer.lr, or use "
+                            "precision=fp32 to rule out overflow, or fix metrics())")
 
 
 def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
@@ -138,6 +172,8 @@ def _record_failure(failure: BaseException, record: RunRecord, ckpt) -> None:
              **(getattr(failure, "metrics", None) or {})}  # e.g. status=preempted, steps so far
     if not isinstance(failure, FastpipeError):
         known["traceback"] = traceback.format_exc()
+    elif "Original Traceback" in str(failure):  # raised in a DataLoader worker: its traceback is the text
+        known["traceback"] = str(failure)
     record.fail(_fixable(failure) if isinstance(failure, FastpipeError) else _short(failure), **known)
 
 
@@ -172,10 +208,13 @@ def model_flops(g, result, throughput, world_size: int) -> dict:
             "mfu": flops.utilisation(per_sample, throughput, peak, world_size), "tokens_per_s": tokens}
 
 
+WORKER = re.compile(r"^Caught (\w+) in (DataLoader worker process \d+)\.")
+
+
 def _fixable(exc: FastpipeError) -> str:
     """The message; raised in a DataLoader worker, the original one (the last line of the wrapper's)."""
     text = str(exc)
-    if text.startswith("Caught ") and "Original Traceback" in text:
+    if WORKER.match(text) and "Original Traceback" in text:
         text = re.sub(r"^[\w.]+: ", "", text.strip().splitlines()[-1])  # drop "fastpipe.errors.DataError: "
     return text
 
@@ -190,6 +229,11 @@ def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
 
 
 def _short(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {text}"[:500]
+    """``Type: first line``; for an exception a DataLoader worker raised, its own last line (torch's
+    first line says only "Caught ValueError in DataLoader worker process 0") and the worker."""
+    lines = str(exc).strip().splitlines() or [""]
+    worker = WORKER.match(lines[0])
+    if worker and "Original Traceback" in str(exc):
+        return f"{lines[-1].strip()} (raised in {worker.group(2)})"[:500]
+    return f"{type(exc).__name__}: {lines[0]}"[:500]
 
