@@ -142,7 +142,8 @@ def _launching(signum, _frame) -> None:
 @contextlib.contextmanager
 def stop_while_launching() -> Iterator[None]:
     """In the Hydra process, around a job: a stop signal before the trainer runs stops the job (and
-    the sweep) with exit code 75; while the trainer runs, ``forwarded_to`` passes signals on."""
+    the sweep) with exit code 75; from the moment the trainer starts, ``started_with_signals_held`` passes
+    signals on."""
     global _before_training
     _before_training = None
     with _handlers(_launching):
@@ -150,37 +151,34 @@ def stop_while_launching() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def forwarded_to(pid: int) -> Iterator[None]:
-    """In the launching process: pass SIGTERM/SIGUSR1 on to the training process ``pid``."""
+def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
+    """Start the training process (``start()`` returns its pid) and pass SIGTERM/SIGUSR1 on to it,
+    with no moment where a stop signal is lost or kills it unrecorded: the trainer starts with them
+    blocked, so one sent to it while it imports stays pending until ``stop_on_signals`` records it
+    (preempted, exit 75); one that reaches this process while it starts is forwarded once it has."""
+    state = {"pid": None, "pending": []}
+
     def forward(signum, _frame):
+        if state["pid"] is None:
+            state["pending"].append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+            os.kill(state["pid"], signum)
 
     with _handlers(forward):
-        yield
+        if threading.current_thread() is not threading.main_thread():
+            state["pid"] = start()
+        else:
+            from multiprocessing import resource_tracker
 
-
-@contextlib.contextmanager
-def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
-    """Start the training process (``start()`` returns its pid) and forward stop signals to it, with
-    no moment where a stop signal is lost or kills it unrecorded: the signals are blocked while it
-    starts, so it inherits the block and keeps a signal pending through its imports until
-    ``stop_on_signals`` can record it (preempted, exit 75); one that reaches this process meanwhile
-    waits until forwarding is set, then goes to the trainer."""
-    if threading.current_thread() is not threading.main_thread():
-        pid = start()
-        yield pid
-        return
-    from multiprocessing import resource_tracker
-
-    # multiprocessing starts its resource tracker with the first process it spawns, and unblocks
-    # SIGTERM after doing so: started first, it leaves the block below alone
-    resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        pid = start()
-        with forwarded_to(pid):
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # one that came meanwhile is forwarded now
-            yield pid
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            # multiprocessing starts its resource tracker with the first process it spawns, and
+            # unblocks SIGTERM after doing so: started first, it leaves the block below alone
+            resource_tracker.ensure_running()
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
+            try:
+                state["pid"] = start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum in list(state["pending"]):
+            forward(signum, None)
+        yield state["pid"]

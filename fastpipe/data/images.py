@@ -176,8 +176,6 @@ def _header_problems(paths: Sequence[str]) -> List[Optional[str]]:
         try:
             with Image.open(path):
                 problems.append(None)
-        except FastpipeError:  # a stop signal (Preempted) that landed here: the file is fine
-            raise
         except Exception as exc:  # any failure here is one data=default would meet later
             problems.append(str(exc) or type(exc).__name__)
     return problems
