@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from fastpipe.record import results
 from fastpipe.record.run_record import failed
 from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
-from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
+from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
@@ -52,6 +52,10 @@ def run(cfg: DictConfig):
         if full_errors():
             traceback.print_exc()
         metrics = refused(run_dir, stopped_before_training() or exc, choices, overrides)
+    except OSError as exc:  # the run folder's disk filled up or became read-only while launching
+        if unwritable(exc) is None:
+            raise
+        metrics = refused(run_dir, cannot_write(unwritable(exc), run_dir), choices, overrides)
     except KeyboardInterrupt:
         metrics = interrupted(run_dir, choices, overrides, earlier)
         if metrics.get("status") == "ok":  # Ctrl-C after the results were written: they stay; the sweep stops
@@ -73,7 +77,7 @@ def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -
     from fastpipe.runtime import environment
 
     record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
-    results.write(run_dir, record)
+    results.write_if_possible(run_dir, record)
     return record.to_dict()
 
 
@@ -93,7 +97,7 @@ def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = No
     record = failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
                                                  "no checkpoint was written"),
                     choices, overrides, status="interrupted", checkpoint=latest and str(latest))
-    results.write(run_dir, record)
+    results.write_if_possible(run_dir, record)
     return record.to_dict()
 
 

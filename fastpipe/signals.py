@@ -21,7 +21,7 @@ import signal
 import threading
 from typing import Callable, Iterator, Optional
 
-from fastpipe.errors import Preempted
+from fastpipe.errors import EXIT_CODE, Preempted
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _received: Optional[int] = None
@@ -40,6 +40,8 @@ def exit_reason(code: int) -> str:
         return f"training process killed by {name}{hint}"
     if code == 130:
         return "training process interrupted (Ctrl-C: exit code 130)"
+    if code == EXIT_CODE:  # a failure it recognised, whose record it could not write (a full disk): it said it
+        return f"training process failed (exit code {code}) without writing its record; its own error line is above"
     return f"training process exited with code {code}"
 
 

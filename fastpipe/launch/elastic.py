@@ -142,7 +142,7 @@ def _failed(run_dir: Path, settings: Config, reason: str, trace: Optional[str], 
                         status=status, **extra)
     else:  # rank 0 recorded its own failure: keep its measurements, name the rank that caused it
         record = RunRecord.from_dict(kept).fail(reason, status=status, **extra)
-    results.write(run_dir, record)
+    results.write_if_possible(run_dir, record)
     return record.to_dict()
 
 

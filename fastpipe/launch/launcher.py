@@ -61,13 +61,13 @@ def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
     if metrics is None or metrics.get("status") == "running":  # it died before writing its outcome
         record = failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1),
                         run_id=settings.run_id)
-        results.write(run_dir, record)
+        results.write_if_possible(run_dir, record)
     else:
         record = RunRecord.from_dict(metrics)
         if record.status == "ok":
             record.warnings.append(f"{exit_reason(exitcode)} after it had finished and written these results")
             record.exitcode = exitcode
-            results.write(run_dir, record)
+            results.write_if_possible(run_dir, record)
     record.exitcode = exitcode
     return record.to_dict()
 

@@ -1,9 +1,7 @@
 """One training job inside a worker process: runtime -> graph -> loop -> metrics and files."""
 from __future__ import annotations
 
-import re
 import sys
-import traceback
 import warnings
 from pathlib import Path
 
@@ -14,10 +12,9 @@ from fastpipe.record.notes import collect_warnings
 from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
-from fastpipe.config.registry import choice
-from fastpipe.errors import (EnvironmentProblem, FastpipeError, FastpipeWarning, OutOfMemory, TrainingError,
-                             memory_fixes)
+from fastpipe.errors import FastpipeWarning, TrainingError
 from fastpipe.train.description import describe
+from fastpipe.train.failures import fixable_failure, record_failure, write_record
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.loop import train
 from fastpipe.measure.steps import StepMeter, combine_ranks
@@ -58,14 +55,13 @@ def run_training(settings: Config, run_dir: Path) -> dict:
             raise
         # a stop signal before training began wins over the error it became where it landed
         failure = (None if isinstance(exc, KeyboardInterrupt) else stopped_before_training()) or \
-            _fixable_failure(settings, exc)
-        _record_failure(failure, record, ckpt)
+            fixable_failure(settings, exc, run_dir)
+        record_failure(failure, record, ckpt)
         if failure is not exc:
             raise failure from exc
         raise
     finally:
-        recorder.write_metrics(record)
-        recorder.close()
+        write_record(recorder, record, run_dir)
 
 
 def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: RunRecord, ckpt: Checkpointer) -> None:
@@ -143,40 +139,6 @@ def _require_primary(g, result, settings: Config) -> None:
                             "precision=fp32 to rule out overflow, or fix metrics())")
 
 
-def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
-    """The error a user can act on for a known failure (out of memory, a dead DataLoader worker), else ``exc``."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return _out_of_memory(settings, exc)
-    text = (str(exc).strip().splitlines() or [""])[0]
-    if isinstance(exc, RuntimeError) and "DataLoader worker" in text and ("killed" in text or "exited" in text):
-        return EnvironmentProblem(f"a DataLoader worker process died ({text}); the out-of-memory killer is the "
-                                  "usual cause: lower data.num_workers or train.batch_size, or read a pack with "
-                                  "data=mmap")
-    return exc
-
-
-def _record_failure(failure: BaseException, record: RunRecord, ckpt) -> None:
-    """Fill ``record`` for a run that did not finish: one line of reason, the newest good checkpoint."""
-    try:
-        ckpt.settle(barrier=False)  # a write in flight completes first: it may be the newest good one
-    except Exception as exc:  # its own failure (a full disk) is worth a line, not a second crash
-        record.warnings.append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
-    latest = None if ckpt.latest is None else str(ckpt.latest)
-    if isinstance(failure, KeyboardInterrupt):
-        step = ckpt.position.step if ckpt.position is not None else 0
-        record.fail(f"interrupted (Ctrl-C) at step {step}; " + (
-                    f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"),
-                    status="interrupted", checkpoint=latest, steps=step)
-        return
-    known = {"status": "failed", "checkpoint": latest,
-             **(getattr(failure, "metrics", None) or {})}  # e.g. status=preempted, steps so far
-    if not isinstance(failure, FastpipeError):
-        known["traceback"] = traceback.format_exc()
-    elif "Original Traceback" in str(failure):  # raised in a DataLoader worker: its traceback is the text
-        known["traceback"] = str(failure)
-    record.fail(_fixable(failure) if isinstance(failure, FastpipeError) else _short(failure), **known)
-
-
 def outcome(g, result) -> dict:
     """What the run achieved: the task's held-out metrics, the primary one, the training loss."""
     val = result.val_metrics
@@ -206,34 +168,3 @@ def model_flops(g, result, throughput, world_size: int) -> dict:
     tokens = throughput * result.tokens_per_sample if throughput and result.tokens_per_sample else None
     return {"flops_per_sample": per_sample, "flops_method": method, "peak_tflops": peak,
             "mfu": flops.utilisation(per_sample, throughput, peak, world_size), "tokens_per_s": tokens}
-
-
-WORKER = re.compile(r"^Caught (\w+) in (DataLoader worker process \d+)\.")
-
-
-def _fixable(exc: FastpipeError) -> str:
-    """The message; raised in a DataLoader worker, the original one (the last line of the wrapper's)."""
-    text = str(exc)
-    if WORKER.match(text) and "Original Traceback" in text:
-        text = re.sub(r"^[\w.]+: ", "", text.strip().splitlines()[-1])  # drop "fastpipe.errors.DataError: "
-    return text
-
-
-def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
-    fixes = memory_fixes(settings.train.batch_size, settings.precision.name, settings.model.activation_checkpointing,
-                         choice("launcher", settings.launcher.name).shards)
-    return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
-                       f"(precision={settings.precision.name}, model={settings.model.target}, "
-                       f"launcher={settings.launcher.name}): {'; or '.join(fixes)} [{first}]")
-
-
-def _short(exc: BaseException) -> str:
-    """``Type: first line``; for an exception a DataLoader worker raised, its own last line (torch's
-    first line says only "Caught ValueError in DataLoader worker process 0") and the worker."""
-    lines = str(exc).strip().splitlines() or [""]
-    worker = WORKER.match(lines[0])
-    if worker and "Original Traceback" in str(exc):
-        return f"{lines[-1].strip()} (raised in {worker.group(2)})"[:500]
-    return f"{type(exc).__name__}: {lines[0]}"[:500]
-
