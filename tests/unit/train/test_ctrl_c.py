@@ -2,6 +2,8 @@
 the Hydra process, which gets the same Ctrl-C, does not rewrite it as interrupted."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import TINY, run_in_process
 
@@ -31,8 +33,12 @@ def test_ctrl_c_after_the_summary_keeps_the_results(tmp_path, monkeypatch):
 
 def test_ctrl_c_before_a_job_launched_keeps_an_earlier_runs_results_aside(tmp_path):
     from fastpipe.__main__ import interrupted
+    from fastpipe.record import results
+    from fastpipe.record.run_record import RunRecord
 
-    earlier = run_in_process(tmp_path, TINY)
-    record = interrupted(tmp_path, earlier["choices"], earlier["overrides"], earlier=earlier["run_id"])
+    earlier = RunRecord.start({"precision": "fp32"}, [], run_id="earlier").set(status="ok", throughput=100.0)
+    results.write(tmp_path, earlier)  # an earlier run's results in the reused folder
+    record = interrupted(tmp_path, earlier.choices, earlier.overrides, earlier="earlier")
     assert record["status"] == "interrupted" and read_metrics(tmp_path)["status"] == "interrupted"
-    assert (tmp_path / "metrics.previous.json").is_file()  # never reported as this run's, never lost
+    kept = json.loads((tmp_path / "metrics.previous.json").read_text())
+    assert kept["run_id"] == "earlier" and kept["throughput"] == 100.0  # never reported as this run's, never lost

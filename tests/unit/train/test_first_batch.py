@@ -2,6 +2,7 @@
 training where a first batch of each split shows it (docs/errors.md, "A project's code")."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from fastpipe.errors import ProjectError, TrainingError
 from fastpipe.record.results import read as read_metrics
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the configs name bad_project's parts by _target_
+    sys.path.insert(0, str(HERE))
 BASE = ["train.batch_size=8", "train.max_steps=4", "measure.warmup_steps=1", "measure.window=2",
         "runtime.progress=false", "data.num_workers=0"]
 CONFIGS = {  # the project's conf/: group/name -> the config's lines

@@ -2,7 +2,7 @@
 with what to do next: tested by phase (this process signals itself at a phase's boundary, inside the
 code that runs there), not by timing. The phases of the Hydra process's own start-up and of the
 training process's first moments, which need real processes, are in
-tests/integration/test_start_up_signals.py."""
+tests/integration/test_signal_as_the_trainer_starts.py."""
 from __future__ import annotations
 
 import functools
