@@ -10,15 +10,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from fastpipe.record import results
+from fastpipe.cli.help import register_help_resolver
 from fastpipe.record.run_record import failed
 from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
+from fastpipe.record import results
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 register_configs()
+register_help_resolver()  # --help's list of groups (conf/hydra/help/fastpipe.yaml)
 register_sweep_plugins()  # Hydra's plugin scan misses them under an editable install run from elsewhere
 
 

@@ -109,7 +109,7 @@ def memory_fixes(batch_size, precision: str, activation_checkpointing: bool, sha
                      "(graph.txt)")
     elif batch_size != 1:
         fixes.append("lower train.batch_size (train.grad_accum keeps the effective batch)")
-    if precision != "amp":
+    if precision not in ("amp", "fp8"):
         fixes.append("use precision=amp")
     if not activation_checkpointing:
         fixes.append("set model.activation_checkpointing=true")

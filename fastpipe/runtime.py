@@ -5,12 +5,9 @@ read ``os.environ``, ``torch.backends`` or the process group themselves.
 """
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import random
-import signal
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +17,7 @@ import numpy as np
 import torch
 
 from fastpipe.errors import EnvironmentProblem
+from fastpipe.signals import die_with_parent  # noqa: F401  (re-exported: the launchers call it from here)
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def setup_runtime(settings) -> Runtime:
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
     torch.backends.cudnn.allow_tf32 = tf32
-    _compiler_switches(settings.compile)
+    _compiler_switches(settings.compile, settings.precision)
     seed_everything(settings.seed + dist.rank)  # each rank its own stream (augmentation, dropout)
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
@@ -137,27 +135,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _compiler_switches(cfg) -> None:
+def _compiler_switches(cfg, precision=None) -> None:
     """Dynamo's process-wide DDP switch, per ``compile.optimize_ddp`` (compiled autograd is turned on around
-    each backward: CompiledModel.backward_context)."""
+    each backward: CompiledModel.backward_context); Inductor's exact rounding of casts for fp8's rowwise
+    recipe (without it the fused rowwise scaling can round differently from eager and lose accuracy)."""
     if cfg is None or cfg.name == "off":
         return
     import torch._dynamo.config as dynamo
 
     if cfg.optimize_ddp != "auto":
         dynamo.optimize_ddp = cfg.optimize_ddp
+    if getattr(precision, "name", None) == "fp8" and precision.recipe == "rowwise":
+        import torch._inductor.config as inductor
 
-
-def die_with_parent(parent: int) -> None:
-    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
-    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
-    is gone; a parent already gone by now means exit at once."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
+        inductor.emulate_precision_casts = True
 
 
 def cpu_cores() -> int:
@@ -165,31 +156,30 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-@functools.lru_cache(maxsize=None)
 def cpu_bf16() -> dict:
     """Whether this CPU computes bf16 natively (x86: AVX512-BF16 or AMX-BF16; Arm: its BF16 extension).
     Without it, bf16 autocast on the CPU (precision=amp) runs emulated kernels, many times slower than
-    fp32. ``native`` is None where it cannot be told; ``isa``: what was found; ``source``: torch's own
-    CPU probes, or the kernel's /proc/cpuinfo flags."""
+    fp32 (the doctor says so; precision=amp warns). ``native`` is None where it cannot be told;
+    ``isa``: what was found; ``source``: torch's own CPU probes, or the kernel's /proc/cpuinfo flags."""
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "i686", "x86"):
         probes = {"AVX512-BF16": "_is_avx512_bf16_supported", "AMX-BF16": "_is_amx_tile_supported"}
         if all(hasattr(torch.cpu, probe) for probe in probes.values()):  # AMX tiles come with AMX-BF16
             found = [isa for isa, probe in probes.items() if getattr(torch.cpu, probe)()]
             return {"native": bool(found), "isa": found, "looked_for": list(probes), "source": "torch.cpu"}
-        flags = _cpuinfo_flags()
+        flags = _cpuinfo_words()
         if flags is not None:
             found = [isa for isa, flag in (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16")) if flag in flags]
             return {"native": bool(found), "isa": found, "looked_for": list(probes), "source": "/proc/cpuinfo"}
     elif machine in ("aarch64", "arm64"):
-        flags = _cpuinfo_flags()
+        flags = _cpuinfo_words()
         if flags is not None:
             found = ["BF16"] if "bf16" in flags else []
             return {"native": bool(found), "isa": found, "looked_for": ["BF16"], "source": "/proc/cpuinfo"}
     return {"native": None, "isa": [], "looked_for": [], "source": None}
 
 
-def _cpuinfo_flags() -> Optional[set]:
+def _cpuinfo_words() -> Optional[set]:
     """The words of /proc/cpuinfo's ``flags`` / ``Features`` lines (Linux), or None."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")

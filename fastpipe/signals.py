@@ -184,3 +184,18 @@ def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
         for signum in list(state["pending"]):
             forward(signum, None)
         yield state["pid"]
+
+
+def die_with_parent(parent: int) -> None:
+    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
+    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
+    is gone; a parent already gone by now means exit at once. (Here, not in runtime.py, so that a
+    sweep's job process can call it before it imports torch.)"""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)

@@ -230,8 +230,8 @@ def test_halving_sweep_prunes_keeps_the_baseline_and_runs_the_finalists_in_full(
 
 
 def test_the_plugins_are_found_from_a_project_folder_outside_the_repository(tmp_path):
-    """Hydra's plugin scan cannot list an editable install's packages from another folder; fastpipe
-    registers its plugins itself, so a project folder can name them."""
+    """From a project folder, fastpipe's entry point finds its plugins (Hydra's scan does, and fastpipe
+    registers them too, for installs behind an import hook)."""
     from conftest import run_cli
 
     for choice, target in (("hydra/sweeper=halving", "halving_sweeper.HalvingSweeper"),

@@ -2,12 +2,13 @@
 
 Each YAML file under conf/<group>/ starts from its schema (``defaults: [schema_<name>]``) and holds
 only what differs from it, so each key's default and meaning live in one place, its schema here.
-A wrong type or an unknown key fails with OmegaConf's own message. ``to_settings`` converts the
-composed DictConfig to these dataclasses once, at the edge; nothing past it sees Hydra.
+A wrong type fails with OmegaConf's own message, an unknown key when the config is converted
+(config/keys.py). ``to_settings`` converts the composed DictConfig to these dataclasses once, at the
+edge; nothing past it sees Hydra. fastpipe 0.1's spellings are no schema's keys: config/legacy.py.
 """
 from __future__ import annotations
 
-import dataclasses
+import copy
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -15,7 +16,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fastpipe.config import registry
+from fastpipe.config import keys, legacy, registry
 from fastpipe.config._checks import one_of
 from fastpipe.config.compile import CompileConfig
 from fastpipe.config.data import (
@@ -31,21 +32,21 @@ from fastpipe.config.launcher import (
     ProcessGroupLauncherConfig,
     SingleLauncherConfig,
 )
-from fastpipe.config.objects import (LEGACY_SCHEMAS, OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig,
-                                     ObjectConfig, OptimizerConfig, TaskConfig)
-from fastpipe.config.precision import PrecisionConfig
+from fastpipe.config.objects import (OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig, ObjectConfig,
+                                     OptimizerConfig, TaskConfig)
+from fastpipe.config.precision import Fp8PrecisionConfig, PrecisionConfig
 from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
 from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
-from fastpipe.errors import ConfigError, FastpipeError
+from fastpipe.errors import ConfigError, EnvironmentProblem, FastpipeError
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "group_schemas", "config_dir", "register_configs", "to_settings", "CompileConfig",
            "DaliLoaderConfig", "DatasetConfig", "DdpLauncherConfig", "DefaultLoaderConfig", "FsdpLauncherConfig",
            "LauncherConfig", "ProcessGroupLauncherConfig",
            "LoaderConfig", "LrScheduleConfig", "MeasureConfig", "MmapLoaderConfig", "ModelConfig", "ObjectConfig",
            "OptimizerConfig",
-           "PrecisionConfig", "TaskConfig",
+           "Fp8PrecisionConfig", "PrecisionConfig", "TaskConfig",
            "ProfileConfig", "ReportConfig", "RuntimeConfig", "SingleLauncherConfig", "SweepConfig", "TrainConfig"]
 
 
@@ -80,10 +81,6 @@ class Config:
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
-    # Filled by the entry point from Hydra's runtime, for the record (metrics.json, reports):
-    overrides: List[str] = field(default_factory=list)
-    choices: Dict[str, str] = field(default_factory=dict)
-    run_id: str = ""  # set by each launch: a record says which run wrote it
 
     def __post_init__(self) -> None:
         one_of("device", self.device, ("auto", "cpu", "cuda"))
@@ -91,31 +88,22 @@ class Config:
             node = getattr(self, group)
             if node is not MISSING and (not isinstance(node, dict) or node.get("_target_") or set(node) - set(kind.OWN_KEYS)):
                 setattr(self, group, kind.from_node(node))
-        if self.train.lr is not None and isinstance(self.optimizer, OptimizerConfig):  # the old spelling
-            self.optimizer.params["lr"] = self.train.lr
-            self.optimizer.deprecations.append(f"train.lr is deprecated: use optimizer.lr={self.train.lr:g} "
-                                               "(it will be removed in the next release)")
-        self._old_schedule_keys()
-
-    def _old_schedule_keys(self) -> None:
-        """``train.lr_schedule`` / ``train.lr_warmup_steps`` of fastpipe 0.1: the lr_schedule group now."""
-        old, warmup = self.train.lr_schedule, self.train.lr_warmup_steps
-        if (old is None and warmup is None) or not isinstance(self.lr_schedule, LrScheduleConfig):
-            return
-        if old is not None:
-            one_of("train.lr_schedule", old, ("cosine", "constant"))
-            self.lr_schedule = LrScheduleConfig(target=f"fastpipe.stages.schedules.{old}")
-        if warmup is not None:
-            self.lr_schedule.params["warmup_steps"] = warmup
-        spelled = " ".join(f"lr_schedule={old}" if k == "lr_schedule" else f"lr_schedule.warmup_steps={warmup}"
-                           for k, v in (("lr_schedule", old), ("warmup", warmup)) if v is not None)
-        self.lr_schedule.deprecations.append(f"train.lr_schedule / train.lr_warmup_steps are deprecated: use {spelled} "
-                                             "(they will be removed in the next release)")
+        # Facts about the run, not settings: the entry point fills them from Hydra's runtime for the record
+        # (metrics.json, reports). Attributes rather than fields, so --cfg job and --help do not list them.
+        self.overrides: List[str] = []
+        self.choices: Dict[str, str] = {}
+        self.run_id: str = ""  # set by each launch: a record says which run wrote it
+        self.dropped_keys: List[str] = []  # notes on keys of another group choice, dropped (config/keys.py)
 
     @property
     def deprecations(self) -> List[str]:
         """What old spellings in this config should become (warned about, never fatal)."""
         return [n for g in OBJECT_GROUPS for n in getattr(getattr(self, g), "deprecations", [])]
+
+    @property
+    def notes(self) -> List[str]:
+        """Everything converting the config has to say: the deprecations, then the keys dropped."""
+        return self.deprecations + self.dropped_keys
 
     def check(self) -> None:
         """The checks that import the project's callables: each ``_target_`` and its keys, and the
@@ -129,6 +117,8 @@ class Config:
                               f"data, but dataset={self.choices.get('dataset', self.dataset.short_name)} gives "
                               f"{kind}; choose a matching dataset (e.g. task=lm dataset=tokens)")
         self._check_closed_choices()
+        if self.precision.name == "fp8":
+            self._check_fp8()
 
     def _check_closed_choices(self) -> None:
         """Each closed group's choice against what it supports (config/registry.py): the launcher it runs
@@ -149,6 +139,18 @@ class Config:
             raise ConfigError(f"data={self.data.name} cannot read dataset={dataset}: {why}; use "
                               f"data={' or data='.join(allowed)}")
 
+    def _check_fp8(self) -> None:
+        """precision=fp8's combinations: compiled (eager fp8 casts cost more than they save), torchao present."""
+        from importlib.util import find_spec
+
+        if self.compile.name == "off":
+            raise ConfigError("precision=fp8 with compile=off: without torch.compile the fp8 casts run as separate "
+                              "kernels and training is slower than bf16; use compile=default (or another mode), "
+                              "or precision=amp")
+        if find_spec("torchao") is None:
+            raise EnvironmentProblem("precision=fp8 needs torchao's float8 training, which is not installed: "
+                                     "pip install 'fastpipe[fp8]' (or use precision=amp)")
+
 
 # The config groups, in the order of the root config's fields: one list for the entry point,
 # metrics.json's ``choices``, the sweep winner and the tests.
@@ -156,9 +158,9 @@ GROUPS = tuple(f.name for f in fields(Config) if f.metadata.get("group"))
 
 def group_schemas() -> Dict[str, Dict[str, type]]:
     """``{group: {schema name: schema}}``: the closed groups' from their registry (choices a project
-    registered included), beside the open groups' legacy schemas and the profile group's."""
+    registered included), and the profile group's (fastpipe 0.1's schema_model / schema_dataset:
+    config/legacy.py)."""
     return {
-        **LEGACY_SCHEMAS,  # dataset and model are open (a _target_ and its callable's keys); these keep old configs composing
         **{group: registry.schemas(group) for group in registry.CLOSED_GROUPS},
         "profile": {"profile": ProfileConfig},
     }
@@ -179,39 +181,36 @@ def config_dir() -> str:
 def register_configs() -> None:
     """Register the root schema and each group's schemas (named ``schema_<name>``)."""
     cs = ConfigStore.instance()
-    cs.store(name="fastpipe_schema", node=Config)
+    cs.store(name="fastpipe_schema", node=root_schema())
     for group, schemas in group_schemas().items():
-        for name, node in schemas.items():
-            cs.store(group=group, name=f"schema_{name}", node=node)
+        for name, kind in schemas.items():  # a group of several schemas takes their keys (config/keys.py)
+            cs.store(group=group, name=f"schema_{name}", node=keys.schema_node(kind, open_keys=len(schemas) > 1))
+    for group, schemas in legacy.SCHEMAS.items():  # schema_model / schema_dataset, for 0.1's YAML files
+        for name, kind in schemas.items():
+            cs.store(group=group, name=f"schema_{name}", node=kind)
 
 
-def _refuse_added_keys(node: DictConfig, path: str = "") -> None:
-    """A key added with ``+`` to one of fastpipe's schemas (``+train.epoch=3``) would be dropped
-    silently when converting: refuse it, naming the key and the schema's keys."""
-    kind = OmegaConf.get_type(node)
-    if dataclasses.is_dataclass(kind):
-        known = {f.name for f in fields(kind)}
-        extra = sorted(k for k in node.keys() if k not in known)
-        if extra:
-            keys = sorted(known - set(getattr(kind, "MOVED_KEYS", ())))
-            raise ConfigError(f"{path}{extra[0]} is not a key of {kind.__name__} (its keys: {', '.join(keys)}); "
-                              "fix the spelling")
-    for key in node.keys():
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
-            _refuse_added_keys(child, f"{path}{key}.")
+def root_schema() -> DictConfig:
+    """The root config's structured node, its ``train`` open to fastpipe 0.1's keys (config/legacy.py)."""
+    return legacy.accepting_old_train_keys(OmegaConf.structured(Config))
 
 
 def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check: bool = True) -> Config:
     """Convert the composed config to dataclasses (running every schema's validation); with ``check``
-    also import each ``_target_`` and check its keys and the combination (``Config.check``)."""
-    _refuse_added_keys(cfg)
+    also import each ``_target_`` and check its keys and the combination (``Config.check``). ``cfg``
+    itself is left as it is."""
+    cfg = copy.deepcopy(cfg)
+    old = legacy.take_old_train_keys(cfg)  # fastpipe 0.1's train keys, taken out
+    dropped = keys.drop_other_choices_keys(cfg, group_schemas())
+    keys.refuse_added_keys(cfg)
     try:
         settings = OmegaConf.to_object(cfg)
     except FastpipeError:  # a schema's own message, or a stop signal (Preempted) that landed here
         raise
     except Exception as exc:  # OmegaConf's own messages name the key; keep them
         raise ConfigError(str(exc).splitlines()[0]) from exc
+    legacy.apply_old_train_keys(old, settings)
+    settings.dropped_keys = dropped
     settings.choices = dict(choices or {})
     if check:
         settings.check()

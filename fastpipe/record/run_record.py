@@ -113,6 +113,8 @@ class RunRecord:
     grad_norm: Optional[float] = None
     batch_size: Optional[int] = None
     batch_size_search: Optional[Dict[str, Any]] = None  # BatchSearch.record(): goal, cap, chosen, seconds, probes
+    model_build_s: Optional[float] = None  # constructing and initialising the model on its device (or sharding it)
+    fp8: Optional[Dict[str, Any]] = None  # precision=fp8: Fp8Layers.record(): recipe, converted, kept, ...
     per_rank: Optional[Dict[str, List[Any]]] = None  # measure.steps.PER_RANK_KEYS -> one value per rank
     env: Optional[Dict[str, Any]] = None  # runtime.environment()
     warnings: List[str] = field(default_factory=list)

@@ -1,8 +1,8 @@
 """Every job of a sweep checked before the first one starts.
 
-Hydra refuses an unknown key or a value of the wrong type for the whole sweep before launching it;
-a value that only fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a loader key of
-another loader) would otherwise surface as a failed row after the jobs before it had run. So the
+Hydra refuses a value of the wrong type for the whole sweep before launching it; a value that only
+fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a misspelt ``train.*`` or ``data.*``
+key: config/keys.py) would otherwise surface as a failed row after the jobs before it had run. So the
 sweep's jobs are composed as its sweeper will compose them (command-line lists and a preset's
 ``hydra.sweeper.params``) and converted to fastpipe's settings; the first that cannot be is named,
 with its overrides, and nothing runs. Only each group's own values are judged: a combination that

@@ -1,14 +1,17 @@
 """``train.batch_size=auto``: the batch size found by trying the real training step.
 
-Each candidate (powers of two) builds the run's stages afresh through the one stage builder
-(graph.build_probe: model, placement, precision, compile, EMA, optimizer) and runs a few of the
-training step itself (train/step.py: accumulation, clipping, the EMA's update; compilation
-included, Dynamo reset between candidates so each compiles for its own shape) on a real batch. On a
-GPU the batch doubles until the step runs out of memory (caught, the cache emptied) or reaches
-``train.batch_size_max``; on a CPU, where running out of memory kills the process instead of
-raising, it stops at the cap. ``train.batch_size_goal=memory`` takes the largest that fits;
-``throughput`` the one with the best steady-state samples/s among those that fit. Under DDP every
-rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
+Each candidate builds the run's stages afresh through the one stage builder (graph.build_probe:
+model, placement, precision, compile, EMA, optimizer) and runs a few of the training step itself
+(train/step.py: accumulation, clipping, the EMA's update; compilation included, Dynamo reset between
+candidates so each compiles for its own shape) on a real batch. The search starts at
+``train.batch_size_start`` (256 on a GPU, 32 on a CPU), doubles while the step fits (halves while it
+does not) to bracket the answer, then bisects between the last size that fitted and the first that
+did not, on the grid of ``train.batch_size_round`` (multiples of 8, or powers of two: no bisection).
+On a GPU a size does not fit when the step runs out of memory (caught, the cache emptied); on a CPU,
+where running out of memory kills the process instead of raising, the search stops at the cap
+(``train.batch_size_max``). ``train.batch_size_goal=memory`` takes the largest that fits;
+``throughput`` the one with the best steady-state samples/s among those tried that fit. Under DDP
+every rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
 The probes change nothing of the run: its model is built after them, from the same seed.
 """
 from __future__ import annotations
@@ -29,9 +32,27 @@ from fastpipe.train import graph
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.step import train_step
 
-START = 8  # the first candidate (halved down to 1 when it does not fit)
+CPU_START, GPU_START = 32, 256  # train.batch_size_start=null
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
-WARMUP_STEPS, TIMED_STEPS = 2, 3  # per candidate: compile + first optimizer state, then timed
+GRID = 8  # train.batch_size_round=8: multiples of 8 (and 1, 2, 4 below it)
+# Steps per candidate. Memory: the second step holds weights, optimizer state, activations and gradients
+# at once (the first creates the state after its activations are freed); a third covers CUDA graphs,
+# recorded on a later call. Throughput: compile + first optimizer state, then timed steps.
+MEMORY_STEPS = 3
+WARMUP_STEPS, TIMED_STEPS = 2, 3
+
+
+def steps_for(goal: str) -> tuple:
+    """(untimed steps, timed steps) of one candidate for ``train.batch_size_goal``."""
+    return (MEMORY_STEPS, 0) if goal == "memory" else (WARMUP_STEPS, TIMED_STEPS)
+
+
+def on_grid(size: int, rounding) -> int:
+    """The largest candidate at or below ``size`` (>= 1): a multiple of 8 from 8 up (rounding=8), else a
+    power of two."""
+    if rounding == GRID and size >= GRID:
+        return size - size % GRID
+    return 1 << (max(1, size).bit_length() - 1)
 
 
 @dataclass
@@ -53,15 +74,21 @@ class BatchSearch:
     probes: List[Probe] = field(default_factory=list)
     seconds: float = 0.0
 
+    start: int = 0
+    rounding: object = GRID
+
     def describe(self) -> str:
         tried = ", ".join(f"{p.batch_size}{'' if p.fits else ' x'}" for p in self.probes)
         what = "largest that fits" if self.goal == "memory" else "best samples/s of those that fit"
-        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == self.cap \
-            and all(p.fits for p in self.probes) else ""
-        return f"(auto: {what}; tried {tried}{capped}; {self.seconds:.0f} s)"
+        grid = "multiples of 8" if self.rounding == GRID else "powers of two"
+        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == \
+            on_grid(self.cap, self.rounding) and all(p.fits for p in self.probes) else ""
+        return (f"(auto: {what}; {len(self.probes)} probes from {self.start} in {grid}: {tried}{capped}; "
+                f"{self.seconds:.0f} s)")
 
     def record(self) -> dict:
         return {"goal": self.goal, "cap": self.cap, "chosen": self.chosen, "seconds": round(self.seconds, 1),
+                "start": self.start, "round": self.rounding, "probe_count": len(self.probes),
                 "probes": [vars(p) for p in self.probes]}
 
 
@@ -87,14 +114,19 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
     splits = graph.build_splits(settings, runtime)
     cap = cap_for(cfg, device)
     limit = _dataset_limit(splits, runtime.dist.world_size)
+    bound = min(cap, limit) if limit else cap
+    start = start_for(cfg, device, on_grid(bound, cfg.batch_size_round))
+    timed = steps_for(cfg.batch_size_goal)[1]
+
+    tried = []  # the first probe checks a first batch of each split (train/first_batch.py)
 
     def probe(size: int) -> Probe:
-        return _probe(size, device, size * cfg.grad_accum, lambda: _run_steps(settings, runtime, splits, size,
-                                                                              check=size == first))
+        check = not tried
+        tried.append(size)
+        return _probe(size, device, size * cfg.grad_accum * timed,
+                      lambda: _run_steps(settings, runtime, splits, size, check=check))
 
-    first = min(START, cap)
-
-    probes = _search(probe, runtime.dist, min(cap, limit) if limit else cap)
+    probes = _search(probe, runtime.dist, bound, start, cfg.batch_size_round)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
@@ -111,7 +143,7 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
         chosen = max(p.batch_size for p in fitting)
     seed_everything(settings.seed + runtime.dist.rank)  # the run starts from the seed, as without a search
     return BatchSearch(cfg.batch_size_goal, cap, chosen, sorted(probes, key=lambda p: p.batch_size),
-                       time.perf_counter() - start_time)
+                       time.perf_counter() - start_time, start, cfg.batch_size_round)
 
 
 def _dataset_limit(splits, world_size: int) -> Optional[int]:
@@ -121,24 +153,39 @@ def _dataset_limit(splits, world_size: int) -> Optional[int]:
     return max(1, len(splits.train) // world_size)
 
 
-def _search(probe: Callable[[int], Probe], dist, cap: int) -> List[Probe]:
-    """Powers of two: down from START until one fits, then up until one does not or the cap (each
-    timed, for the throughput goal). ``probe(size)`` tries one size on this process; ``dist``: the
-    processes that search together."""
-    probes, size = [], min(START, cap)
-    while size >= 1:
+def start_for(cfg, device: torch.device, top: int) -> int:
+    """The first candidate: ``train.batch_size_start`` (or the device's default) on the grid, at most ``top``."""
+    start = cfg.batch_size_start or (GPU_START if device.type == "cuda" else CPU_START)
+    return on_grid(min(start, top), cfg.batch_size_round)
+
+
+def _search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding) -> List[Probe]:
+    """Bracket, then bisect: from ``start``, double while a size fits (up to ``cap``) or halve while it
+    does not (down to 1); then bisect on the grid of ``rounding`` between the last size that fitted and the
+    first that did not. With a limit that grows with the batch, the answer is the largest size on the grid
+    that fits. ``probe(size)`` tries one size on this process; ``dist``: the processes that search together."""
+    top = on_grid(cap, rounding)
+    probes: List[Probe] = []
+
+    def fits(size: int) -> bool:
         probes.append(_on_every_rank(probe(size), dist))
-        if probes[-1].fits:
+        return probes[-1].fits
+
+    size = on_grid(min(start, top), rounding)
+    lo, hi = (size, None) if fits(size) else (None, size)
+    while lo is None and hi > 1:  # halve until one fits
+        size = on_grid(hi // 2, rounding)
+        lo, hi = (size, hi) if fits(size) else (None, size)
+    if lo is None:
+        return probes  # not even 1 fits
+    while hi is None and lo < top:  # double until one does not fit, or the cap
+        size = min(on_grid(2 * lo, rounding), top)
+        lo, hi = (size, None) if fits(size) else (lo, size)
+    while hi is not None:  # bisect between the last fit and the first failure
+        size = on_grid((lo + hi) // 2, rounding)
+        if size <= lo:
             break
-        size //= 2
-    if not probes[-1].fits:
-        return probes
-    size = probes[-1].batch_size * 2
-    while size <= cap:
-        probes.append(_on_every_rank(probe(size), dist))
-        if not probes[-1].fits:
-            break
-        size *= 2
+        lo, hi = (size, hi) if fits(size) else (lo, size)
     return probes
 
 
@@ -155,9 +202,10 @@ def _on_every_rank(probe: Probe, dist) -> Probe:
     return probe
 
 
-def _probe(size: int, device: torch.device, samples_per_step: int, run: Callable[[], float]) -> Probe:
-    """``run()`` (the training step for ``size``, built and timed: seconds of TIMED_STEPS steps), with
-    the device's memory measured around it; fits=False when it runs out of GPU memory."""
+def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[], float]) -> Probe:
+    """``run()`` (the training step for ``size``, built and run: the seconds of its timed steps, which
+    held ``samples_timed`` samples; none for the memory goal), with the device's memory measured around
+    it; fits=False when it runs out of GPU memory."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -174,24 +222,25 @@ def _probe(size: int, device: torch.device, samples_per_step: int, run: Callable
         torch.cuda.empty_cache()
     if seconds is None:
         return Probe(size, False, why="out of memory")
-    return Probe(size, True, samples_per_step * TIMED_STEPS / seconds if seconds > 0 else None,
+    return Probe(size, True, samples_timed / seconds if samples_timed and seconds > 0 else None,
                  None if peak is None else round(peak, 3))
 
 
 def _run_steps(settings: Config, runtime: Runtime, splits, size: int, check: bool = False) -> float:
-    """The run's graph built for batch ``size`` (graph.build_probe), then WARMUP_STEPS + TIMED_STEPS of
-    the training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds.
-    ``check``: the first probe checks a first batch of each split first (train/first_batch.py)."""
+    """The run's graph built for batch ``size`` (graph.build_probe), then ``steps_for(goal)`` of the
+    training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds.
+    ``check``: first, a first batch of each split through the project's parts (train/first_batch.py)."""
     g = graph.build_probe(settings, runtime, splits, size)
     if check:
         check_first_batches(g, settings)
     g.train_loader.set_epoch(0)
     batch = next(iter(g.train_loader))
-    for _ in range(WARMUP_STEPS):
+    untimed, timed = steps_for(settings.train.batch_size_goal)
+    for _ in range(untimed):
         train_step(g, settings.train, lambda: batch)
     synchronize(runtime.device)
     start = time.perf_counter()
-    for _ in range(TIMED_STEPS):
+    for _ in range(timed):
         train_step(g, settings.train, lambda: batch)
     synchronize(runtime.device)
     return time.perf_counter() - start

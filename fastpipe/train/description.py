@@ -25,7 +25,8 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("loader", f"data={g.train_loader.describe()}  batch_size={train.batch_size}/process"
                    + (f" {search.describe()}" if search is not None else "")),
         ("task", describe_task(g.task)),
-        ("model", describe_model(settings.model, g.model)),
+        ("model", f"{describe_model(settings.model, g.model)}  built on {g.parallel.built_on} in "
+                  f"{g.parallel.build_s:.1f} s"),
         ("parallel", g.parallel.describe()),
         ("precision", g.precision.describe()),
         ("compile", g.compiled.describe()),

@@ -35,7 +35,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     dist = dist_from_env()
     recorder = RunRecorder(run_dir, enabled=dist.is_main)
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
-    for note in settings.deprecations:
+    for note in settings.notes:  # old spellings to update, keys dropped for this choice
         record.warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
@@ -75,6 +75,8 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
         record.batch_size_search = search.record()
     record.batch_size = settings.train.batch_size
     g = training_graph.build(settings, runtime, progress=show)
+    record.set(model_build_s=round(g.parallel.build_s, 3),
+               fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
     check_first_batches(g, settings)  # the project's parts on a first batch of each split, before any step
     description = describe(g, settings, search)
     if dist.is_main:

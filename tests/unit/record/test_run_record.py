@@ -201,10 +201,10 @@ def rank_failed(run_dir):
 
 
 def sweep_job_died(run_dir):
-    from hydra_plugins.fastpipe_sweeps.gpus_launcher import GpusLauncher
+    from hydra_plugins.fastpipe_sweeps.jobs import record_death
 
     config = OmegaConf.create({"hydra": {"runtime": {"choices": CHOICES}, "overrides": {"task": OVERRIDES}}})
-    return GpusLauncher()._record_death(SimpleNamespace(config=config, run_dir=run_dir), -signal.SIGKILL, None)
+    return record_death(SimpleNamespace(config=config, run_dir=run_dir), -signal.SIGKILL, None)
 
 
 def repeat_failed(run_dir):

@@ -1,9 +1,9 @@
 """precision=amp on a CPU that computes bf16 only in emulation (no AVX512-BF16 / AMX, no Arm BF16):
 many times slower than fp32, so the run says so and names precision=fp32 (a warning in metrics.json
-and the summary, a note on graph.txt's precision line)."""
+and the summary, a note on graph.txt's precision line). The detection itself, the doctor's too:
+tests/unit/runtime/test_cpu.py."""
 from __future__ import annotations
 
-import platform
 import warnings
 
 import pytest
@@ -30,19 +30,3 @@ def test_amp_on_a_cpu_without_native_bf16_names_fp32(monkeypatch, native):
         assert amp.describe().endswith("(emulated on this CPU: precision=fp32 is faster here)")
     else:
         assert said == [] and "emulated" not in amp.describe()
-
-
-def test_native_bf16_is_what_the_cpu_flags_say(monkeypatch):
-    flags = runtime._cpuinfo_flags()
-    if flags is None or platform.machine() != "x86_64":
-        pytest.skip("reads the flags of /proc/cpuinfo on an x86 Linux machine")
-    expected = bool({"avx512_bf16", "amx_bf16"} & flags)
-    runtime.cpu_bf16.cache_clear()
-    assert runtime.cpu_bf16()["native"] is expected
-    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)  # a torch without its probes
-    runtime.cpu_bf16.cache_clear()
-    try:
-        from_flags = runtime.cpu_bf16()
-    finally:
-        runtime.cpu_bf16.cache_clear()
-    assert from_flags["source"] == "/proc/cpuinfo" and from_flags["native"] is expected

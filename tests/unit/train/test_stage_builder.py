@@ -14,7 +14,8 @@ from fastpipe.train.evaluation import evaluate
 def test_a_probe_runs_the_training_step_with_accumulation_clipping_and_the_ema(monkeypatch):
     tiny = [o for o in TINY if not o.startswith("train.batch_size")]
     settings = make_settings(tiny + ["train.batch_size=auto", "train.batch_size_max=8", "train.grad_accum=2",
-                                     "train.clip_grad_norm=0.5", "train.ema_decay=0.9"])
+                                     "train.clip_grad_norm=0.5", "train.ema_decay=0.9",
+                                     "train.batch_size_goal=throughput"])  # timed steps: samples/s measured
     graphs, micro_batches, clipped = [], [], []
     real_step, real_clip = batch_size.train_step, step.clip_gradients
 
