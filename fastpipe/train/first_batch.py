@@ -37,7 +37,7 @@ def part(settings, group: str) -> str:
     """How messages name a project part: ``model=gpt_tiny``, or ``model._target_=pkg.Net`` when the
     command line replaced the chosen config's callable."""
     target = getattr(settings, group).target
-    replaced = any(o.lstrip("+").startswith(f"{group}._target_=") for o in settings.overrides)
+    replaced = any(o.lstrip("+").startswith(f"{group}._target_=") for o in settings.overrides or [])
     choice = settings.choices.get(group)
     return f"{group}._target_={target}" if replaced or not choice else f"{group}={choice}"
 
