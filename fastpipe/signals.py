@@ -27,6 +27,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _received: Optional[int] = None
 _phase = "starting"  # starting | training | finishing
 _before_training: Optional[tuple] = None  # (signal, where) of a stop signal before training began
+_owner: Optional[int] = None  # the process whose handlers these are (a forked child inherits them)
+_deferring = 0  # inside ``deferred()``: a start-up stop waits for ``check()``
 
 
 def exit_reason(code: int) -> str:
@@ -67,12 +69,48 @@ def stopped_before_training() -> Optional[Preempted]:
     return None if _before_training is None else _stop_now(*_before_training)
 
 
+def _in_forked_child(signum) -> bool:
+    """A process forked from the one that set the handlers (a pool's worker, a DataLoader worker): while
+    starting up it ends quietly (a pool's terminate() signals its workers), later the signal is left to
+    the training process, which checkpoints."""
+    if _owner is None or os.getpid() == _owner:
+        return False
+    if _phase == "starting":
+        os._exit(128 + signum)
+    return True
+
+
 def _note(signum, _frame) -> None:
     global _received
+    if _in_forked_child(signum):
+        return
     _received = signum
     if _phase == "starting":
+        if _deferring:
+            _stop_now(signum, "starting up")  # noted; ``check()`` raises it where it is safe
+            return
         raise _stop_now(signum, "starting up")
     # training: the loop acts on the note at a step boundary; finishing: the run completes
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Around a fork pool while starting up (generating, packing): a stop signal does not raise inside
+    the pool's own machinery (its fork hooks, its queues' locks), where the exception is lost or leaves
+    a lock held and the pool hung; it raises at the next ``check()``, or as the block ends."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    check()
+
+
+def check() -> None:
+    """Raise the ``Preempted`` of a stop signal that ``deferred()`` held back (between units of work)."""
+    if _phase == "starting" and _before_training is not None and _received is not None:
+        raise stopped_before_training()
 
 
 @contextlib.contextmanager
@@ -92,8 +130,8 @@ def _handlers(handler) -> Iterator[None]:
 def stop_on_signals() -> Iterator[None]:
     """In the training process, for the whole run: see the module docstring. A stop signal that
     arrived while the process was still importing (``started_with_signals_held``) is acted on here."""
-    global _received, _phase, _before_training
-    _received, _phase, _before_training = None, "starting", None
+    global _received, _phase, _before_training, _owner
+    _received, _phase, _before_training, _owner = None, "starting", None, os.getpid()
     with _handlers(_note):
         if threading.current_thread() is threading.main_thread():
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a pending one raises Preempted now
@@ -138,7 +176,8 @@ def exit_on_stop_signals() -> None:
 
 
 def _launching(signum, _frame) -> None:
-    raise _stop_now(signum, "launching")
+    if not _in_forked_child(signum):
+        raise _stop_now(signum, "launching")
 
 
 @contextlib.contextmanager
@@ -146,8 +185,8 @@ def stop_while_launching() -> Iterator[None]:
     """In the Hydra process, around a job: a stop signal before the trainer runs stops the job (and
     the sweep) with exit code 75; from the moment the trainer starts, ``started_with_signals_held`` passes
     signals on."""
-    global _before_training
-    _before_training = None
+    global _before_training, _owner
+    _before_training, _owner = None, os.getpid()
     with _handlers(_launching):
         yield
 

@@ -46,6 +46,12 @@ def check_first_batches(g, settings) -> None:
     """Raise ``ProjectError`` for what a first batch of each split shows the run cannot train on (see
     the module docstring); ``g``: the run's TrainingGraph, ``settings``: its Config (for the names)."""
     names = {group: part(settings, group) for group in ("dataset", "model", "task")}
+    devices = [g.device.index or 0] if g.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # a random augmentation here leaves the run's streams alone
+        _check(g, names)
+
+
+def _check(g, names: dict) -> None:
     splits, model = g.dataset, g.model
     train = _first_batch(g, "training", splits.train)
     held = _first_batch(g, "held-out", splits.val) if splits.val is not None else None

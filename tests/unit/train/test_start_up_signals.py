@@ -105,3 +105,24 @@ def test_ddp_ranks_stopped_while_they_start_are_preempted(tmp_path, monkeypatch)
     assert metrics["status"] == "preempted" and read_metrics(tmp_path)["status"] == "preempted"
     assert metrics["reason"] == ("stopped by SIGTERM while launcher=ddp started its 2 ranks, before training began: "
                                  "nothing to checkpoint; run the same command again")
+
+
+def test_a_stop_signal_during_a_fork_pool_raises_between_its_results_and_its_workers_end_quietly(capfd):
+    """Generating shapes or packing forks a pool while starting up: the signal never raises inside the
+    pool's own fork hooks or queue locks (the exception would be lost there, or leave a lock held and
+    the pool hung), but at the next result; the workers, which inherit the handler, end quietly when
+    the pool terminates them."""
+    import multiprocessing
+
+    from fastpipe import signals
+
+    seen = []
+    with signals.stop_on_signals(), pytest.raises(Preempted, match="^stopped by SIGTERM while starting up"):
+        with signals.deferred(), multiprocessing.get_context("fork").Pool(2) as pool:
+            for result in pool.imap_unordered(abs, range(-64, 0), chunksize=4):
+                if not seen:
+                    os.kill(os.getpid(), signal.SIGTERM)  # held back: the loop goes on to check()
+                seen.append(result)
+                signals.check()
+    assert len(seen) == 1  # raised at the first check after the signal
+    assert "Traceback" not in capfd.readouterr().err  # the terminated workers said nothing
