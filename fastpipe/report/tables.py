@@ -80,6 +80,12 @@ def _num(value: Optional[float], spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _warmup(r: dict) -> str:
+    """The warm-up cell, with the compile cache's state for a compiled job (metrics.json's compile_cache)."""
+    state = r.get("compile_cache")
+    return _num(r["warmup_s"], ".2f") + (f" ({state})" if state and state != "off" else "")
+
+
 def _cell(text: str, limit: int = 0) -> str:
     text = " ".join(str(text).split())  # one line per cell
     if limit and len(text) > limit:
@@ -220,7 +226,7 @@ def markdown(result: SweepResult) -> str:
             _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"),
             metric_text(r["metric"], r["metric_value"]), _status(r)] if to_target else [
             _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
-            _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
+            _warmup(r), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
             _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)])
         out.append("| " + " | ".join(cells) + " |")
     out += ["", ("Time to target: the clock when the first whole-split evaluation reached the target (> N s: not "
@@ -231,7 +237,10 @@ def markdown(result: SweepResult) -> str:
             + "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
             "warm-up/compile)" + (". " if to_target else "; speed-up = throughput / the baseline's. MFU = model FLOPs "
                                   "(fwd+bwd, the model's own count or torch.utils.flop_counter: metrics.json's "
-                                  "flops_method) x samples/s over the GPU's dense datasheet peak for the precision. ")
+                                  "flops_method) x samples/s over the GPU's dense datasheet peak for the precision "
+                                  "(bf16's for precision=fp8). warm-up/compile names a compiled job's Inductor FX-graph "
+                                  "cache: (cold) every graph compiled, (warm) every one from the cache, (partial), or "
+                                  "(none): the caches off. ")
             + ("batch = the batch size each job trained at (train.batch_size=auto found it: graph.txt says how). "
                if batch else "")
             + ("gpus = the GPU(s) that measured the job: those the gpus launcher gave it (its CUDA_VISIBLE_DEVICES; "
