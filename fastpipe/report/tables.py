@@ -54,7 +54,7 @@ def machine_lines(result: SweepResult) -> List[str]:
 
 def provenance_lines(result: SweepResult) -> List[str]:
     """The code the jobs ran (metrics.json's ``code``), a warning when they ran different code, and the
-    jobs' name and tags."""
+    jobs' name, tags and logger choice."""
     codes = [r["code"] for r in result.rows if r.get("code")]
     lines = []
     if codes:
@@ -65,9 +65,12 @@ def provenance_lines(result: SweepResult) -> List[str]:
                          f"({'; '.join(describe(c) for c in seen.values())}): they measured different code")
     names = sorted({r["name"] for r in result.rows if r.get("name")})
     tags = sorted({t for r in result.rows for t in r.get("tags") or []})
-    if names or tags:
-        lines.append("- " + " · ".join(x for x in (f"name: {', '.join(names)}" if names else "",
-                                                   f"tags: {', '.join(tags)}" if tags else "") if x))
+    loggers = sorted({str((r.get("choices") or {}).get("logger")) for r in result.rows
+                      if (r.get("choices") or {}).get("logger")})
+    parts = [f"name: {', '.join(names)}" if names else "", f"tags: {', '.join(tags)}" if tags else "",
+             f"logger: {' / '.join(loggers)}" if loggers else ""]
+    if any(parts):
+        lines.append("- " + " · ".join(x for x in parts if x))
     return lines
 
 
