@@ -225,6 +225,31 @@ def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
         yield state["pid"]
 
 
+def pool_worker_signals() -> None:
+    """In a fork pool's worker (generating, packing): the stop signals at their defaults and unblocked.
+    A fork inherits its parent's handlers and signal mask; a worker that held the stop signals, or
+    only noted them, would outlive the pool's terminate() (SIGTERM) and leave its join waiting for
+    ever. The pool's owner acts on a stop signal itself (``deferred``/``check``)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def pool_results(results, poll_s: float = 1.0) -> Iterator:
+    """The results of a fork pool's ``imap``/``imap_unordered``, with ``check()`` at least every ``poll_s``
+    seconds: a stop signal sent to the whole process group (Slurm's) also kills the workers, whose
+    tasks then never return, so waiting on the next result alone would wait for ever."""
+    import multiprocessing
+
+    while True:
+        try:
+            yield results.next(timeout=poll_s)
+        except multiprocessing.TimeoutError:
+            check()
+        except StopIteration:
+            return
+
+
 def die_with_parent(parent: int) -> None:
     """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
     through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner

@@ -121,6 +121,7 @@ def _init_worker(job: ImagesJob, order: np.ndarray, parent: int) -> None:
     global _WORKER
     from fastpipe.runtime import die_with_parent
 
+    signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
     die_with_parent(parent)  # an orphan must not go on writing a file another builder now resumes
     _WORKER = _Worker(job, order)
 
@@ -149,7 +150,8 @@ class _Pool:
         if self.pool is None:
             return map(getattr(self.local, fn), tasks)
         work = {"encode_group": _encode_group, "jpeg_size": _jpeg_size}[fn]
-        return (self.pool.imap if ordered else self.pool.imap_unordered)(work, tasks, chunksize=1)
+        # a stop signal is checked while waiting, too: its workers may have died of it
+        return signals.pool_results((self.pool.imap if ordered else self.pool.imap_unordered)(work, tasks, chunksize=1))
 
     def close(self) -> None:
         if self.pool is not None:
