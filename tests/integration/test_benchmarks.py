@@ -12,7 +12,7 @@ from conftest import REPO, fastpipe_env
 
 
 def _check_overhead(out):
-    """overhead.py --smoke's results (run by phase 1 of h200_session3.sh below)."""
+    """overhead.py --smoke's results (run by phase 1 of h200_handloops_checkpoints_jpeg512.sh below)."""
     rows = [json.loads(line) for line in (out / "overhead.jsonl").read_text().splitlines()]
     assert {r["runner"] for r in rows} == {"hand", "fastpipe"}
     assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
@@ -232,15 +232,15 @@ def test_checkpoint_stall_refuses_a_checkpoint_on_a_window_edge(tmp_path):
     assert bad.returncode == 2 and "window edge" in bad.stderr
 
 
-def test_h200_session3_phase1_smoke(tmp_path):
+def test_h200_handloops_script_phase1_smoke(tmp_path):
     """SMOKE=1 phase 1 on this CPU: every table and the archive land in OUT/p1, at most 8 files; the
     smoke modes of overhead.py, checkpoint_stall.py and lm.py it ran give their full results."""
     import os
     import tarfile
 
     env = dict(os.environ, SMOKE="1", WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), PY=sys.executable)
-    proc = subprocess.run(["bash", str(REPO / "benchmarks" / "h200_session3.sh"), "1"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    script = REPO / "benchmarks" / "h200_handloops_checkpoints_jpeg512.sh"
+    proc = subprocess.run(["bash", str(script), "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = tmp_path / "out" / "p1"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint_stall.md", "gpu.txt", "lm.md", "overhead.md",
@@ -259,8 +259,8 @@ def test_h200_session3_phase1_smoke(tmp_path):
 
 
 def test_benchmark_script_smoke_mode(tmp_path):
-    proc = _script("ddp.py", "--smoke", "--out", tmp_path, "--variant", "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1",
-                   "--profile", timeout=400)
+    proc = _script("ddp.py", "--smoke", "--out", tmp_path, "--profile", "--variant",
+                   "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1", timeout=400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     table = (tmp_path / "ddp.md").read_text()
     assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table

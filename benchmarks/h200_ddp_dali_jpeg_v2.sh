@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# The second H200 session (issue 6's misses): profile and tune DDP and DALI, push the best
-# combination past 7,000 img/s, and re-run the JPEG sweep on the v2 shapes generator with enough
-# steps for accuracy to mean something. Five phases, one `device` call each, back to back on
+# On two H200s: DDP and DALI profiled and tuned, the best loader at batch 256/512 x compile modes
+# (towards 7,000 img/s), and the JPEG sweep on the v2 shapes generator with enough steps for accuracy
+# to mean something. Five phases, one `device` call each, back to back on
 # nvidia-h200-x2 (the machine keeps /tmp while warm: DALI's parts, the JPEG folder, the mmap pack,
 # Inductor's cache and the sweep folders carry over). Single-GPU runs use GPU 0. Every phase packs
 # its logs and reports into $OUT/phaseN.tgz, writes its profiler trace as $OUT/trace-NAME.json.gz
 # (benchmarks/trace_summary.py reads it; its summary is in the logs) and prints a short table last:
-#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_tuning.sh N
+#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_ddp_dali_jpeg_v2.sh N
 # Phases: 1 the JPEG folder and its pack; DDP 1 vs 2 GPUs (compiled: default, bf16 gradients,
 #           one 100 MB bucket, a profiled run; eager: default)
 #         2 the JPEG sweep (default, mmap) x precision x compile
 #         3 the sweep's remaining jobs; the best loader (mmap) at batch 256/512 x compile
 #           default/reduce-overhead; a profiled mmap run
 #         4 with DALI installed: a profiled DALI run, then DALI's executor x threads (2 epochs)
-#         5 (not run in session 2) the sweep's DALI rows; mmap and dali with reduce-overhead at 256/512
+#         5 (not run yet) the sweep's DALI rows; mmap and dali with reduce-overhead at 256/512
 #           (prepares the JPEG folder itself: it can be the first call on a fresh machine, after DALI)
-# Session 2 (2026-11-29) ran phase 1 as written but with a 150 s limit on its preparation step,
+# The run of 2026-11-29 ran phase 1 as written but with a 150 s limit on its preparation step,
 # phase 2 as written, phase 3 with DEADLINE=250 and phase 4 as written but with a 100 s limit on
 # its profiled run (30 minutes of device time in all); its results:
 # benchmarks/results/h200-2026-11-29-s2/.
@@ -79,8 +79,8 @@ case $phase in
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv | tee $LOGS/gpu.txt
   $PY -c 'import torch, torchvision, hydra; print("torch", torch.__version__, "torchvision", torchvision.__version__,
 "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "hydra", hydra.__version__)' | tee -a $LOGS/gpu.txt
-  # The JPEG folder and data=mmap's pack cache (one step of a tiny model). Session 2 ran this with a
-  # 150 s limit, which cut the run after generating and packing (one-threaded generation is slow).
+  # The JPEG folder and data=mmap's pack cache (one step of a tiny model). The run of 2026-11-29 had a
+  # 150 s limit here, which cut the run after generating and packing (one-threaded generation is slow).
   CUDA_VISIBLE_DEVICES=1 timeout -k 15 $(cap 300) $PY -m fastpipe model=tiny_cnn "${DATA[@]}" data=mmap train.max_steps=1 \
       hydra.run.dir=$W/prep > $LOGS/prep.log 2>&1; echo "prep exit $?" | tee -a $LOGS/prep.log
   timeout -k 15 $(cap 330) $PY benchmarks/ddp.py --out $W/ddp "${DDP[@]}" \
@@ -105,8 +105,8 @@ case $phase in
   profiled mmap data=mmap precision=amp compile=default
   pack; cat $W/best/report.md
   ;;
-4)  # as run in session 2 (the DALI sweep rows moved to phase 5: the device time was spent)
-  profiled dali data=dali precision=amp compile=default  # session 2: with a 100 s limit
+4)  # as run on 2026-11-29 (the sweep's DALI rows are phase 5's)
+  profiled dali data=dali precision=amp compile=default  # run on 2026-11-29 with a 100 s limit
   CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 $PY -m fastpipe -m "${JPEG[@]}" data=dali precision=amp compile=default \
       train.epochs=2 data.exec_dynamic=true,false data.num_threads=auto,8 hydra.sweep.dir=$W/dali-tune \
       > $LOGS/dali-tune.log 2>&1; echo "tune exit $?"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The third H200 session: the new front end measured against hand-written loops (ResNet-50 and
-# GPT-2 small), what checkpoints cost, DDP's remaining levers, and the JPEG pipeline at batch 256/512
-# with CUDA graphs and max-autotune, through mmap and DALI. Four phases, one `device` call each, back
+# fastpipe measured against hand-written loops (ResNet-50 and GPT-2 small), what checkpoints cost,
+# DDP's remaining levers, FSDP2 and a 10B GPT, and the JPEG pipeline at batch 256/512 with CUDA graphs
+# and max-autotune, through mmap and DALI. Four phases, one `device` call each, back
 # to back on nvidia-h200-x2 (the machine keeps /tmp while warm: the JPEG folder, the mmap pack,
 # Inductor's cache and DALI's parts carry over). From the repository root:
-#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_session3.sh N
+#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_handloops_checkpoints_jpeg512.sh N
 # carrying .devwheels/base and .devwheels/daliK in call K+1 (install.sh installs DALI in call 4).
 #
 # Phases (default wall-clock deadline of each; the four must fit 30 minutes of device time with the
@@ -39,7 +39,7 @@
 # SMOKE=1 runs a phase on this CPU with tiny models and data (WORK and OUT under /tmp/fp-smoke by
 # default): it checks the commands, not speed.
 set -uo pipefail
-phase=${1:?usage: h200_session3.sh PHASE (1-4)}
+phase=${1:?usage: h200_handloops_checkpoints_jpeg512.sh PHASE (1-4)}
 SMOKE=${SMOKE:-0}
 if [[ $SMOKE == 1 ]]; then W=${WORK:-/tmp/fp-smoke}; OUT=${OUT:-$W/out}; else W=${WORK:-/tmp}; OUT=${OUT:-/tmp/out}; fi
 P=$OUT/p$phase; LOGS=$W/logs-p$phase; mkdir -p "$P" "$LOGS"
@@ -73,7 +73,7 @@ pin() { command -v taskset > /dev/null && (( $(nproc) > 1 )) && taskset -cp "$1"
 CORES_A=0-$((HALF - 1)); CORES_B=$HALF-$(( $(nproc) - 1 ))
 # ImageNet-like JPEG folder: 8,192 generated images of 500x375 (80 % train: 25 steps of 256 per
 # epoch), trained at 224 with random-resized-crop + flip; zero_init_residual and a 10-step lr warm-up
-# let ResNet-50 learn the shapes in 100 steps (as in session 2).
+# let ResNet-50 learn the shapes in 100 steps (as in h200_ddp_dali_jpeg_v2.sh).
 DATA=(dataset=shapes "dataset.source_size=[500,375]" dataset.num_images=8192 dataset.image_size=224
       dataset.augment=true train.epochs=4 measure.warmup_steps=10 measure.window=5 runtime.progress=false)
 MODEL=(model=resnet50 +model.zero_init_residual=true)

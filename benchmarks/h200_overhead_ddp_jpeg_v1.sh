@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The H200 measurement session, in four phases (one `device` call each, back to back, so that the
+# On two H200s: fastpipe's overhead against a hand-written loop, DDP on 1 vs 2 GPUs, activation
+# checkpointing and repeatability, and the JPEG sweep data x precision x compile on the first version
+# of the shapes generator (v1). Four phases (one `device` call each, back to back, so that the
 # machine's /tmp — DALI's parts, the generated JPEG folder, the mmap pack, Inductor's cache and the
 # JPEG sweep folder — carries over). Every phase writes its logs and reports under $OUT and ends
 # with a short table. Run from the repository root on the nvidia-h200-x2 machine:
-#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200.sh 1
+#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_overhead_ddp_jpeg_v1.sh 1
 # Phases: 1 overhead vs the hand loop (GPU0) while the JPEG folder is generated and packed (GPU1)
 #         2 DDP 1 vs 2 GPUs; activation checkpointing and repeatability (a sweep, report.repeats=2)
 #         3 the JPEG sweep data x precision x compile (DALI rows fail until DALI's 4th part arrives)
