@@ -1,4 +1,4 @@
-"""Test-only models for tests/test_ddp.py, importable by ``model._target_`` (tests/ on PYTHONPATH).
+"""Test-only models for tests/integration/test_ddp.py, importable by ``model._target_`` (tests/support on PYTHONPATH).
 
 ``CrashOnRank`` trains like TinyCNN but fails on one rank in the middle of training, while the
 other ranks wait in a collective: what a crashed GPU or a bug on one node looks like.

@@ -1,4 +1,4 @@
-"""Models for tests, importable by dotted path (model._target_=helper_models.X with tests/ on the path)."""
+"""Models for tests, importable by dotted path (model._target_=helper_models.X with tests/support on the path)."""
 from __future__ import annotations
 
 import torch

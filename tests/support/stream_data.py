@@ -1,4 +1,4 @@
-"""A stream (IterableDataset) for tests: ``dataset._target_=stream_data.Counting`` (tests/ on the path)."""
+"""A stream (IterableDataset) for tests: ``dataset._target_=stream_data.Counting`` (tests/support on the path)."""
 from __future__ import annotations
 
 import torch
