@@ -25,6 +25,9 @@ os.environ.setdefault("FASTPIPE_CACHE", tempfile.mkdtemp(prefix="fastpipe-test-c
 # every process a test starts, and those processes import this checkout's fastpipe.
 sys.path.insert(0, str(HERE_TESTS))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE_TESTS), str(REPO), os.environ.get("PYTHONPATH")]))
+# One OpenMP thread in the processes tests start too (one_torch_thread below is this process's): tiny
+# models on a shared 2-core machine lose more to spinning threads than they gain from a second one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config, items):

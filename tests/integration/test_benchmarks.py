@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fastpipe_env
+from conftest import REPO
 
 
 def _check_overhead(out):
@@ -174,9 +174,8 @@ def test_runner_reasons_from_real_fastpipe(tmp_path):
 
 # ---------------------------------------------------------------- the new scripts' smoke modes
 def _script(name, *args, timeout=300):
-    """``python benchmarks/NAME ARGS``; one OpenMP thread keeps a 2-core machine responsive."""
     return subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, env=fastpipe_env(OMP_NUM_THREADS="1"))
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_lm_handloop_smoke():

@@ -1,7 +1,7 @@
 """launcher=ddp (issue 5): CPU, gloo, 2 processes started by torch's elastic launcher.
 
 The slow tests run fastpipe as a user does (`python -m fastpipe ...`, torchrun, the benchmark
-script) in subprocesses with tiny settings; OMP_NUM_THREADS=1 keeps a 2-core machine responsive.
+script) in subprocesses with tiny settings (conftest's OMP_NUM_THREADS=1 keeps a 2-core machine responsive).
 The fast tests pin the pieces: config checks, rank metrics, failure reasons, the Slurm launcher config.
 """
 from __future__ import annotations
@@ -15,19 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HERE_TESTS, REPO, fastpipe_env
+from conftest import HERE_TESTS, REPO
 
 
 SMALL = ["dataset.image_size=16", "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false",
          "data.num_workers=0"]
 
 
-def _env() -> dict:
-    return fastpipe_env(OMP_NUM_THREADS="1")  # model._target_=ddp_helpers.CrashOnRank imports in every worker
-
-
 def _run(args, cwd=REPO, timeout=400) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def _jobs(sweep_dir: Path) -> dict:
@@ -89,7 +85,7 @@ def test_a_stop_signal_reaches_every_rank_and_the_job_checkpoints(tmp_path):
     # which checkpoint at the next window edge; the job is "preempted" with exit code 75.
     args = [sys.executable, "-m", "fastpipe", "launcher=ddp", "dataset.num_images=2400", "train.batch_size=8",
             "train.epochs=3", f"hydra.run.dir={tmp_path}", *SMALL]
-    proc = subprocess.Popen(args, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (tmp_path / "graph.txt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)  # rank 0 writes graph.txt just before training starts
@@ -143,8 +139,8 @@ STREAM = [f"hydra.searchpath=[file://{HERE_TESTS / 'conf'}]", "dataset=stream", 
 
 
 def test_a_stream_trains_under_ddp(tmp_path):
-    proc = _run([sys.executable, "-m", "fastpipe", *STREAM, "launcher=ddp", "launcher.nproc_per_node=2", "train.epochs=2",
-                 f"hydra.run.dir={tmp_path}"], timeout=300)
+    proc = _run([sys.executable, "-m", "fastpipe", *STREAM, "launcher=ddp", "launcher.nproc_per_node=2",
+                 "train.epochs=2", f"hydra.run.dir={tmp_path}"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "ok" and m["steps"] == 2 * (96 // 2 // 8) and m["env"]["world_size"] == 2

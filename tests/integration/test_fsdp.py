@@ -8,7 +8,6 @@ a damaged one and consolidate it into the file a user loads for inference.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -42,9 +41,7 @@ def _lm(files: str, *extra, epochs: int = 1) -> list:
 
 
 def _run(args, timeout=500) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 # ---------------------------------------------------------------- two gloo ranks (slow)

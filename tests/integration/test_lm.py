@@ -86,8 +86,7 @@ def test_checkpoint_and_resume_continue_the_lm_run_exactly(corpus, tmp_path):
     assert resumed["val_metrics"]["perplexity"] == pytest.approx(straight["val_metrics"]["perplexity"], abs=1e-5)
 
 
-def test_ddp_lm_run_through_the_cli(corpus, tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_ddp_lm_run_through_the_cli(corpus, tmp_path):
     proc = run_cli(["launcher=ddp", *lm_overrides(corpus), f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
