@@ -134,6 +134,13 @@ RESUMABLE_TOTAL = 14  # ends mid-epoch 2; half of it (7) is mid-epoch 1
 SLOW_MODEL = ["model._target_=fault_models.Slow", "+model.sleep_s=0.15"]  # time to act mid-run
 
 
+def held_model(hold: Path) -> list:
+    """Overrides for a TinyCNN that waits after its 6th training step while the file ``hold`` exists
+    (fault_models.Held): a run that stays mid-training until the test removes the file."""
+    hold.touch()
+    return ["model._target_=fault_models.Held", f"+model.hold={hold}"]
+
+
 @pytest.fixture(scope="session")
 def straight(tmp_path_factory):
     """An uninterrupted RESUMABLE run of RESUMABLE_TOTAL steps: the reference every resumed run must

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 
-from conftest import REPO, RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, run_in_process, start_run, wait_for
+from conftest import (REPO, RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, held_model, run_in_process, start_run,
+                      wait_for)
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED
 
 
@@ -56,7 +57,7 @@ def test_a_killed_rerun_never_reports_the_earlier_runs_results(tmp_path):
     run 2 fails naming the signal, and run 1's record is kept aside, not reported as run 2's."""
     first = run_in_process(tmp_path, RESUMABLE + ["train.checkpoint_every=0", "train.max_steps=4"])
     assert first["status"] == "ok"
-    process = start_run(tmp_path, ["train.checkpoint_every=0", *SLOW_MODEL])
+    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(tmp_path.parent / f"{tmp_path.name}.hold")])
     wait_for(tmp_path / "tb", process)
     wait_until(lambda: children(process.pid), what="the training process")
     trainer = children(process.pid)[0]
@@ -72,7 +73,8 @@ def test_a_killed_rerun_never_reports_the_earlier_runs_results(tmp_path):
 
 
 def test_a_second_run_in_a_busy_folder_is_refused_and_the_first_is_untouched(tmp_path):
-    process = start_run(tmp_path, ["train.checkpoint_every=0", *SLOW_MODEL])
+    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # the first run waits mid-training until it is gone
+    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(hold)])
     wait_for(tmp_path / "tb", process)
     hydra_files = {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()}
     second = subprocess.run([sys.executable, "-m", "fastpipe", *RESUMABLE, "train.max_steps=2",
@@ -83,12 +85,13 @@ def test_a_second_run_in_a_busy_folder_is_refused_and_the_first_is_untouched(tmp
                            f"{process.pid} on ") and "give this run its own hydra.run.dir" in line
     assert {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()} == hydra_files
     assert record(tmp_path)["status"] == "running"
+    hold.unlink()
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0 and record(tmp_path)["status"] == "ok", stderr.decode()[-2000:]
 
 
 def test_killing_the_hydra_process_kills_its_trainer_and_frees_the_folder(tmp_path):
-    process = start_run(tmp_path, ["train.checkpoint_every=0", *SLOW_MODEL])
+    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(tmp_path.parent / f"{tmp_path.name}.hold")])
     wait_for(tmp_path / "tb", process)
     trainer = children(process.pid)[0]
     process.kill()  # SIGKILL: no handler runs in the Hydra process
@@ -99,8 +102,8 @@ def test_killing_the_hydra_process_kills_its_trainer_and_frees_the_folder(tmp_pa
 
 
 def test_a_second_sweep_into_a_busy_sweep_folder_is_refused(tmp_path):
-    sweep = [sys.executable, "-m", "fastpipe", "-m", *RESUMABLE, "train.checkpoint_every=0", "train.max_steps=40",
-             *SLOW_MODEL, "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
+    sweep = [sys.executable, "-m", "fastpipe", "-m", *RESUMABLE, "train.checkpoint_every=0",
+             *held_model(tmp_path.parent / f"{tmp_path.name}.hold"), "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
     first = subprocess.Popen(sweep, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(tmp_path / "0" / "tb", first)
     second = subprocess.run(sweep, cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -140,7 +143,8 @@ def test_a_stop_signal_ends_a_sweep_with_75_whatever_the_job_was_doing(tmp_path)
 
 
 def test_ctrl_c_is_exit_130_and_one_line_naming_the_newest_checkpoint(tmp_path):
-    args = [sys.executable, "-m", "fastpipe", *RESUMABLE, f"train.max_steps={RESUMABLE_TOTAL}", *SLOW_MODEL, f"hydra.run.dir={tmp_path}"]
+    args = [sys.executable, "-m", "fastpipe", *RESUMABLE, f"train.max_steps={RESUMABLE_TOTAL}", *SLOW_MODEL,
+            f"hydra.run.dir={tmp_path}"]
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                start_new_session=True)  # its own process group, as a terminal's job
     wait_for(tmp_path / "checkpoints" / "step-00000003.json", process)

@@ -1,10 +1,12 @@
-"""Models for tests, named by ``model._target_=fault_models.X`` (tests/ is on the import path).
+"""Models for tests, named by ``model._target_=fault_models.X`` (tests/support is on the import path).
 
 Each wraps the built-in TinyCNN and misbehaves on purpose: a NaN loss after some steps, a slow
-step (so a test can signal or kill a process mid-training), an out-of-memory error.
+step or one held until a file goes (so a test can signal or kill a process mid-training), an
+out-of-memory error.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -38,6 +40,25 @@ class Slow(TinyCNN):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             time.sleep(self.sleep_s)
+        return super().forward(x)
+
+
+class Held(TinyCNN):
+    """TinyCNN whose training forwards after the first ``after`` wait while the file ``hold`` exists: a run
+    that stays in the middle of training for as long as a test needs, on any machine load."""
+
+    MAX_HOLD_S = 300.0  # a test that fails before removing the file leaves no process waiting forever
+
+    def __init__(self, num_classes: int = 10, hold: str = "", after: int = 6) -> None:
+        super().__init__(num_classes)
+        self.hold, self.after, self.calls = hold, after, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.calls += 1
+            give_up = time.monotonic() + self.MAX_HOLD_S
+            while self.calls > self.after and os.path.exists(self.hold) and time.monotonic() < give_up:
+                time.sleep(0.05)
         return super().forward(x)
 
 
