@@ -103,6 +103,26 @@ def fastpipe_env(*paths, **variables):
     return dict(os.environ, **variables, PYTHONPATH=os.pathsep.join([*map(str, paths), os.environ["PYTHONPATH"]]))
 
 
+def run_sweep(sweep_dir, args, *paths, timeout=600):
+    """``python -m fastpipe -m ARGS`` into ``sweep_dir``; ``paths``: folders of a project's own modules."""
+    return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=fastpipe_env(*paths))
+
+
+# precision x compile over TINY, each job in the Hydra process: the report's tests and the compiled
+# runs' tests (tests/integration/test_compile.py) read the same four jobs.
+GRID_ARGS = ["precision=fp32,amp", "compile=off,default", "launcher.fresh_process=false"] + TINY
+
+
+@pytest.fixture(scope="session")
+def grid_sweep(tmp_path_factory):
+    """The GRID_ARGS sweep: (its folder, the finished process)."""
+    sweep_dir = tmp_path_factory.mktemp("grid") / "sweep"
+    proc = run_sweep(sweep_dir, GRID_ARGS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep_dir, proc
+
+
 def cpu_runtime(dist=None):
     """A CPU Runtime for building loaders and graphs in tests (``dist``: this process's place)."""
     import torch

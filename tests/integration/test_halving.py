@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fastpipe.sweeps.halving import read
 
-from conftest import REPO, TINY
+from conftest import TINY, run_sweep
 
 
 def read_csv(path: Path):
@@ -15,20 +15,11 @@ def read_csv(path: Path):
         return {int(r["job"]): r for r in csv.DictReader(fh)}
 
 
-def sweep_cli(sweep_dir, args, timeout=600):
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-# ------------------------------------------------------------------ a real halving sweep (slow)
 def test_halving_sweep_prunes_keeps_the_baseline_and_runs_the_finalists_in_full(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = sweep_cli(sweep_dir, ["hydra/sweeper=halving", "hydra.sweeper.probe_steps=3", "hydra.sweeper.keep=0.3",
-                                 "hydra.sweeper.finalists=1", "precision=fp32,amp", "optimizer=adamw,sgd",
-                                 "launcher.fresh_process=false"] + TINY)  # in-process: quicker jobs
+    proc = run_sweep(sweep_dir, ["hydra/sweeper=halving", "hydra.sweeper.probe_steps=3", "hydra.sweeper.keep=0.3",
+                                "hydra.sweeper.finalists=1", "precision=fp32,amp", "optimizer=adamw,sgd",
+                                "launcher.fresh_process=false"] + TINY)  # in-process: quicker jobs
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = read(sweep_dir)
     assert record.baseline == 0 and record.finals[0] == 0 and len(record.finals) == 2  # baseline + 1 finalist

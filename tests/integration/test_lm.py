@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -101,9 +100,9 @@ def test_ddp_lm_run_through_the_cli(corpus, tmp_path):
 def test_precision_sweep_on_the_lm_judges_parity_by_loss_lower_is_better(corpus, tmp_path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", "precision=fp32,amp",
-                           *lm_overrides(corpus, "train.max_steps=12"), f"hydra.sweep.dir={sweep}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+                           *lm_overrides(corpus, "train.max_steps=12"), "launcher.fresh_process=false",
+                           f"hydra.sweep.dir={sweep}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (sweep / "report.md").read_text()
     assert "- parity: the primary held-out metric (loss, lower is better)" in md

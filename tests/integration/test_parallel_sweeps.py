@@ -58,7 +58,7 @@ def test_two_jobs_run_at_once_each_on_its_own_core(parallel_sweep):
 def test_parallel_report_has_the_serial_columns_plus_gpus(parallel_sweep, tmp_path):
     sweep_dir, _ = parallel_sweep
     serial_dir = tmp_path / "serial"
-    serial = sweep(serial_dir, ["precision=fp32,amp"] + TINY)
+    serial = sweep(serial_dir, ["precision=fp32,amp", "launcher.fresh_process=false"] + TINY)  # the same columns
     assert serial.returncode == 0, serial.stderr[-3000:]
     par_rows, ser_rows = read_csv(sweep_dir / "report.csv"), read_csv(serial_dir / "report.csv")
     assert list(par_rows[0]) == list(ser_rows[0])  # the same CSV columns, gpus among them

@@ -75,7 +75,8 @@ def test_sweep_report_judges_parity_by_the_primary_metric_and_its_direction(proj
     """precision x compile over the project: the parity line names mse (lower is better), each row's
     held-out cell is its mse, and the winner qualifies by it."""
     proc = fastpipe(project, "--config-dir", "conf", "-m", "+experiment=regression", "precision=fp32,amp",
-                    "compile=off,default", *SHORT, "report.parity_tol=0.5", "hydra.sweep.dir=sweep", timeout=900)
+                    "compile=off,default", *SHORT, "report.parity_tol=0.5", "launcher.fresh_process=false",
+                    "hydra.sweep.dir=sweep", timeout=900)  # each job in the Hydra process: the report is the subject
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (project / "sweep" / "report.md").read_text()
     assert "primary held-out metric (mse, lower is better)" in md and "| held-out mse |" in md

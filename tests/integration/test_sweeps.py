@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-from omegaconf import OmegaConf
 import pytest
+from omegaconf import OmegaConf
 
-from conftest import REPO, TINY, fastpipe_env, run_cli
+from conftest import GRID_ARGS, REPO, TINY, run_cli, run_sweep, without_shapes
 
 
 ARTEFACTS = ("report.md", "report.csv", "report.png", "best.yaml")
@@ -21,24 +21,6 @@ ARTEFACTS = ("report.md", "report.csv", "report.png", "best.yaml")
 def read_csv(path: Path):
     with open(path) as fh:
         return list(csv.DictReader(fh))
-
-
-def sweep_cli(sweep_dir, args, importable=None, timeout=600):
-    """``python -m fastpipe -m ARGS`` into ``sweep_dir``; ``importable``: a folder of the project's modules."""
-    env = fastpipe_env(*[importable] if importable else [])
-    return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-GRID_ARGS = ["precision=fp32,amp", "compile=off,default"] + TINY
-
-
-@pytest.fixture(scope="module")
-def grid_sweep(tmp_path_factory):
-    sweep_dir = tmp_path_factory.mktemp("grid") / "sweep"
-    proc = sweep_cli(sweep_dir, GRID_ARGS)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return sweep_dir, proc
 
 
 def test_grid_sweep_writes_every_artefact_with_true_speedups(grid_sweep):
@@ -94,7 +76,7 @@ def test_resume_skips_finished_jobs_and_rebuilds_the_report(grid_sweep, tmp_path
     m_path.write_text(json.dumps(dict(m, status="failed", reason="interrupted")))
     kept = {p: p.stat().st_mtime_ns for p in sweep_dir.glob("*/metrics.json") if p != m_path}
     report_mtime = (sweep_dir / "report.md").stat().st_mtime_ns
-    proc = sweep_cli(sweep_dir, GRID_ARGS + ["sweep.resume=true"])
+    proc = run_sweep(sweep_dir, GRID_ARGS + ["sweep.resume=true"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("finished ok earlier; skipped") == 3
     assert {p: p.stat().st_mtime_ns for p in kept} == kept  # untouched: not re-run
@@ -113,17 +95,21 @@ def failing_sweep(tmp_path_factory):
     good = shapes.generate(root / "good", 4, 160, (16, 16), 0)
     conf = root / "conf"
     (conf / "case").mkdir(parents=True)
-    (conf / "case" / "plain.yaml").write_text("# @package _global_\n{}\n")
+    # plain and fallback train in the Hydra process (quicker); killed needs a training process of its own,
+    # whose SIGKILL ends that process, not the sweep
+    in_process = "launcher:\n  fresh_process: false\n"
+    (conf / "case" / "plain.yaml").write_text("# @package _global_\n" + in_process)
     (conf / "case" / "fallback.yaml").write_text(  # an unknown backend: compile falls back to eager
-        "# @package _global_\ndefaults:\n  - override /compile: default\ncompile:\n  backend: no_such_backend\n")
+        "# @package _global_\ndefaults:\n  - override /compile: default\ncompile:\n  backend: no_such_backend\n"
+        + in_process)
     (conf / "case" / "killed.yaml").write_text("# @package _global_\nmodel:\n  _target_: killmod.Killed\n")
     (root / "killmod.py").write_text(  # the training process dies of SIGKILL, as under the OOM killer
         "import os, signal\nclass Killed:\n    def __init__(self, num_classes=4):\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n")
     sweep_dir = root / "sweep"
     args = ["--config-dir", str(conf), "dataset=imagefolder", f"dataset.root={good},{root / 'missing'}",
-            "+case=plain,fallback,killed", "dataset.image_size=16", "report.repeats=2"] + [t for t in TINY if not t.startswith("dataset.num")]
-    proc = sweep_cli(sweep_dir, args, root)  # killmod.py
+            "+case=plain,fallback,killed", "dataset.image_size=16", "report.repeats=2"] + without_shapes(TINY)
+    proc = run_sweep(sweep_dir, args, root)  # killmod.py
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, sweep_dir, good
 
@@ -177,7 +163,7 @@ def test_saved_best_config_runs_from_a_project_config_dir(failing_sweep, tmp_pat
 
 
 def test_bad_override_still_fails_fast(tmp_path):
-    proc = sweep_cli(tmp_path / "sweep", ["precision=fp32,fp64"] + TINY)
+    proc = run_sweep(tmp_path / "sweep", ["precision=fp32,fp64"] + TINY)
     assert proc.returncode != 0 and "Could not find 'precision/fp64'" in proc.stderr
     assert not list((tmp_path / "sweep").glob("*/metrics.json"))  # nothing ran
 
@@ -191,8 +177,8 @@ def test_a_winner_that_pins_every_group_profile_included_runs_again_as_an_experi
                "data": "default", "precision": "fp32", "compile": "off", "launcher": "single", "profile": "on",
                "lr_schedule": "constant"}
     assert set(choices) == set(GROUPS)
-    proc = sweep_cli(tmp_path / "sweep", [f"{g}={c}" for g, c in choices.items()] + TINY
-                     + ["profile.wait=1", "profile.warmup=1", "profile.active=1"])
+    proc = run_sweep(tmp_path / "sweep", [f"{g}={c}" for g, c in choices.items()] + TINY
+                     + ["profile.wait=1", "profile.warmup=1", "profile.active=1", "launcher.fresh_process=false"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True)
