@@ -97,6 +97,29 @@ def run_cli(args, cwd=None, timeout=300):
                           text=True, timeout=timeout)
 
 
+def run_clis(commands, cwd=None, timeout=300):
+    """Independent ``python -m fastpipe ARGS`` commands side by side ({name: args} -> {name: CompletedProcess}):
+    most of a short command is its interpreter's start-up, which two cores overlap."""
+    started = {}
+    for name, args in commands.items():
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        started[name] = (subprocess.Popen([sys.executable, "-m", "fastpipe", *args], cwd=cwd or REPO, stdout=out,
+                                          stderr=err, text=True), out, err)
+    deadline, done = time.monotonic() + timeout, {}
+    try:
+        for name, (process, out, err) in started.items():
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+            out.seek(0), err.seek(0)
+            done[name] = subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
+    finally:
+        for process, out, err in started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            out.close(), err.close()
+    return done
+
+
 def fastpipe_env(*paths, **variables):
     """The environment for a process a test starts: ``paths`` ahead of the test modules and this
     checkout on PYTHONPATH, plus ``variables``."""

@@ -1,5 +1,8 @@
 """Command lines as a user types them: Hydra's conventions, one clear line and exit code 2 for bad
-input, what a run leaves behind."""
+input, what a run leaves behind.
+
+The module's commands are independent of each other, so the ``commands`` fixture starts them side by
+side once; each test reads its own command's output and run folder."""
 from __future__ import annotations
 
 import json
@@ -14,30 +17,63 @@ from fastpipe.data import shapes
 from fastpipe.data.packfile import PackReader
 from fastpipe.errors import EXIT_CODE
 
-from conftest import REPO, TINY, run_cli, without_shapes
+from conftest import REPO, TINY, run_clis, without_shapes
+
+RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=4",
+       "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0"]
+BAD_INPUTS = {  # name: (overrides, what the one line says)
+    "imagefolder-without-root": (["dataset=imagefolder"], "dataset=imagefolder needs a folder: add dataset.root="),
+    "imagefolder-missing": (["dataset=imagefolder", "dataset.root=/nonexistent/images"],
+                            "dataset folder /nonexistent/images does not exist"),
+    "cuda-absent": (["device=cuda"], "device=cuda was asked for but CUDA is not available"),
+    "model-not-importable": (["model._target_=nosuchpkg.Net"], "model._target_='nosuchpkg.Net' cannot be imported"),
+}
 
 
-def test_unknown_choice_lists_valid_ones_on_the_command_line():
-    proc = run_cli(["precision=fp64"])
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory):
+    """Every command of this module run once, side by side: {name: (CompletedProcess, its run or sweep folder)}."""
+    root = tmp_path_factory.mktemp("cli")
+    args = {
+        "unknown-choice": ["precision=fp64"],
+        "help": ["--help"],
+        "cfg-job": ["--cfg", "job", "precision=amp"],
+        "slurm-config": ["hydra/launcher=fastpipe_slurm", "--cfg", "hydra", "--package", "hydra.launcher"],
+        "default-run": [f"hydra.run.dir={root / 'default-run'}", "runtime.progress=false"],
+        "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1",
+                                f"hydra.sweep.dir={root / 'sweep-value-refused'}"],
+        "oom-in-training": [*RUN, "model._target_=fault_models.OutOfMemoryNet",
+                            f"hydra.run.dir={root / 'oom-in-training'}"],
+    }
+    for name, (overrides, _) in BAD_INPUTS.items():
+        args[name] = ((without_shapes(TINY) if "dataset=imagefolder" in overrides else TINY) + overrides
+                      + [f"hydra.run.dir={root / name}"])
+    return {name: (proc, root / name) for name, proc in run_clis(args, timeout=600).items()}
+
+
+def test_unknown_choice_lists_valid_ones_on_the_command_line(commands):
+    proc, _ = commands["unknown-choice"]
     assert proc.returncode != 0
     assert "precision/fp64" in proc.stderr and "fp32" in proc.stderr and "amp" in proc.stderr
 
 
-def test_help_and_cfg_job_keep_hydra_conventions():
-    help_out = run_cli(["--help"])
+def test_help_and_cfg_job_keep_hydra_conventions(commands):
+    help_out, _ = commands["help"]
     assert help_out.returncode == 0 and "precision: amp, fp32" in help_out.stdout
-    cfg = run_cli(["--cfg", "job", "precision=amp"])
+    cfg, _ = commands["cfg-job"]
     assert cfg.returncode == 0 and "name: amp" in cfg.stdout and "batch_size: 64" in cfg.stdout
 
 
-def test_cli_run_writes_every_artefact_and_metric(tmp_path):
-    proc = run_cli(TINY + [f"hydra.run.dir={tmp_path}"])
+def test_the_default_run_writes_every_artefact_and_metric_and_reaches_ninety_percent(commands):
+    """The README's promise: `python -m fastpipe` with no overrides leaves every artefact and metric and
+    reaches >= 0.90 held-out accuracy."""
+    proc, run_dir = commands["default-run"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "fastpipe training graph" in proc.stdout and "fastpipe run summary" in proc.stdout
     for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "graph.txt", "metrics.json", "loss.png"):
-        assert (tmp_path / name).is_file(), name
-    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
-    m = json.loads((tmp_path / "metrics.json").read_text())
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    m = json.loads((run_dir / "metrics.json").read_text())
     for key in ("status", "choices", "throughput", "step_time_ms", "epoch_time_s", "warmup_s", "data_wait_frac",
                 "peak_mem_gb", "gpu_util", "final_loss", "accuracy", "env", "warnings"):
         assert key in m, key
@@ -49,106 +85,81 @@ def test_cli_run_writes_every_artefact_and_metric(tmp_path):
     assert 0 < m["step_time_ms"]["median"] <= m["step_time_ms"]["p90"]
     assert 0 <= m["data_wait_frac"] < 1 and m["peak_mem_gb"] > 0 and m["gpu_util"] is None
     assert math.isfinite(m["final_loss"]) and 0 <= m["accuracy"] <= 1
-    assert m["steps"] == 12 and m["measured_steps"] == 10
+    # 3 epochs of 29 steps (1,905 training images in batches of 64, the last partial one dropped); the
+    # first 5 are warm-up
+    assert m["steps"] == 87 and m["measured_steps"] == 82
     assert m["env"]["world_size"] == 1 and m["env"]["device"] == "cpu" and m["env"]["torch"]
-
-
-def test_default_run_reaches_ninety_percent(tmp_path):
-    """The README's promise: `python -m fastpipe` with no overrides reaches >= 0.90 held-out accuracy."""
-    proc = run_cli([f"hydra.run.dir={tmp_path}", "runtime.progress=false"], timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["accuracy"] >= 0.90, m["accuracy"]
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["dataset=imagefolder"], "dataset=imagefolder needs a folder: add dataset.root="),
-    (["dataset=imagefolder", "dataset.root=/nonexistent/images"], "dataset folder /nonexistent/images does not exist"),
-    (["device=cuda"], "device=cuda was asked for but CUDA is not available"),
-    (["model._target_=nosuchpkg.Net"], "model._target_='nosuchpkg.Net' cannot be imported"),
-])
-def test_bad_input_exits_with_one_clear_line(tmp_path, overrides, message):
-    proc = run_cli((without_shapes(TINY) if "dataset=imagefolder" in overrides else TINY) + overrides
-                   + [f"hydra.run.dir={tmp_path}"])
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_exits_with_one_clear_line(commands, name):
+    proc, run_dir = commands[name]
+    message = BAD_INPUTS[name][1]
     assert proc.returncode == EXIT_CODE
     assert "fastpipe: error: " in proc.stderr and message in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "failed"
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "failed"
 
 
-RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=4",
-       "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0"]
-
-
-def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(tmp_path):
+def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(commands):
     """train.batch_size takes an integer or auto, which Hydra's types cannot say: fastpipe checks every
     job of the grid (command-line lists and a preset's params) before the first one starts."""
-    proc = run_cli(["-m", "train.batch_size=16,abc", "train.max_steps=1", f"hydra.sweep.dir={tmp_path}"])
+    proc, sweep_dir = commands["sweep-value-refused"]
     assert proc.returncode == EXIT_CODE
     assert proc.stderr.strip().splitlines()[-1] == (
         "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1): train.batch_size='abc' is "
         "not valid; use 'auto' or an integer >= 1; nothing was run")
-    assert not list(tmp_path.rglob("metrics.json"))
+    assert not list(sweep_dir.rglob("metrics.json"))
 
 
-def test_cli_failure_in_the_training_process_is_one_line_and_exit_2(tmp_path):
+def test_cli_failure_in_the_training_process_is_one_line_and_exit_2(commands):
     """A fresh training process: its failure comes back as exit code 2 and one line, no traceback."""
-    proc = run_cli([*RUN, "model._target_=fault_models.OutOfMemoryNet", f"hydra.run.dir={tmp_path}"])
+    proc, run_dir = commands["oom-in-training"]
     assert proc.returncode == EXIT_CODE == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("fastpipe: error: ")]
     assert len(errors) == 1 and "out of memory with train.batch_size=16" in errors[0]
     assert "Traceback" not in proc.stderr
-    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "failed"
+    assert json.loads((run_dir / "metrics.json").read_text())["status"] == "failed"
+
+
+def test_slurm_launcher_config_prints_from_the_command_line(commands):
+    proc, _ = commands["slurm-config"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "SlurmLauncher" in proc.stdout and "tasks_per_node: 1" in proc.stdout
+
+
+def test_the_plugins_are_found_from_a_project_folder_outside_the_repository(tmp_path):
+    """Hydra's plugin scan cannot list an editable install's packages from another folder; fastpipe
+    registers its plugins itself, so a project folder can name them."""
+    targets = {"hydra/sweeper=halving": "halving_sweeper.HalvingSweeper",
+               "hydra/launcher=gpus": "gpus_launcher.GpusLauncher"}
+    done = run_clis({choice: [choice, "--cfg", "hydra"] for choice in targets}, cwd=tmp_path)
+    for choice, target in targets.items():
+        assert done[choice].returncode == 0, done[choice].stderr[-1500:]
+        assert f"_target_: hydra_plugins.fastpipe_sweeps.{target}" in done[choice].stdout
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """A small ImageFolder of 40x30 JPEGs (3 classes)."""
-    return shapes.generate(tmp_path_factory.mktemp("mmap") / "images", 3, 240, (40, 30), seed=5)
-
-
-@pytest.fixture(scope="module")
-def packed(folder, tmp_path_factory):
-    """The folder packed at 24x24 in chunks of 64 images (4 chunks)."""
+def packed(tmp_path_factory):
+    """A small ImageFolder of 40x30 JPEGs (3 classes), packed at 24x24 in chunks of 64 images (4 chunks)."""
+    folder = shapes.generate(tmp_path_factory.mktemp("mmap") / "images", 3, 240, (40, 30), seed=5)
     out = tmp_path_factory.mktemp("pack") / "images.fppack"
     assert pack_main([str(folder), str(out), "--size", "24", "--threads", "1", "--chunk-images", "64",
                       "--no-progress"]) == 0
     return out
 
 
-def corrupt_copy(src, dst, offset, value=None, size=None):
-    data = bytearray(src.read_bytes())
-    if value is not None:
-        data[offset:offset + len(value)] = value
-    else:
-        data[offset] ^= 0xFF
-    dst.write_bytes(bytes(data[:size]))
-    return dst
-
-
 def test_flipped_image_byte_fails_verify_naming_the_chunk(packed, tmp_path):
     """python -m fastpipe.pack --verify (data=mmap's in-process refusal: tests/unit/data/test_mmap.py)."""
     pack = PackReader(packed)
     offset = pack.data_offset + 2 * 64 * 24 * 24 * 3 + 1000  # inside chunk 2 (images 128..191)
-    bad = corrupt_copy(packed, tmp_path / "flip.fppack", offset)
+    data = bytearray(packed.read_bytes())
+    data[offset] ^= 0xFF
+    bad = tmp_path / "flip.fppack"
+    bad.write_bytes(bytes(data))
     proc = subprocess.run([sys.executable, "-m", "fastpipe.pack", "--verify", str(bad), "--no-progress"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "flip.fppack is corrupt: chunk 2 of 4 (images 128..191)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-
-
-def test_the_plugins_are_found_from_a_project_folder_outside_the_repository(tmp_path):
-    """Hydra's plugin scan cannot list an editable install's packages from another folder; fastpipe
-    registers its plugins itself, so a project folder can name them."""
-    for choice, target in (("hydra/sweeper=halving", "halving_sweeper.HalvingSweeper"),
-                           ("hydra/launcher=gpus", "gpus_launcher.GpusLauncher")):
-        proc = run_cli([choice, "--cfg", "hydra"], cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-1500:]
-        assert f"_target_: hydra_plugins.fastpipe_sweeps.{target}" in proc.stdout
-
-
-def test_slurm_launcher_config_prints_from_the_command_line():
-    proc = run_cli(["hydra/launcher=fastpipe_slurm", "--cfg", "hydra", "--package", "hydra.launcher"], timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "SlurmLauncher" in proc.stdout and "tasks_per_node: 1" in proc.stdout
