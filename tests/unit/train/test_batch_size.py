@@ -1,7 +1,8 @@
-"""train.batch_size=auto (issue 16): the search, its record, and train.lr_scaling."""
+"""train.batch_size=auto (issue 16): the search and its record (train.lr_scaling: tests/unit/stages/test_optim.py)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,6 +28,9 @@ def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
         return size * batch_size.TIMED_STEPS / rate(size)
 
     monkeypatch.setattr(batch_size, "_run_steps", run_steps)
+    # a fake step leaves no tensors to free: skip each probe's full garbage collection, which in a
+    # test process holding the whole suite's objects costs a large share of a second
+    monkeypatch.setattr(batch_size, "gc", SimpleNamespace(collect=lambda: 0))
     return tried
 
 
@@ -40,7 +44,7 @@ def test_batch_size_auto_is_a_value_and_nonsense_is_refused_when_composed():
 
 def test_memory_goal_doubles_until_out_of_memory_and_takes_the_largest_that_fit(monkeypatch):
     tried = _fake_steps(monkeypatch, fits_up_to=32)
-    search = find_batch_size(_settings("train.batch_size_max=1024", "dataset.num_images=2000"), cpu_runtime(), [])
+    search = find_batch_size(_settings("train.batch_size_max=1024"), cpu_runtime(), [])
     assert tried == [8, 16, 32, 64] and search.chosen == 32
     assert [(p.batch_size, p.fits) for p in search.probes] == [(8, True), (16, True), (32, True), (64, False)]
     assert search.probes[-1].why == "out of memory" and "tried 8, 16, 32, 64 x" in search.describe()
@@ -56,14 +60,14 @@ def test_search_goes_below_the_start_when_it_does_not_fit_and_fails_clearly_at_o
 
 def test_throughput_goal_takes_the_fastest_that_fits(monkeypatch):
     _fake_steps(monkeypatch, fits_up_to=64, rate=lambda size: {8: 50, 16: 90, 32: 120, 64: 110}[size])
-    search = find_batch_size(_settings("train.batch_size_goal=throughput", "train.batch_size_max=64",
-                                       "dataset.num_images=2000"), cpu_runtime(), [])
+    settings = _settings("train.batch_size_goal=throughput", "train.batch_size_max=64")
+    search = find_batch_size(settings, cpu_runtime(), [])
     assert search.chosen == 32 and search.record()["probes"][2]["samples_per_s"] == pytest.approx(120)
 
 
 def test_cpu_search_stops_at_the_cap_and_at_the_dataset(monkeypatch):
     _fake_steps(monkeypatch, fits_up_to=10**6)
-    search = find_batch_size(_settings("dataset.num_images=2000"), cpu_runtime(), [])
+    search = find_batch_size(_settings(), cpu_runtime(), [])  # 240 images: more than the cap trains
     assert search.cap == batch_size.CPU_CAP and search.chosen == batch_size.CPU_CAP  # a CPU cannot catch OOM
     assert "capped at train.batch_size_max=128" in search.describe()
     small = find_batch_size(_settings("dataset.num_images=100"), cpu_runtime(), [])  # 75 training images
@@ -86,8 +90,6 @@ def test_ranks_agree_on_sizes_that_fit_everywhere():
 def test_every_rank_follows_the_same_search_path(monkeypatch):
     """Rank 0 fits up to 16, rank 1 up to 4. Judged alone, rank 0 would search up from 8 and rank 1 down,
     sharing no size; judged together (every probe's verdict gathered) both go down to 4."""
-    from types import SimpleNamespace
-
     from fastpipe import runtime as runtime_module
 
     tried = {}
