@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from omegaconf import OmegaConf
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import RESUMABLE, compose, run_in_process
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import numpy as np
-from PIL import Image
 import pytest
+from PIL import Image
 
 from fastpipe.errors import DataError, EnvironmentProblem
 from fastpipe.record.results import read as read_metrics
