@@ -14,6 +14,11 @@ scaling ratio) and lm.log (commands and output).
     python benchmarks/lm.py --out /tmp/lm --smoke                           # CPU, gpt_tiny, for the tests
     python benchmarks/lm.py --out /tmp/big --shape 32,40,5120 --activation-checkpointing --batch 4 \
         --compile off --no-hand --nproc 2 --launcher ddp,fsdp             # 10B: one GPU and DDP run out of memory
+    python benchmarks/lm.py --out /tmp/1b --model gpt_1b --batch 8 --repeats 1 --fp8-repeats 3   # + precision=fp8
+
+`--fp8-repeats N` adds N runs of fastpipe with precision=fp8 (torchao float8 training, tensorwise, every
+Linear but the tied head) beside its bf16 run; the table's "vs bf16" is their median against fastpipe's
+bf16 median (MFU of both against the bf16 peak).
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from runner import (Deadline, add_common_args, append_jsonl, config_refusal, run
                     summarize, write_markdown_table)
 
 HERE = Path(__file__).resolve().parent
-SHAPES = {"gpt2_small": (12, 12, 768), "gpt_tiny": (4, 4, 128)}  # (layers, heads, width) of conf/model/*.yaml
+SHAPES = {"gpt2_small": (12, 12, 768), "gpt2_medium": (24, 16, 1024), "gpt2_large": (36, 20, 1280),
+          "gpt_1b": (24, 16, 2048), "gpt_tiny": (4, 4, 128)}  # (layers, heads, width) of conf/model/*.yaml
 
 
 def parse_args(argv=None):
@@ -42,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=100, help="measured steps")
     p.add_argument("--window", type=int, default=10)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--fp8-repeats", type=int, default=0, help="runs of fastpipe with precision=fp8 (beside bf16)")
+    p.add_argument("--fp8-recipe", default="tensorwise", choices=["tensorwise", "rowwise"])
     p.add_argument("--nproc", type=int, default=1, help="> 1: also fastpipe on this many GPUs per --launcher")
     p.add_argument("--launcher", help="comma-separated launchers run with --nproc processes (ddp, fsdp); "
                    "default: ddp when --nproc > 1, else none")
@@ -54,6 +62,9 @@ def parse_args(argv=None):
     if a.smoke:
         a.model, a.vocab, a.seq_len, a.batch, a.compile = "gpt_tiny", 256, 32, 4, "off"
         a.warmup, a.steps, a.window, a.device = 2, 4, 2, "cpu"
+        a.fp8_compile = ["compile=default", "compile.backend=aot_eager"]  # fp8 needs compile; cheap on a CPU
+    else:
+        a.fp8_compile = [f"compile={'default' if a.compile == 'off' else a.compile}"]
     if a.shape:
         layers, heads, width = (int(v) for v in a.shape.split(","))
         a.model = f"gpt_{layers}x{width}"
@@ -73,11 +84,13 @@ def model_overrides(a) -> list:
     return chosen + (["model.activation_checkpointing=true"] if a.activation_checkpointing else [])
 
 
-def fastpipe_overrides(a) -> list:
-    """One GPU's (or one process's) run: only the launcher differs between the fastpipe rows."""
+def fastpipe_overrides(a, fp8: bool = False) -> list:
+    """One GPU's (or one process's) run: only the launcher (or precision=fp8) differs between the fastpipe rows."""
+    precision = ["precision=fp8", f"precision.recipe={a.fp8_recipe}", *a.fp8_compile] if fp8 else \
+        ["precision=amp", "precision.dtype=bf16", f"compile={a.compile}"]
     return ["task=lm"] + model_overrides(a) + ["dataset=synthetic", f"dataset.vocab_size={a.vocab}",
             f"dataset.seq_len={a.seq_len}", f"dataset.num_images={a.batch * (a.warmup + a.steps)}",
-            "precision=amp", "precision.dtype=bf16", f"compile={a.compile}", "optimizer=adamw", "optimizer.lr=6e-4",
+            *precision, "optimizer=adamw", "optimizer.lr=6e-4",
             "optimizer.betas=[0.9,0.95]", "optimizer.weight_decay=0.1", f"train.batch_size={a.batch}",
             "train.epochs=1", f"train.max_steps={a.warmup + a.steps}", f"measure.warmup_steps={a.warmup}",
             f"measure.window={a.window}", "runtime.progress=false", f"device={'cpu' if a.device == 'cpu' else 'cuda'}"]
@@ -90,14 +103,20 @@ def hand_command(a) -> list:
             "--warmup", a.warmup, "--steps", a.steps, "--window", a.window, "--device", a.device]
 
 
-def runs_of(a) -> list:
-    """(name, processes, how) of one repeat: the hand loop, fastpipe on one GPU, then each launcher."""
+FP8 = "fastpipe fp8"
+
+
+def runs_of(a, r: int = 0) -> list:
+    """(name, processes, how) of repeat ``r``: the hand loop, fastpipe on one GPU, each launcher (while
+    ``r`` < --repeats), then fastpipe with precision=fp8 (while ``r`` < --fp8-repeats)."""
+    single = ["launcher=single"] + (["launcher.fresh_process=false"] if a.smoke else [])
     runs = [] if a.no_hand else [("hand", 1, None)]
     if not a.no_single:
-        runs.append(("fastpipe", 1, ["launcher=single"] + (["launcher.fresh_process=false"] if a.smoke else [])))
+        runs.append(("fastpipe", 1, single))
     runs += [(f"fastpipe {name}", a.nproc, [f"launcher={name}", f"launcher.nproc_per_node={a.nproc}"])
              for name in a.launchers]
-    return runs
+    runs = runs if r < a.repeats else []
+    return runs + ([(FP8, 1, single)] if r < a.fp8_repeats else [])
 
 
 def one_run(name: str, how, r: int, a, log, deadline: Deadline, unavailable: dict) -> dict:
@@ -109,7 +128,7 @@ def one_run(name: str, how, r: int, a, log, deadline: Deadline, unavailable: dic
     if how is None:
         res = run_json(hand_command(a), deadline.timeout(a.timeout), log)
     else:
-        res = run_fastpipe(fastpipe_overrides(a) + how, a.out / "runs" / f"{name.replace(' ', '-')}-{r}",
+        res = run_fastpipe(fastpipe_overrides(a, fp8=name == FP8) + how, a.out / "runs" / f"{name.replace(' ', '-')}-{r}",
                            deadline.timeout(a.timeout), log)
     deadline.record(name, res.get("wall_s"))
     return res
@@ -142,16 +161,19 @@ def write_table(a, rows: list) -> str:
     for s in summary:
         s["vs_hand"] = ratio(s, "hand") if s["processes"] == 1 else ""
         s["vs_one"] = ratio(s, "fastpipe") if s["processes"] > 1 else ""
+        s["vs_bf16"] = ratio(s, "fastpipe") if s["run"] == FP8 else ""
     device = next((r["device"] for r in rows if r.get("device")), "?")
     torch_version = next((r["torch"] for r in rows if r.get("torch")), "?")
     layers, heads, width = SHAPES[a.model]
     title = (f"{a.model} ({layers} layers, {heads} heads, {width} wide), vocabulary {a.vocab}, {a.seq_len} tokens, "
              f"batch {a.batch} per GPU, bf16 autocast, compile={a.compile}"
+             f"{f' (fp8: torchao float8 {a.fp8_recipe}, every Linear but the tied head, MFU against the bf16 peak)' if a.fp8_repeats else ''}"
              f"{', activation checkpointing per block' if a.activation_checkpointing else ''}, fused AdamW lr 6e-4; random "
              f"device-resident tokens; {a.warmup} warm-up + {a.steps} measured steps; median of {a.repeats} "
              f"(alternating order); device {device}, torch {torch_version}")
     columns = [("run", "run"), ("GPUs", "processes"), ("tokens/s", "tokens_per_s", ",.0f"), ("all runs", "runs"),
-               ("vs hand", "vs_hand"), ("vs 1 GPU", "vs_one"), ("step ms", "step_ms_median", ".1f"), ("MFU %", "mfu_pct", ".1f"),
+               ("vs hand", "vs_hand"), ("vs 1 GPU", "vs_one"), *([("vs bf16", "vs_bf16")] if a.fp8_repeats else []),
+               ("step ms", "step_ms_median", ".1f"), ("MFU %", "mfu_pct", ".1f"),
                ("peak mem GB", "peak_mem_gb", ".1f"), ("warm-up s", "warmup_s", ".1f"), ("status", "status")]
     return write_markdown_table(a.out / "lm.md", summary, columns, title)
 
@@ -170,8 +192,8 @@ def main(argv=None) -> int:
             refused = config_refusal(fastpipe_overrides(a) + how, log) if processes > 1 else None
             if refused:
                 unavailable[name] = f"not available: {' '.join(how)} is not in this fastpipe ({refused})"
-        for r in range(a.repeats):
-            runs = runs_of(a)
+        for r in range(max(a.repeats, a.fp8_repeats)):
+            runs = runs_of(a, r)
             if r % 2:  # alternate: no side always runs first (warmer caches, a cooler GPU)
                 runs.reverse()
             for name, processes, how in runs:

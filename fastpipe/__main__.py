@@ -9,14 +9,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from fastpipe.cli.help import register_help_resolver
+from fastpipe.record.run_record import failed
+from fastpipe.config import config_dir, job_choices, register_configs, to_settings
 from fastpipe.record import results
-from fastpipe.config import GROUPS, config_dir, register_configs, to_settings
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 register_configs()
+register_help_resolver()  # --help's list of groups (conf/hydra/help/fastpipe.yaml)
 register_sweep_plugins()  # Hydra's plugin scan misses them under an editable install run from elsewhere
 
 
@@ -25,17 +28,21 @@ def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
-    from fastpipe.runtime import environment
+    from fastpipe.record.context import run_context
+    from fastpipe.record.loggers import preflight
     from fastpipe.signals import stop_while_launching
+    from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
-    choices = {g: str(hc.runtime.choices.get(g)) for g in GROUPS if g in hc.runtime.choices}
+    choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices)
             settings.overrides = overrides
+            if hc.mode != RunMode.MULTIRUN:
+                preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs
             if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
                 done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
                 if done is not None:
@@ -43,11 +50,10 @@ def run(cfg: DictConfig):
                     return done
                 if settings.train.resume is None and (run_dir / "checkpoints").is_dir():
                     settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
+            settings.context = run_context(cfg, choices, overrides, job_place(hc), run_dir)
             metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
-        metrics = results.failed(str(exc), choices, overrides, environment(None, 1))
-        metrics.update(getattr(exc, "metrics", None) or {})
-        results.write(run_dir, metrics)
+        metrics = refused(run_dir, exc, choices, overrides)
     except KeyboardInterrupt:
         metrics = interrupted(run_dir, choices, overrides)
     status = metrics.get("status")
@@ -60,19 +66,28 @@ def run(cfg: DictConfig):
     return metrics
 
 
+def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -> dict:
+    """Settings that cannot work, or a stop signal before training began: the job's failed record."""
+    from fastpipe.runtime import environment
+
+    record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
+    results.write(run_dir, record)
+    return record.to_dict()
+
+
 def interrupted(run_dir: Path, choices: dict, overrides: list) -> dict:
     """Ctrl-C: the trainer's own record when it wrote one, else one naming the newest good checkpoint."""
     from fastpipe.checkpoint.files import newest_good
 
-    record = results.read(run_dir)
-    if record is not None and record.get("status") == "interrupted":
-        return record
+    kept = results.read(run_dir)
+    if kept is not None and kept.get("status") == "interrupted":
+        return kept
     latest = newest_good(run_dir / "checkpoints")
-    record = results.failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
-                                                         "no checkpoint was written"),
-                            choices, overrides, status="interrupted", checkpoint=latest and str(latest))
+    record = failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
+                                                 "no checkpoint was written"),
+                    choices, overrides, status="interrupted", checkpoint=latest and str(latest))
     results.write(run_dir, record)
-    return record
+    return record.to_dict()
 
 
 def main() -> None:

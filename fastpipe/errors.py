@@ -51,19 +51,20 @@ class OutOfMemory(FastpipeError):
     """The device ran out of memory; the message lists the settings that lower it."""
 
 
-def memory_fixes(settings) -> list:
-    """The settings that lower memory and are not already applied, the costliest change last."""
+def memory_fixes(batch_size, precision: str, activation_checkpointing: bool, sharded: bool) -> list:
+    """The settings that lower memory and are not already applied, the costliest change last:
+    ``batch_size`` (an int or ``auto``), the precision choice, and whether the launcher shards."""
     fixes = []
-    if settings.train.batch_size == "auto":
+    if batch_size == "auto":
         fixes.append("lower train.batch_size_max, or set train.batch_size=N below the size the search chose "
                      "(graph.txt)")
-    elif settings.train.batch_size != 1:
+    elif batch_size != 1:
         fixes.append("lower train.batch_size (train.grad_accum keeps the effective batch)")
-    if settings.precision.name != "amp":
+    if precision not in ("amp", "fp8"):
         fixes.append("use precision=amp")
-    if not getattr(settings.model, "activation_checkpointing", False):
+    if not activation_checkpointing:
         fixes.append("set model.activation_checkpointing=true")
-    if settings.launcher.name == "fsdp":
+    if sharded:
         fixes.append("shard over more GPUs (launcher.nproc_per_node, launcher.nnodes)")
     else:
         fixes.append("shard weights, gradients and optimizer state over several GPUs with launcher=fsdp")

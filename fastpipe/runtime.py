@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import platform
 import random
-import signal
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 
 from fastpipe.errors import EnvironmentProblem
+from fastpipe.signals import die_with_parent  # noqa: F401  (re-exported: the launchers call it from here)
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,25 @@ class Dist:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    # The collectives over these processes (the default process group); each is a no-op for one process.
+    def any_rank(self, flag: torch.Tensor) -> torch.Tensor:
+        """True on every rank when ``flag`` is true on any (a device-side all-reduce; no host sync)."""
+        if self.world_size == 1:
+            return flag
+        flag = flag.to(torch.int32)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return flag.bool()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over the ranks, in place."""
+        if self.world_size > 1:
+            torch.distributed.all_reduce(tensor)
+        return tensor
+
+    def gather(self, value) -> list:
+        """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+        return gather_objects(value, self.world_size)
+
 
 @dataclass
 class Runtime:
@@ -46,6 +64,11 @@ class Runtime:
     def cores_per_process(self) -> int:
         """This process's share of the machine's cores (loader workers, decode threads)."""
         return max(1, self.cpu_cores // max(1, self.dist.local_world_size))
+
+    def describe(self, seed: int, cudnn_benchmark: bool, channels_last: bool) -> str:
+        """graph.txt's runtime line: the device, the processes and the switches ``setup_runtime`` applied."""
+        return (f"device={self.device}  world_size={self.dist.world_size}  seed={seed}  "
+                f"cudnn.benchmark={cudnn_benchmark}  channels_last={channels_last}")
 
 
 def dist_from_env() -> Dist:
@@ -65,6 +88,37 @@ def cache_root() -> Path:
     """Where generated datasets and packs live: $FASTPIPE_CACHE, else ~/.cache/fastpipe."""
     base = os.environ.get("FASTPIPE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastpipe"
     return Path(base).expanduser()
+
+
+def tracker_environment() -> dict:
+    """What the trackers read from the environment: ``MLFLOW_TRACKING_URI``, whether MLflow's file store is
+    allowed (``MLFLOW_ALLOW_FILE_STORE``), ``WANDB_MODE``, and whether a W&B API key is configured
+    (``WANDB_API_KEY``, or a ``wandb login`` entry in ~/.netrc for ``WANDB_BASE_URL``'s host)."""
+    import netrc
+    from urllib.parse import urlparse
+
+    env = os.environ
+    key = bool(env.get("WANDB_API_KEY"))
+    if not key:
+        host = urlparse(env.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+        try:
+            key = netrc.netrc(env.get("NETRC") or None).authenticators(host) is not None
+        except (OSError, netrc.NetrcParseError):
+            key = False
+    return {"mlflow_tracking_uri": env.get("MLFLOW_TRACKING_URI") or None,
+            "mlflow_allow_file_store": env.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true", "yes"),
+            "wandb_mode": env.get("WANDB_MODE") or None, "wandb_api_key": key}
+
+
+def bound_tracker_requests(timeout_s: float) -> None:
+    """MLflow's HTTP client retries a dead server for minutes by default (7 retries, backoff factor 2,
+    120 s per request): unless the user set them, at most 2 retries of ``timeout_s`` each, backoff 1 s."""
+    import math
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0.2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
 
 
 def resolve_device(requested: str, dist: Dist) -> torch.device:
@@ -92,7 +146,7 @@ def setup_runtime(settings) -> Runtime:
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
     torch.backends.cudnn.allow_tf32 = tf32
-    _compiler_switches(settings.compile)
+    _compiler_switches(settings.compile, settings.precision)
     seed_everything(settings.seed + dist.rank)  # each rank its own stream (augmentation, dropout)
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
@@ -106,27 +160,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _compiler_switches(cfg) -> None:
+def _compiler_switches(cfg, precision=None) -> None:
     """Dynamo's process-wide DDP switch, per ``compile.optimize_ddp`` (compiled autograd is turned on around
-    each backward: CompiledModel.backward_context)."""
+    each backward: CompiledModel.backward_context); Inductor's exact rounding of casts for fp8's rowwise
+    recipe (without it the fused rowwise scaling can round differently from eager and lose accuracy)."""
     if cfg is None or cfg.name == "off":
         return
     import torch._dynamo.config as dynamo
 
     if cfg.optimize_ddp != "auto":
         dynamo.optimize_ddp = cfg.optimize_ddp
+    if getattr(precision, "name", None) == "fp8" and precision.recipe == "rowwise":
+        import torch._inductor.config as inductor
 
-
-def die_with_parent(parent: int) -> None:
-    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
-    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
-    is gone; a parent already gone by now means exit at once."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
+        inductor.emulate_precision_casts = True
 
 
 def cpu_cores() -> int:

@@ -128,3 +128,18 @@ def forwarded_to(pid: int) -> Iterator[None]:
 
     with _handlers(forward):
         yield
+
+
+def die_with_parent(parent: int) -> None:
+    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
+    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
+    is gone; a parent already gone by now means exit at once. (Here, not in runtime.py, so that a
+    sweep's job process can call it before it imports torch.)"""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)

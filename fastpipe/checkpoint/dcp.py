@@ -56,7 +56,7 @@ def publish(partial: Path, final: Path, position: dict) -> Path:
     return final
 
 
-def load_sharded(g, path: Path) -> None:
+def load_sharded(g, path: Path, model_target: str) -> None:
     """Every rank: read the model and optimizer of the sharded checkpoint ``path`` into ``g`` (resharded
     to this run's ranks); one clear line when they are not this model's."""
     import torch.distributed.checkpoint as dcp
@@ -67,7 +67,7 @@ def load_sharded(g, path: Path) -> None:
         dcp.load(state, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
     except Exception as exc:  # CheckpointException: missing keys, other shapes
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise DataError(f"sharded checkpoint {path} does not fit this run's model {g.settings.model.target} "
+        raise DataError(f"sharded checkpoint {path} does not fit this run's model {model_target} "
                         f"({type(exc).__name__}: {first}); resume a checkpoint of the same model and dataset, "
                         "or start without train.resume") from exc
     set_state_dict(g.model, g.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])

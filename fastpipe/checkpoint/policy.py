@@ -14,8 +14,9 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -28,25 +29,29 @@ from fastpipe.checkpoint.files import (
     verify,
     write_checkpoint,
 )
-from fastpipe.checkpoint.state import Position, apply_state, rng_state, state_of, train_state_of, weights_of
+from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_state, state_of, train_state_of,
+                                       weights_of)
 from fastpipe.checkpoint.writer import BackgroundWriter
 from fastpipe.config import TrainConfig
-from fastpipe.errors import ConfigError, DataError, FastpipeError, Preempted, TrainingError
+from fastpipe.errors import ConfigError, DataError, FastpipeError, FastpipeWarning, Preempted, TrainingError
 
 
 
 class Checkpointer:
     """The loop's checkpoint policy: ``restore`` first, ``after_step`` each step, ``finish`` at the end."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Optional[Path] = None, dist=None) -> None:
+    def __init__(self, cfg: TrainConfig, run_dir: Optional[Path] = None, dist=None,
+                 facts: Optional[RunFacts] = None, on_written: Optional[Callable[[int, Path], None]] = None) -> None:
+        """``on_written(step, path)``: called (from the writer's thread) when a checkpoint is complete."""
         from fastpipe.runtime import Dist
 
+        self.cfg, self.facts = cfg, facts or RunFacts()  # the facts checkpoints and weights files record
         self.folder = None if run_dir is None else Path(run_dir) / "checkpoints"
         self.every, self.keep, self.resume = cfg.checkpoint_every or 0, cfg.keep_checkpoints, cfg.resume
         self.dist = dist or Dist()
         # Rank 0 writes in the background (checkpoint_writer.py); the newest good checkpoint is the
         # newest complete write, or the one resumed from.
-        self.writer = BackgroundWriter(self.folder, self.keep) if self.folder is not None and self.dist.is_main \
+        self.writer = BackgroundWriter(self.folder, self.keep, on_written) if self.folder is not None and self.dist.is_main \
             else None
         self._latest: Optional[Path] = None
         self.stalls: List[float] = []  # seconds the training thread spent in each save
@@ -68,7 +73,7 @@ class Checkpointer:
         if self.writer is not None:
             self.writer.wait()
         if barrier and g is not None and self.dist.world_size > 1:
-            g.all_reduce_sum(torch.zeros(1, device=g.device))
+            g.runtime.dist.all_reduce_sum(torch.zeros(1, device=g.device))
 
     def stall_summary(self) -> Optional[dict]:
         """metrics.json's ``checkpoint_stall_s``: the training thread's stall per checkpoint."""
@@ -79,15 +84,17 @@ class Checkpointer:
         return {"median": ordered[len(ordered) // 2], "max": ordered[-1], "count": len(ordered),
                 "write_median": writes[len(writes) // 2] if writes else None}
 
-    def log(self, text: str, warnings: Optional[List[str]] = None) -> None:
+    def log(self, text: str, warn: bool = False) -> None:
+        """Say ``text`` (rank 0), and with ``warn`` also record it among the run's warnings."""
         if self.dist.is_main:
             print(f"fastpipe: {text}", file=sys.stderr, flush=True)
-            if warnings is not None:
-                warnings.append(text)
+            if warn:
+                warnings.warn(text, FastpipeWarning)
 
-    def restore(self, g, steps_per_epoch: int, warnings: List[str]) -> Position:
-        """Load the checkpoint ``train.resume`` names (newest good one first); else step 0."""
-        self.steps_per_epoch = steps_per_epoch
+    def restore(self, g, cfg: TrainConfig, steps_per_epoch: int) -> Position:
+        """Load the checkpoint ``train.resume`` names (newest good one first); else step 0. ``cfg``: the
+        run's TrainConfig as it trains (``train.batch_size=auto`` resolved), which its checkpoints record."""
+        self.cfg, self.steps_per_epoch = cfg, steps_per_epoch
         if self.folder is None:
             return Position()
         if not self.resume:
@@ -96,30 +103,29 @@ class Checkpointer:
                                   "continue it, or give this run its own hydra.run.dir")
             return Position()
         candidates = resolve_candidates(self.resume, self.folder)
-        path, state = self._choose(candidates, warnings)
+        path, state = self._choose(candidates)
         if path is None:
             if self.resume != "auto":
                 raise DataError(f"train.resume={self.resume}: no complete, loadable checkpoint there (see above)")
-            self.log(f"no complete checkpoint in {self.folder}: starting at step 0",
-                     warnings if candidates else None)
+            self.log(f"no complete checkpoint in {self.folder}: starting at step 0", warn=bool(candidates))
             return Position()
-        pos = apply_state(g, path, state, steps_per_epoch, warnings)
+        pos = apply_state(g, path, state, steps_per_epoch, cfg, self.facts)
         self._latest, self.last_step, self.position = path, pos.step, pos
         self.log(f"resuming from {path} at step {pos.step} (epoch {pos.epoch + 1}, step {pos.step_in_epoch} "
-                 f"of {steps_per_epoch}); timings cover the steps after it only", warnings)
+                 f"of {steps_per_epoch}); timings cover the steps after it only", warn=True)
         return pos
 
-    def _choose(self, candidates: List[Path], warnings: List[str]) -> tuple:
+    def _choose(self, candidates: List[Path]) -> tuple:
         """(path, state) of the newest good candidate: verified by rank 0 (every SHA-256 read once),
         which tells the other ranks which one to load."""
         from fastpipe.runtime import broadcast_from_main
 
         if self.dist.world_size == 1:
-            return load_verified(candidates, lambda text: self.log(text, warnings))
+            return load_verified(candidates, lambda text: self.log(text, warn=True))
         path, state = None, None
         if self.dist.is_main:
             try:
-                path, state = load_verified(candidates, lambda text: self.log(text, warnings))
+                path, state = load_verified(candidates, lambda text: self.log(text, warn=True))
             except BaseException as exc:  # the other ranks wait in the broadcast: tell them, then fail
                 broadcast_from_main({"failed": f"{type(exc).__name__}: {exc}"})
                 raise
@@ -154,18 +160,18 @@ class Checkpointer:
         start = time.perf_counter()
         bad = streak.detach().clone().float() if streak is not None else torch.zeros((), device=g.device)
         bad = bad + (~finite_state(g.model)).float()  # the loss was finite but the update may not have been
-        if g.all_reduce_sum(bad.reshape(1)).item() > 0:
+        if g.runtime.dist.all_reduce_sum(bad.reshape(1)).item() > 0:
             self.settle(barrier=False)
             self.log(f"no checkpoint at step {pos.step}: the weights or buffers hold NaN/inf; the newest good one "
                      f"stays {self.latest}")
             return None
-        rngs = g.gather(rng_state(g.device))
-        if getattr(g, "sharded", False):
+        rngs = g.runtime.dist.gather(rng_state(g.device))
+        if g.sharded:
             path = self._save_sharded(g, pos, rngs)
         else:
             path = self.folder / f"step-{pos.step:08d}.pt"
             if self.writer is not None:
-                self.writer.submit(state_of(g, pos, self.steps_per_epoch, rngs))
+                self.writer.submit(state_of(g, pos, self.steps_per_epoch, rngs, self.cfg, self.facts))
         if self.writer is None:
             self._latest = path  # other ranks: rank 0 writes (or publishes) it
         self.last_step = pos.step
@@ -179,7 +185,7 @@ class Checkpointer:
 
         final = self.folder / f"step-{pos.step:08d}.dcp"
         partial = self.folder / f".{final.name}.partial"
-        train_state = train_state_of(g, pos, self.steps_per_epoch, rngs)
+        train_state = train_state_of(g, pos, self.steps_per_epoch, rngs, self.cfg, self.facts)
         failure = None
         if self.writer is not None:
             try:
@@ -189,7 +195,7 @@ class Checkpointer:
             except BaseException as exc:  # raised after the all-reduce, so that no rank waits for rank 0
                 failure = exc
         # the folder exists, and is empty, for every rank; or every rank learns that rank 0 failed
-        if g.all_reduce_sum(torch.tensor([float(failure is not None)], device=g.device)).item() > 0:
+        if g.runtime.dist.all_reduce_sum(torch.tensor([float(failure is not None)], device=g.device)).item() > 0:
             if failure is not None:
                 raise failure
             raise TrainingError(f"rank 0 could not prepare {partial} for the sharded checkpoint at step {pos.step}; "
@@ -203,11 +209,11 @@ class Checkpointer:
         """``checkpoints/best.pt`` or ``last.pt``: the weights that count (the EMA's when there is one, the
         raw ones beside them), for fastpipe.load and python -m fastpipe.evaluate; never rotated. Rank 0
         writes; under FSDP every rank takes part in gathering the whole weights."""
-        if self.folder is None or not g.settings.train.save_weights:
+        if self.folder is None or not self.cfg.save_weights:
             return None
-        if not self.dist.is_main and not getattr(g, "sharded", False):
+        if not self.dist.is_main and not g.sharded:
             return None
-        weights = weights_of(g, which, step, ema, metric)
+        weights = weights_of(g, which, step, self.facts, ema, metric)
         return write_checkpoint(self.folder, weights, name=which) if self.dist.is_main else None
 
     def past_the_end(self, pos: Position, total: int) -> "NothingToTrain":
@@ -234,7 +240,7 @@ class Checkpointer:
         if self.dist.world_size > 1:  # every rank must stop at the same step: agree at window edges
             if not edge:
                 return False
-            if g.all_reduce_sum(torch.tensor([float(name is not None)], device=g.device)).item() == 0:
+            if g.runtime.dist.all_reduce_sum(torch.tensor([float(name is not None)], device=g.device)).item() == 0:
                 return False
             name = name or "a stop signal to another rank"
         elif name is None:

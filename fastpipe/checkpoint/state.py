@@ -8,14 +8,16 @@ same share of the run), instead of from a step count that means something else n
 from __future__ import annotations
 
 import random
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
-from fastpipe.errors import DataError
+from fastpipe.config import TrainConfig
+from fastpipe.errors import DataError, FastpipeWarning
 
 FORMAT = 2  # 2: positions in samples too (format 1 files still load)
 
@@ -34,10 +36,26 @@ class Position:
     evaluation: Optional[dict] = None  # the Evaluator's best result and patience count, so a resume keeps them
 
 
-def global_batch(g) -> int:
+@dataclass(frozen=True)
+class RunFacts:
+    """What checkpoints and weights files record of the run that wrote them (and a resume names when
+    they do not fit): the model, dataset and task it trains, and its seed."""
+
+    model: str = ""  # model._target_
+    dataset: str = ""  # the dataset's choice (or its callable's name)
+    task: str = ""  # task._target_
+    seed: int = 0
+
+    @classmethod
+    def of(cls, settings) -> "RunFacts":
+        """From a run's Config."""
+        return cls(settings.model.target, settings.choices.get("dataset", settings.dataset.short_name),
+                   settings.task.target, settings.seed)
+
+
+def global_batch(cfg: TrainConfig, world_size: int) -> int:
     """Samples one optimizer step takes, over all processes."""
-    s = g.settings.train
-    return s.batch_size * s.grad_accum * g.runtime.dist.world_size
+    return cfg.batch_size * cfg.grad_accum * world_size
 
 
 def rng_state(device: torch.device) -> dict:
@@ -58,45 +76,43 @@ def set_rng_state(state: dict, device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def train_state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
+def train_state_of(g, pos: Position, steps_per_epoch: int, rngs: list, cfg: TrainConfig, facts: RunFacts) -> dict:
     """Everything a resumed run needs besides the model and optimizer, as plain types."""
     position = asdict(pos)
     position["nonfinite_steps"] = int(pos.nonfinite_steps)
     position["final_loss"] = None if pos.final_loss is None else float(pos.final_loss)
-    s = g.settings
     return {"format": FORMAT, "position": position, "scaler": g.precision.scaler.state_dict(), "rng": rngs,
             "schedule": g.schedule.state_dict() if g.schedule is not None else None,
-            "meta": {"steps_per_epoch": steps_per_epoch, "batch_size": s.train.batch_size,
-                     "grad_accum": s.train.grad_accum, "world_size": g.runtime.dist.world_size, "seed": s.seed,
-                     "model": s.model.target, "dataset": s.choices.get("dataset", s.dataset.short_name),
-                     "model_kwargs": g.dataset.model_kwargs(), "task": s.task.target}}
+            "meta": {"steps_per_epoch": steps_per_epoch, "batch_size": cfg.batch_size,
+                     "grad_accum": cfg.grad_accum, "world_size": g.runtime.dist.world_size, "seed": facts.seed,
+                     "model": facts.model, "dataset": facts.dataset,
+                     "model_kwargs": g.dataset.model_kwargs(), "task": facts.task}}
 
 
-def state_of(g, pos: Position, steps_per_epoch: int, rngs: list) -> dict:
+def state_of(g, pos: Position, steps_per_epoch: int, rngs: list, cfg: TrainConfig, facts: RunFacts) -> dict:
     """A whole checkpoint (one file): the train state, the model, the optimizer and the EMA."""
-    return {**train_state_of(g, pos, steps_per_epoch, rngs), "model": g.model.state_dict(),
+    return {**train_state_of(g, pos, steps_per_epoch, rngs, cfg, facts), "model": g.model.state_dict(),
             "optimizer": g.optimizer.state_dict(), "ema": g.ema.state_dict() if g.ema is not None else None}
 
 
 def whole_model_state(g) -> dict:
     """The model's state dict with whole tensors; under FSDP gathered from every rank (all ranks call
     this; rank 0 gets the tensors, in host memory, the others an empty dict)."""
-    if not getattr(g, "sharded", False):
+    if not g.sharded:
         return g.model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(g.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def weights_of(g, which: str, step: int, ema=None, metric=None) -> dict:
+def weights_of(g, which: str, step: int, facts: RunFacts, ema=None, metric=None) -> dict:
     """A weights file (best.pt / last.pt): what rebuilds the trained model without its dataset."""
-    s = g.settings
     counted = ema.module.state_dict() if ema is not None else whole_model_state(g)
     return {"format": "weights", "which": which, "step": step, "metric": metric,
             "model": counted, "raw_model": g.model.state_dict() if ema is not None else None,
             "weights": "ema" if ema is not None else "raw",
-            "meta": {"model": s.model.target, "model_kwargs": g.dataset.model_kwargs(),
-                     "dataset": s.choices.get("dataset", s.dataset.short_name), "task": s.task.target}}
+            "meta": {"model": facts.model, "model_kwargs": g.dataset.model_kwargs(),
+                     "dataset": facts.dataset, "task": facts.task}}
 
 
 def _examples(keys) -> str:
@@ -104,7 +120,7 @@ def _examples(keys) -> str:
     return ", ".join(repr(k) for k in keys[:3]) + (" ..." if len(keys) > 3 else "")
 
 
-def load_model_state(g, path: Path, state: dict) -> None:
+def load_model_state(g, path: Path, state: dict, facts: RunFacts) -> None:
     """The checkpoint's weights into the model; one clear line when they are not this model's."""
     if not isinstance(state, dict) or "model" not in state or "position" not in state:
         keys = list(state)[:3] if isinstance(state, dict) else []
@@ -120,57 +136,57 @@ def load_model_state(g, path: Path, state: dict) -> None:
         what = [f"{len(missing)} of this model's tensors are missing ({_examples(missing)})"] if missing else []
         what += [f"{len(unexpected)} are not this model's ({_examples(unexpected)})"] if unexpected else []
         what += [f"{k} is {list(theirs[k].shape)} there, {list(own[k].shape)} here" for k in sorted(shapes)[:2]]
-        raise DataError(f"checkpoint {path}{was} does not fit this run's model {g.settings.model.target}: "
+        raise DataError(f"checkpoint {path}{was} does not fit this run's model {facts.model}: "
                         f"{'; '.join(what)}; resume a checkpoint of the same model and dataset (classes, "
                         "vocabulary), or start without train.resume")
     g.model.load_state_dict(theirs)
 
 
-def load_optimizer_state(g, path: Path, saved: dict) -> None:
+def load_optimizer_state(g, path: Path, saved: dict, cfg: TrainConfig) -> None:
     """The optimizer's state, refused in one line when its parameter groups are not this run's (a
     checkpoint from before ``train.no_decay=auto`` split AdamW's groups, or another no_decay)."""
     theirs, ours = len(saved.get("param_groups", [])), len(g.optimizer.param_groups)
     if theirs != ours:
         raise DataError(f"{path}: its optimizer state has {theirs} parameter group(s), this run's optimizer {ours} "
-                        f"(train.no_decay={g.settings.train.no_decay} decides whether biases and norm weights get a "
+                        f"(train.no_decay={cfg.no_decay} decides whether biases and norm weights get a "
                         "group of their own): resume with the train.no_decay the checkpoint was written with "
                         "(train.no_decay=false: one group), or start a new run")
     g.optimizer.load_state_dict(saved)
 
 
-def apply_state(g, path: Path, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
+def apply_state(g, path: Path, state: dict, steps_per_epoch: int, cfg: TrainConfig, facts: RunFacts) -> Position:
     """Load ``state`` (and, for a sharded checkpoint, its shards) into the graph and this process's RNGs;
-    returns this run's position."""
+    returns this run's position (in ``cfg``'s steps)."""
     if path.is_dir():
         from fastpipe.checkpoint.dcp import load_sharded
 
-        load_sharded(g, path)
-    elif getattr(g, "sharded", False):
+        load_sharded(g, path, facts.model)
+    elif g.sharded:
         raise DataError(f"{path} is a whole-model checkpoint (written by launcher=single or ddp); launcher=fsdp "
                         "resumes sharded ones (step-*.dcp folders): resume it with the launcher that wrote it")
     else:
-        load_model_state(g, path, state)
-        load_optimizer_state(g, path, state["optimizer"])
+        load_model_state(g, path, state, facts)
+        load_optimizer_state(g, path, state["optimizer"], cfg)
     if g.precision.scaler.is_enabled() and state.get("scaler"):
         g.precision.scaler.load_state_dict(state["scaler"])
     if g.ema is not None and state.get("ema"):
         g.ema.load_state_dict(state["ema"])
     elif g.ema is not None and g.runtime.dist.is_main:
-        warnings.append("the checkpoint has no EMA of the weights (written without train.ema_decay): the average "
-                        "starts from the resumed weights")
+        warnings.warn("the checkpoint has no EMA of the weights (written without train.ema_decay): the average "
+                      "starts from the resumed weights", FastpipeWarning)
     dist, rngs = g.runtime.dist, state.get("rng") or []
     if len(rngs) == dist.world_size:
         set_rng_state(rngs[dist.rank], g.device)
     elif dist.is_main:
-        warnings.append(f"the checkpoint has RNG states of {len(rngs)} process(es), this run "
-                        f"{dist.world_size}: random streams restart from the seed")
-    pos = position_here(g, state, steps_per_epoch, warnings)
+        warnings.warn(f"the checkpoint has RNG states of {len(rngs)} process(es), this run "
+                      f"{dist.world_size}: random streams restart from the seed", FastpipeWarning)
+    pos = position_here(g, state, steps_per_epoch, cfg)
     if g.schedule is not None:
-        g.schedule.resume(state.get("schedule"), pos.step, warnings if dist.is_main else [])
+        g.schedule.resume(state.get("schedule"), pos.step)
     return pos
 
 
-def position_here(g, state: dict, steps_per_epoch: int, warnings: List[str]) -> Position:
+def position_here(g, state: dict, steps_per_epoch: int, cfg: TrainConfig) -> Position:
     """The checkpoint's position in this run's steps: the same one when the global batch is the
     same; otherwise the same samples (rounded down to a whole step of this run)."""
     saved, meta = dict(state["position"]), state.get("meta", {})
@@ -178,14 +194,14 @@ def position_here(g, state: dict, steps_per_epoch: int, warnings: List[str]) -> 
     saved.setdefault("samples_in_epoch", saved["step_in_epoch"] * old)  # format 1
     saved.setdefault("samples_seen", saved["step"] * old)
     pos = Position(**saved)
-    new = global_batch(g)
+    new = global_batch(cfg, g.runtime.dist.world_size)
     if new == old and meta.get("steps_per_epoch") == steps_per_epoch:
         return pos
     pos.step_in_epoch = pos.samples_in_epoch // new
     pos.step = pos.samples_seen // new
     if g.runtime.dist.is_main:
-        warnings.append(f"the checkpoint took {old} samples per step (batch {meta.get('batch_size')} x "
-                        f"{meta.get('grad_accum')} x {meta.get('world_size')} processes), this run takes {new}: it "
-                        f"goes on after {pos.samples_in_epoch} samples of epoch {pos.epoch + 1} and {pos.samples_seen} "
-                        f"in all (step {pos.step} here)")
+        warnings.warn(f"the checkpoint took {old} samples per step (batch {meta.get('batch_size')} x "
+                      f"{meta.get('grad_accum')} x {meta.get('world_size')} processes), this run takes {new}: it "
+                      f"goes on after {pos.samples_in_epoch} samples of epoch {pos.epoch + 1} and {pos.samples_seen} "
+                      f"in all (step {pos.step} here)", FastpipeWarning)
     return pos

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
-from fastpipe.checkpoint.files import rotate, write_checkpoint
+from fastpipe.checkpoint.files import NAME, rotate, write_checkpoint
 
 
 class HostSnapshot:
@@ -56,8 +56,8 @@ class HostSnapshot:
 class BackgroundWriter:
     """One checkpoint write at a time, off the training thread; errors surface at the next ``wait``."""
 
-    def __init__(self, folder: Path, keep: int) -> None:
-        self.folder, self.keep = folder, keep
+    def __init__(self, folder: Path, keep: int, on_written: Optional[Callable[[int, Path], None]] = None) -> None:
+        self.folder, self.keep, self.on_written = folder, keep, on_written  # on_written(step, path) once complete
         self.snapshot = HostSnapshot()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
@@ -92,6 +92,9 @@ class BackgroundWriter:
             path = publish()
             rotate(self.folder, self.keep)
             self.written = path
+            if self.on_written is not None:
+                match = NAME.match(Path(path).name)
+                self.on_written(int(match.group(1)) if match else 0, Path(path))
         except BaseException as exc:  # e.g. a full disk: raised on the training thread at the next wait
             self._error = exc
         finally:

@@ -1,8 +1,10 @@
 """``python -m fastpipe.doctor``: is this machine ready to train, and what can its hardware do?
 
 Reports torch, CUDA, cuDNN and driver versions, each GPU with its memory, NCCL, DALI, Hydra and
-OmegaConf, the TF32 switches and a tiny torch.compile smoke test. Exits 1 when something required
-is broken (listed under "problems"), 0 otherwise; optional things that are missing are "notes".
+OmegaConf, whether the CPU computes bf16 natively, the TF32 switches, whether fastpipe's configs
+compose (as ``python -m fastpipe`` composes them) and a tiny torch.compile smoke test. Exits 1 when
+something required is broken (listed under "problems"), 0 otherwise; optional things that are
+missing are "notes".
 ``--json`` prints the same as JSON; ``--bench`` adds the hardware ceilings (fastpipe/measure/bench.py).
 """
 from __future__ import annotations
@@ -18,8 +20,11 @@ from typing import List, Optional
 
 import torch
 
+from fastpipe.measure.cpu import cpu_bf16
+
 REQUIRED_RANGES = {"hydra-core": ("1.3.2", "1.4"), "omegaconf": ("2.3", "2.4")}  # pyproject's pins
 OPTIONAL = ("cuda", "nccl", "dali", "compile")  # what --require can make mandatory
+SWEEP_PLUGINS = {"hydra/launcher=gpus": "GpusLauncher", "hydra/sweeper=halving": "HalvingSweeper"}
 
 
 def _version(dist: str) -> Optional[str]:
@@ -114,19 +119,34 @@ def compile_smoke(backend: str, device: str) -> dict:
 
 
 def config_composes() -> Optional[str]:
-    """None when fastpipe's packaged configs compose (a broken install fails here)."""
+    """None when fastpipe's packaged configs compose as ``python -m fastpipe`` composes them (its
+    schemas registered first); a broken install fails here."""
     try:
         from hydra import compose, initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
-        from fastpipe.config import config_dir
+        from fastpipe.config import config_dir, register_configs
 
+        register_configs()
         GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-            compose(config_name="config")
+        try:
+            with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+                compose(config_name="config", return_hydra_config=True)
+        finally:
+            GlobalHydra.instance().clear()
         return None
     except Exception as exc:
         return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+
+
+def sweep_plugins() -> List[str]:
+    """fastpipe's Hydra plugins that Hydra's own plugin scan finds, as any Hydra app would."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+    from hydra.plugins.sweeper import Sweeper
+
+    found = {c.__name__ for c in Plugins.instance().discover(Launcher) + Plugins.instance().discover(Sweeper)}
+    return [choice for choice, name in SWEEP_PLUGINS.items() if name in found]
 
 
 def diagnose(compile_backend: str = "inductor", require=()) -> dict:
@@ -137,7 +157,7 @@ def diagnose(compile_backend: str = "inductor", require=()) -> dict:
         "torchvision": _version("torchvision"), "cuda_build": torch.version.cuda, "cuda_available": cuda,
         "driver": driver_version(), "cudnn": torch.backends.cudnn.version() if cuda else None, "gpus": gpus(),
         "nccl": nccl(), "dali": dali(), "hydra": _version("hydra-core"), "omegaconf": _version("omegaconf"),
-        "tf32": tf32(), "compile": compile_smoke(compile_backend, "cuda" if cuda else "cpu"),
+        "cpu_bf16": cpu_bf16(), "sweep_plugins": sweep_plugins(), "tf32": tf32(), "compile": compile_smoke(compile_backend, "cuda" if cuda else "cpu"),
         "problems": [], "notes": []}
     problems, notes = report["problems"], report["notes"]
     for dist, (low, high) in REQUIRED_RANGES.items():
@@ -162,6 +182,15 @@ def diagnose(compile_backend: str = "inductor", require=()) -> dict:
         "compile": None if report["compile"]["ok"] else (
             f"torch.compile smoke test failed ({report['compile']['error']}): compile=* falls back to eager"),
     }
+    missing = [c for c in SWEEP_PLUGINS if c not in report["sweep_plugins"]]
+    if missing:  # fastpipe's own entry point registers them; other Hydra apps need the scan
+        notes.append(f"Hydra's plugin scan does not find {' and '.join(missing)} (an editable install made with an "
+                     "older fastpipe?): Hydra apps other than fastpipe cannot use them; reinstall fastpipe with "
+                     "the README's install command")
+    bf16 = report["cpu_bf16"]
+    if bf16["native"] is False and not cuda:  # training runs on this CPU
+        notes.append(f"this CPU has no native bf16 (no {' or '.join(bf16['looked_for'])}): precision=amp (bf16 "
+                     "autocast) runs emulated and much slower than fp32 here; use precision=fp32 on this machine")
     for name, message in optional.items():
         if message:
             (problems if name in require else notes).append(message)
@@ -181,6 +210,9 @@ def format_report(r: dict) -> str:
     rows += [("NCCL", f"{nccl_text}   gloo {'yes' if n['gloo'] else 'no'}"),
              ("DALI", d["version"] or ("import fails" if d["installed"] else "not installed")),
              ("Hydra", r["hydra"]), ("OmegaConf", r["omegaconf"]),
+             ("CPU bf16", _bf16_text(r["cpu_bf16"])),
+             ("plugins", ", ".join(r["sweep_plugins"]) + " (found by Hydra's plugin scan)" if r["sweep_plugins"]
+              else "not found by Hydra's plugin scan"),
              ("TF32", f"matmul {r['tf32']['matmul']}  cudnn {r['tf32']['cudnn']}  "
                       f"float32_matmul_precision={r['tf32']['float32_matmul_precision']}"),
              ("compile", f"{'ok' if c['ok'] else 'FAILED'}  backend={c['backend']} on {c['device']} "
@@ -191,6 +223,14 @@ def format_report(r: dict) -> str:
     lines += [f"  problem      {p}" for p in r["problems"]] + [f"  note         {n}" for n in r["notes"]]
     lines.append("  status       " + ("ok" if r["ok"] else "BROKEN (see problems)"))
     return "\n".join(lines)
+
+
+def _bf16_text(b: dict) -> str:
+    if b["native"] is None:
+        return "unknown (this CPU's features cannot be read)"
+    if b["native"]:
+        return f"native ({', '.join(b['isa'])})"
+    return f"emulated (no {' or '.join(b['looked_for'])}): precision=amp is slow on this CPU"
 
 
 def main(argv=None) -> int:

@@ -17,36 +17,17 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import torch
-
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
-
-
-@dataclasses.dataclass
-class _Held:
-    """What ``evaluation.evaluate`` needs of a training graph."""
-
-    eval_loader: object
-    precision: object
-    task: object
-    device: torch.device
-    sharded: bool = False  # one process: nothing to keep in step
-
-    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
 
 
 def evaluate_run(run_dir: Path, overrides: List[str], weights: str = "best", split: str = "val",
                  device: str = "auto") -> dict:
     """The task's metrics of the run's ``weights`` on ``split``; also written to eval.json by ``main``."""
-    from fastpipe.config import DefaultLoaderConfig
-    from fastpipe.data import build_loader
-    from fastpipe.data.splits import build_dataset
-    from fastpipe.train.evaluation import evaluate
-    from fastpipe.stages.precision import build_precision
-    from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores, resolve_device
     from fastpipe.checkpoint.trained import load
     from fastpipe.config.reload import run_settings
+    from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores, resolve_device
+    from fastpipe.train.evaluation import evaluate
+    from fastpipe.train.graph import build_held_out, build_splits
 
     settings = run_settings(run_dir, overrides)
     settings.dataset.check()
@@ -54,18 +35,14 @@ def evaluate_run(run_dir: Path, overrides: List[str], weights: str = "best", spl
     trained = load(run_dir, weights, dev)
     runtime = Runtime(dev, Dist(), cache_root(), cpu_cores())
     name = settings.choices.get("dataset") or settings.dataset.short_name
-    splits = build_dataset(settings.dataset, runtime, name)
+    splits = build_splits(settings, runtime)
     if split == "test":
         if splits.test is None:
             raise ConfigError(f"dataset={name} has no test split (its callable returns no 'test'); use --split val")
         splits = dataclasses.replace(splits, val=splits.test)
     elif splits.val is None:
         raise ConfigError(f"dataset={name} has no held-out split to evaluate on")
-    # data=default reads every dataset and needs no pack: the metrics do not depend on the loader.
-    loader = build_loader(DefaultLoaderConfig(), splits, runtime, settings.train.batch_size, settings.seed,
-                          train=False, channels_last=False)
-    held = _Held(loader, build_precision(settings.precision, dev), settings.task.build(), dev)
-    metrics = evaluate(held, trained.model)
+    metrics = evaluate(build_held_out(settings, runtime, splits), trained.model)
     return {"run": str(run_dir), "weights": weights, "weights_of": trained.weights, "step": trained.step,
             "split": split, "dataset": name, "overrides": list(overrides), "task": settings.task.target,
             "metrics": metrics, "samples": len(splits.val) if hasattr(splits.val, "__len__") else None}

@@ -1,20 +1,25 @@
 """``python -m fastpipe.pack``: decode a dataset once into a pack that ``data=mmap`` memory-maps.
 
     python -m fastpipe.pack /data/imagenet-folder imagenet.fppack --size 256
+    python -m fastpipe.pack /data/imagenet-folder imagenet-jpeg --codec jpeg --quality 90 --shard-size 2GB
     python -m fastpipe.pack shapes shapes.fppack dataset.num_images=4096 dataset.source_size=[500,375]
-    python -m fastpipe.pack --verify imagenet.fppack
+    python -m fastpipe.pack --verify imagenet.fppack        (or a sharded pack's folder, or its index.json)
 
 SRC is an ImageFolder (same class/split rules as ``dataset=imagefolder``) or a dataset by its
 config name (``shapes``, or a project's with ``--config-dir DIR``), composed exactly as a training
 run composes it; ``dataset.KEY=VALUE`` arguments change its settings. Image datasets become an
-images pack, other datasets of fixed-shape samples a records pack. The format is documented in
-fastpipe/data/packfile.py.
+images pack (raw pixels, or JPEG files with --codec jpeg; one file, or with --shard-size a folder
+of shards and an index), other datasets of fixed-shape samples a records pack. Images are packed
+by a pool of --threads processes; a pack killed half-way is resumed by the same command, and a
+second command packing the same OUT waits for the first and then uses its pack. The format is
+documented in fastpipe/data/packformat.py.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +30,24 @@ from fastpipe.config import config_dir
 from fastpipe.data.cache import pack_images, stored_shape
 from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, PackReader
 from fastpipe.data.records import pack_records
+from fastpipe.data.shards import PackSet, index_of, verify_sharded
 from fastpipe.errors import EXIT_CODE, ConfigError, DataError, FastpipeError
+
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """``2GB``, ``500MB``, ``1.5GiB``, ``4096`` -> bytes (KB/MB/GB: powers of 1000; KiB/MiB/GiB: of 1024)."""
+    number = text.strip().rstrip("bBiIkKmMgGtT")
+    unit = text.strip()[len(number):].upper()
+    try:
+        value = float(number) * UNITS[unit]
+    except (ValueError, KeyError):
+        value = 0
+    if value < 1:
+        raise ConfigError(f"--shard-size {text}: give bytes with a unit, e.g. 2GB, 500MB or 1GiB")
+    return int(value)
 
 
 def _named(src: str, project_conf: Optional[str]) -> bool:
@@ -70,12 +92,20 @@ def _parse(argv: Optional[list]) -> argparse.Namespace:
     p.add_argument("src", nargs="?", help="ImageFolder path, or a built-in dataset name (shapes)")
     p.add_argument("out", nargs="?", help="the pack file to write (written atomically)")
     p.add_argument("overrides", nargs="*", help="dataset.KEY=VALUE settings (as on fastpipe's command line)")
-    p.add_argument("--verify", metavar="FILE", help="check every chunk checksum of FILE; exit 2 naming a bad chunk")
+    p.add_argument("--verify", metavar="PACK", help="check every chunk checksum of PACK (a file, or a sharded pack's "
+                   "folder or index: every shard on its own); exit 2 naming a bad chunk and its file")
     p.add_argument("--size", type=int, nargs="+", metavar="N",
                    help="stored size: N (square) or HEIGHT WIDTH; default: dataset.image_size, 8/7 of it "
                         "with dataset.augment=true (the same rule as data=mmap's cache)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="decoding (or --verify checksum) threads (default: CPU cores)")
+                   help="processes decoding and encoding images (--verify: checksum threads) (default: CPU cores)")
+    p.add_argument("--codec", choices=("raw", "jpeg"), default="raw",
+                   help="raw: uint8 pixels (decoded once, read as they are); jpeg: a JPEG file per image at the "
+                        "stored size, decoded per batch (about 1/10 of the bytes)")
+    p.add_argument("--quality", type=int, default=90, help="--codec jpeg: JPEG quality 1-100 (default 90)")
+    p.add_argument("--shard-size", metavar="SIZE", help="write OUT as a folder of shards of about SIZE (2GB, 500MB, "
+                   "1GiB) and an index.json; each shard holds one split, training images shuffled once")
+    p.add_argument("--force", action="store_true", help="pack again even if OUT already holds this pack")
     p.add_argument("--chunk-images", type=int, default=DEFAULT_CHUNK_IMAGES, help="images per checksum chunk")
     p.add_argument("--config-dir", metavar="DIR", help="a project's conf/ folder, for its own dataset configs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -87,30 +117,48 @@ def main(argv: Optional[list] = None) -> int:
     args = _parse(argv)
     try:
         if args.verify:
+            if index_of(Path(args.verify)) is not None:
+                print(f"ok  {verify_sharded(Path(args.verify), not args.no_progress, args.threads)} (every shard verified)")
+                return 0
             reader = PackReader(args.verify)
             reader.verify(progress=not args.no_progress, threads=args.threads)
             print(f"ok  {reader.describe()}")
             return 0
         if not args.src or not args.out:
-            raise ConfigError("give SRC OUT to pack, or --verify FILE to check a pack")
+            raise ConfigError("give SRC OUT to pack, or --verify PACK to check a pack")
         if args.size is not None and (len(args.size) > 2 or min(args.size) < 8):
             raise ConfigError(f"--size {' '.join(map(str, args.size))}: give N or HEIGHT WIDTH, each >= 8")
         if args.threads < 1 or args.chunk_images < 1:
             raise ConfigError("--threads and --chunk-images must be >= 1")
+        if not 1 <= args.quality <= 100:
+            raise ConfigError(f"--quality {args.quality}: give a JPEG quality in 1..100")
+        shard_bytes = parse_bytes(args.shard_size) if args.shard_size else None
         splits = resolve_source(args.src, args.overrides, not args.no_progress, args.config_dir)
         progress = not args.no_progress
         if splits.is_synthetic or hasattr(splits.train, "read_batch"):
             raise ConfigError(f"dataset={splits.name} needs no pack: data=mmap reads it straight "
                               "(it is generated on the device, or memory-mapped already)")
+        start = time.perf_counter()
         if splits.is_images:
             size = args.size[0] if args.size and len(args.size) == 1 else args.size
             shape = stored_shape(size, splits.train.image_size, splits.train.augment)
-            out = pack_images(splits.name, splits.train, splits.val, Path(args.out), shape, args.threads, progress,
-                              args.chunk_images)
+            out, how = pack_images(splits.name, splits.train, splits.val, Path(args.out), shape, args.threads,
+                                   progress, args.chunk_images, args.codec, args.quality, shard_bytes, args.force)
         else:
-            out = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
-                               "identity": splits.identity}, progress, args.chunk_images)
-        print(f"wrote {PackReader(out).describe()}")
+            if args.codec != "raw" or shard_bytes:
+                raise ConfigError(f"--codec and --shard-size are for image datasets; dataset={splits.name} "
+                                  "gives a records pack: drop them")
+            out, how = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
+                                    "identity": splits.identity}, progress, args.chunk_images), "packed now"
+        seconds, pack = time.perf_counter() - start, PackSet(out)
+        what = pack.describe()
+        if how == "reused":
+            print(f"{out} already holds this pack (same files and settings): {what}; --force packs it again")
+        elif how == "packed by another process":
+            print(f"{out} was packed by another process while this one waited: {what}")
+        else:
+            rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} images/s)"
+            print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate)
         return 0
     except FastpipeError as exc:
         print(f"fastpipe.pack: error: {exc}", file=sys.stderr)
@@ -118,7 +166,6 @@ def main(argv: Optional[list] = None) -> int:
     except OSError as exc:  # e.g. OUT in a folder that cannot be written
         print(f"fastpipe.pack: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CODE
-
 
 if __name__ == "__main__":
     sys.exit(main())

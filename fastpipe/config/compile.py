@@ -7,8 +7,16 @@ from typing import Optional
 from omegaconf import MISSING
 
 from fastpipe.config._checks import one_of
+from fastpipe.config.registry import names, register
+
+COMPILED = "fastpipe.stages.compile:compile_model"  # every mode: torch.compile(mode=...)
 
 
+# Decorators apply bottom-up: the choices register (and are listed) as off, default, reduce-overhead, max-autotune.
+@register("compile", "max-autotune", builder=COMPILED, schema_name="compile")
+@register("compile", "reduce-overhead", builder=COMPILED, schema_name="compile")
+@register("compile", "default", builder=COMPILED, schema_name="compile")
+@register("compile", "off", builder="fastpipe.stages.compile:build_eager", schema_name="compile")
 @dataclass
 class CompileConfig:
     name: str = MISSING  # the choice: off | default | reduce-overhead | max-autotune
@@ -25,7 +33,7 @@ class CompileConfig:
     compiled_autograd: bool = False
 
     def __post_init__(self) -> None:
-        one_of("compile.name", self.name, ("off", "default", "reduce-overhead", "max-autotune"))
+        one_of("compile.name", self.name, names("compile"))
         one_of("compile.optimize_ddp", self.optimize_ddp, ("auto", "ddp_optimizer", "python_reducer",
                                                            "python_reducer_without_compiled_forward",
                                                            "no_optimization"))

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
+from fastpipe.config.registry import register
 from fastpipe.errors import ConfigError
 
 
@@ -12,6 +13,8 @@ def _pin(setting, device_type: str) -> bool:
     return device_type == "cuda" if setting == "auto" else bool(setting)
 
 
+@register("data", "default", builder="fastpipe.data.default:build_default_loader",
+          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True)
 @dataclass
 class DefaultLoaderConfig:
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
@@ -37,20 +40,30 @@ class DefaultLoaderConfig:
         return _pin(self.pin_memory, device_type)
 
 
+@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"))
 @dataclass
 class MmapLoaderConfig:
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
 
     name: str = "mmap"
-    path: Optional[str] = None  # a pack file to read; null = pack the dataset once into the cache and reuse it
+    path: Optional[str] = None  # a pack file, or a sharded pack (its folder or index.json); null = the cache
     # Image size stored in the cache: N or [height, width]; null = image_size (8/7 of it with augment).
     stored_size: Any = None
     num_threads: Any = "auto"  # threads copying batches out of the map; auto = min(4, this process's cores)
     prefetch: int = 4  # batches read ahead of the training step
     pin_memory: Any = "auto"  # auto = on when training on CUDA (non-blocking host-to-device copies)
     drop_last: bool = True  # training: drop the short last batch (constant shape for compile / CUDA graphs)
-    verify: bool = True  # check every chunk checksum when the pack is opened (one pass over the file)
-    pack_threads: Any = "auto"  # threads that pack the cache and verify checksums; auto = this process's cores
+    verify: bool = True  # check every chunk checksum of the pack (a sharded pack: this rank's shards) at open
+    pack_threads: Any = "auto"  # processes packing the cache, threads verifying it; auto = this process's cores
+    # How the cached pack stores images: null or raw = uint8 pixels; jpeg = JPEG files at data.quality
+    # (about 1/10 of the bytes, decoded per batch). A data.path pack is read as it was written.
+    codec: Optional[str] = None
+    quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100)
+    decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
+    decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
+    # Sharded packs: samples held back to shuffle a sequential read (over all ranks); 0 = every epoch
+    # a fresh permutation of each rank's samples; auto = 0 when this rank's shards fit in half the RAM, else 16384.
+    shuffle_buffer: Any = "auto"
 
     def __post_init__(self) -> None:
         size = self.stored_size
@@ -63,6 +76,25 @@ class MmapLoaderConfig:
         auto_or_bool("data.pin_memory", self.pin_memory)
         if self.prefetch < 1:
             raise ConfigError("data.prefetch must be >= 1")
+        if self.codec is not None:
+            one_of("data.codec", self.codec, ("raw", "jpeg"))
+        if isinstance(self.quality, bool) or not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
+            raise ConfigError(f"data.quality={self.quality!r} must be an integer in 1..100")
+        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu"))
+        auto_or_int("data.decode_threads", self.decode_threads, minimum=1)
+        auto_or_int("data.shuffle_buffer", self.shuffle_buffer, minimum=0)
+
+    def decoder_for(self, device_type: str) -> str:
+        """``auto`` = ``gpu`` (nvJPEG) when training on CUDA, ``cpu`` otherwise."""
+        if self.decoder == "auto":
+            return "gpu" if device_type == "cuda" else "cpu"
+        if self.decoder == "gpu" and device_type != "cuda":
+            raise ConfigError(f"data.decoder=gpu decodes JPEGs on the GPU, but training runs on {device_type}; "
+                              "use data.decoder=auto or data.decoder=cpu")
+        return self.decoder
+
+    def decoding_threads(self, cores: int) -> int:
+        return max(1, cores) if self.decode_threads == "auto" else int(self.decode_threads)
 
     def reader_threads(self, cores: int) -> int:
         return max(1, min(4, cores)) if self.num_threads == "auto" else int(self.num_threads)
@@ -74,6 +106,7 @@ class MmapLoaderConfig:
         return _pin(self.pin_memory, device_type)
 
 
+@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",))
 @dataclass
 class DaliLoaderConfig:
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
@@ -111,4 +144,3 @@ class DaliLoaderConfig:
 
 
 LoaderConfig = Union[DefaultLoaderConfig, MmapLoaderConfig, DaliLoaderConfig]
-SCHEMAS = {"default": DefaultLoaderConfig, "mmap": MmapLoaderConfig, "dali": DaliLoaderConfig}

@@ -5,9 +5,11 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from fastpipe.config._checks import auto_or_int, one_of
+from fastpipe.config.registry import register
 from fastpipe.errors import ConfigError
 
 
+@register("launcher", "single", builder="fastpipe.train.parallel:replicate")
 @dataclass
 class SingleLauncherConfig:
     name: str = "single"
@@ -72,6 +74,7 @@ class ProcessGroupLauncherConfig:
         return self.backend
 
 
+@register("launcher", "ddp", builder="fastpipe.train.parallel:replicate", process_group=True, ddp=True)
 @dataclass
 class DdpLauncherConfig(ProcessGroupLauncherConfig):
     """launcher=ddp: every process holds the whole model; DistributedDataParallel all-reduces gradients."""
@@ -99,6 +102,7 @@ class DdpLauncherConfig(ProcessGroupLauncherConfig):
                               "gradient bucket), or null for DDP's default")
 
 
+@register("launcher", "fsdp", builder="fastpipe.train.parallel:shard", process_group=True, shards=True)
 @dataclass
 class FsdpLauncherConfig(ProcessGroupLauncherConfig):
     """launcher=fsdp: parameters, gradients and optimizer state sharded over the processes by PyTorch's
@@ -124,5 +128,3 @@ class FsdpLauncherConfig(ProcessGroupLauncherConfig):
 
 
 LauncherConfig = Union[SingleLauncherConfig, DdpLauncherConfig, FsdpLauncherConfig]
-PROCESS_GROUP = ("ddp", "fsdp")  # the launchers that start a process group
-SCHEMAS = {"single": SingleLauncherConfig, "ddp": DdpLauncherConfig, "fsdp": FsdpLauncherConfig}

@@ -11,9 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional
 
-from omegaconf import MISSING
-
-from fastpipe.config.legacy import moved_target
+from fastpipe.config.legacy import moved_target, old_object_spelling
 from fastpipe.errors import ConfigError
 
 # Keywords fastpipe passes at run time to a callable that accepts them (and whose config does not
@@ -22,11 +20,6 @@ MODEL_RUNTIME_KEYS = ("num_classes", "vocab_size", "seq_len")
 DATASET_RUNTIME_KEYS = ("cache_root", "cpu_threads", "progress", "val_fraction")
 OPTIMIZER_RUNTIME_KEYS = ("params", "fused")
 SCHEDULE_RUNTIME_KEYS = ("optimizer", "total_steps", "T_max")
-
-# The built-in datasets of fastpipe < 0.2, chosen by ``name`` instead of a ``_target_``.
-LEGACY_DATASETS = {"shapes": "fastpipe.data.images.shapes", "imagefolder": "fastpipe.data.images.image_folder",
-                   "synthetic": "fastpipe.data.synthetic.synthetic"}
-
 
 @dataclass
 class ObjectConfig:
@@ -45,11 +38,11 @@ class ObjectConfig:
         """From the composed group node (a dict after ``OmegaConf.to_object``)."""
         if isinstance(node, cls):
             return node
-        if dataclasses.is_dataclass(node):  # a legacy schema node (schema_model / schema_dataset)
+        if dataclasses.is_dataclass(node):  # schema_model / schema_dataset of 0.1 (config/legacy.py)
             node = {k: v for k, v in dataclasses.asdict(node).items()}
         if not isinstance(node, dict):
             raise ConfigError(f"{cls.GROUP}: expected a config with a _target_, got {node!r}")
-        node, notes = cls._legacy(dict(node))
+        node, notes = old_object_spelling(cls.GROUP, dict(node), cls.OWN_KEYS)  # fastpipe 0.1's spellings
         target = node.pop("_target_", None)
         if not target:
             raise ConfigError(f"the {cls.GROUP} config has no _target_; give {cls.GROUP}._target_=pkg.module.Callable "
@@ -58,10 +51,6 @@ class ObjectConfig:
         notes += [note] if note else []
         own = {k: node.pop(k) for k in cls.OWN_KEYS if k in node}
         return cls(target=str(target), params=node, deprecations=notes, **own)
-
-    @classmethod
-    def _legacy(cls, node: dict):
-        return node, []
 
     @property
     def key(self) -> str:
@@ -110,18 +99,6 @@ class ModelConfig(ObjectConfig):
     OWN_KEYS: ClassVar[tuple] = ("activation_checkpointing",)
     RUNTIME_KEYS: ClassVar[tuple] = MODEL_RUNTIME_KEYS
 
-    @classmethod
-    def _legacy(cls, node: dict):
-        kwargs = node.pop("kwargs", None)
-        if not kwargs:
-            return node, []
-        clash = sorted(set(kwargs) & set(node))
-        if clash:
-            raise ConfigError(f"model.kwargs.{clash[0]} and model.{clash[0]} are both set; keep model.{clash[0]}")
-        node.update(kwargs)
-        return node, [f"model.kwargs is deprecated: put the arguments beside _target_ (model.{next(iter(kwargs))}=...); "
-                      "it will be removed in the next release"]
-
 
 @dataclass
 class DatasetConfig(ObjectConfig):
@@ -144,23 +121,6 @@ class DatasetConfig(ObjectConfig):
         if self.collate_fn is not None and not (isinstance(self.collate_fn, dict) and self.collate_fn.get("_target_")):
             raise ConfigError(f"dataset.collate_fn={self.collate_fn!r}: give a _target_ with _partial_: true, "
                               "or null for torch's default collate")
-
-    @classmethod
-    def _legacy(cls, node: dict):
-        name = node.pop("name", None)
-        if node.get("_target_") or name is None:
-            return node, []
-        if name not in LEGACY_DATASETS:
-            raise ConfigError(f"dataset.name={name!r} is not a built-in dataset ({', '.join(LEGACY_DATASETS)}); "
-                              "give dataset._target_=pkg.module.Callable")
-        from fastpipe.targets import import_target, parameters
-
-        target = LEGACY_DATASETS[name]
-        takes = parameters(import_target("dataset._target_", target)) or {}
-        node = {k: v for k, v in node.items() if k in takes or k in cls.OWN_KEYS}  # the old schema's other keys
-        node["_target_"] = target
-        return node, [f"dataset.name={name} is deprecated: use dataset={name} (or dataset._target_="
-                      f"{LEGACY_DATASETS[name]}); it will be removed in the next release"]
 
     def build_collate(self):
         """The collate function, or None for torch's default."""
@@ -195,31 +155,5 @@ class LrScheduleConfig(ObjectConfig):
     RUNTIME_KEYS: ClassVar[tuple] = SCHEDULE_RUNTIME_KEYS
 
 
-@dataclass
-class LegacyModelSchema:
-    """``schema_model`` of fastpipe < 0.2 (``_target_`` + ``kwargs``): old project configs still compose."""
-
-    _target_: str = MISSING
-    kwargs: Dict[str, Any] = field(default_factory=dict)
-    activation_checkpointing: bool = False
-
-
-@dataclass
-class LegacyDatasetSchema:
-    """``schema_dataset`` of fastpipe < 0.2 (a built-in chosen by ``name``): old configs still compose."""
-
-    name: str = MISSING
-    root: Optional[str] = None
-    image_size: int = 32
-    augment: bool = False
-    val_fraction: float = 0.2
-    num_classes: int = 4
-    num_images: int = 2400
-    seed: int = 0
-    source_size: Optional[List[int]] = None
-    collate_fn: Optional[Any] = None
-
-
 OBJECT_GROUPS = {"dataset": DatasetConfig, "model": ModelConfig, "task": TaskConfig, "optimizer": OptimizerConfig,
                  "lr_schedule": LrScheduleConfig}
-LEGACY_SCHEMAS = {"model": {"model": LegacyModelSchema}, "dataset": {"dataset": LegacyDatasetSchema}}

@@ -5,25 +5,34 @@ from pathlib import Path
 
 from fastpipe.errors import ConfigError
 
+
 def run_settings(run_dir: Path, overrides=()):
     """A run's settings from its ``.hydra/config.yaml`` (plus ``KEY=VALUE`` overrides), each group typed by
     its schema again; the ``_target_`` s are not imported until something is built."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-    from fastpipe.config import SCHEMAS, Config, register_configs, to_settings
+    from fastpipe.config import group_schemas, keys, legacy, register_configs, root_schema, to_settings
 
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a fastpipe run folder (no .hydra/config.yaml); give a folder "
                           "that `python -m fastpipe` wrote")
     register_configs()
-    record = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
-    for group, schemas in SCHEMAS.items():  # a group node typed by the schema of its choice
+    record = legacy.without_old_record_keys(OmegaConf.load(path))
+    record = OmegaConf.merge(record, OmegaConf.from_dotlist(list(overrides)))
+    for group, schemas in group_schemas().items():  # the group's one schema, or the schema of the recorded choice
         node = record.get(group)
-        name = node.get("name") if node is not None and hasattr(node, "get") else None
-        kind = schemas.get(name) or (schemas.get(group) if len(schemas) == 1 and group in ("precision", "compile",
-                                                                                             "profile") else None)
-        if kind is not None and group not in ("dataset", "model"):
-            record[group] = OmegaConf.merge(OmegaConf.structured(kind), node)
-    return to_settings(OmegaConf.merge(OmegaConf.structured(Config), record), check=False)
+        if not isinstance(node, DictConfig):
+            continue
+        kind = next(iter(schemas.values())) if len(schemas) == 1 else _schema_of(group, node.get("name"))
+        if kind is not None:
+            record[group] = OmegaConf.merge(keys.schema_node(kind, open_keys=len(schemas) > 1), node)
+    return to_settings(OmegaConf.merge(root_schema(), record), check=False)
 
+
+def _schema_of(group: str, name) -> object:
+    """The schema of the recorded choice ``group=name`` (choices may share one: precision's fp32 and amp),
+    or None for a choice no longer registered."""
+    from fastpipe.config import registry
+
+    return registry.choice(group, name).schema if name in registry.names(group) else None

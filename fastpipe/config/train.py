@@ -1,8 +1,9 @@
-"""``train.*``: the training run's length, optimizer, schedule and checkpoints."""
+"""``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints
+(fastpipe 0.1's ``train.lr`` and friends: config/legacy.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.errors import ConfigError
@@ -10,8 +11,6 @@ from fastpipe.errors import ConfigError
 
 @dataclass
 class TrainConfig:
-    MOVED_KEYS: ClassVar[tuple] = ("lr", "optimizer", "momentum", "weight_decay")  # old spellings, not listed as keys
-
     epochs: int = 3
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     # Samples per process per micro-batch, or auto: the largest that fits in device memory (or, with
@@ -20,12 +19,17 @@ class TrainConfig:
     batch_size: Any = 64
     batch_size_goal: str = "memory"  # auto: memory (the largest that fits) or throughput (best samples/s)
     batch_size_max: Optional[int] = None  # auto's largest candidate; null = 4096 on a GPU, 128 on a CPU
+    # auto's first candidate: it doubles from there while the step fits (halves while it does not), then
+    # bisects between the last size that fitted and the first that did not; null = 256 on a GPU, 32 on a CPU.
+    batch_size_start: Optional[int] = None
+    # auto's sizes: 8 = multiples of 8 (1, 2, 4 below 8); pow2 = powers of two only (doubling and halving,
+    # no bisection: fewer probes, an answer up to 2x below the largest size that fits).
+    batch_size_round: Any = 8
     # The learning rate follows the global batch (batch_size x grad_accum x processes): none = as
     # configured; linear = optimizer.lr x global / lr_reference_batch (Goyal et al. 2017); sqrt = x its
     # square root (often used with Adam). graph.txt shows the lr applied.
     lr_scaling: str = "none"
     lr_reference_batch: int = 256  # the global batch optimizer.lr was tuned for
-    lr: Optional[float] = None  # deprecated spelling of optimizer.lr (the peak learning rate)
     # Gradient clipping: the gradients' total L2 norm is scaled down to at most this (after fp16 loss
     # scaling is undone); null = off. The norm before clipping is logged at window edges.
     clip_grad_norm: Optional[float] = None
@@ -34,6 +38,10 @@ class TrainConfig:
     # raw weights, and the run's held-out metrics are the average's. null = off.
     ema_decay: Optional[float] = None
     eval_every: Optional[int] = None  # also evaluate every N optimizer steps (besides each epoch's end)
+    eval_batches: Optional[int] = None  # evaluate on the first N held-out batches only; null = the whole split
+    # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
+    # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.
+    overfit_batches: Optional[int] = None
     # Stop when the task's primary metric has not improved (by more than early_stop_min_delta, in its
     # direction) for this many evaluations in a row; null = never.
     early_stop_patience: Optional[int] = None
@@ -44,15 +52,6 @@ class TrainConfig:
     # Keep the trained weights: checkpoints/best.pt (the best evaluation by the task's primary metric)
     # and checkpoints/last.pt (the end of the run), for fastpipe.load and python -m fastpipe.evaluate.
     save_weights: bool = True
-    # fastpipe 0.1's spellings, now the lr_schedule group (lr_schedule=constant,
-    # lr_schedule.warmup_steps=N): still accepted, with a deprecation warning.
-    lr_schedule: Optional[str] = None
-    lr_warmup_steps: Optional[int] = None
-    # Moved to the optimizer group (optimizer=adamw, optimizer.momentum, optimizer.weight_decay):
-    # kept only to say so when an old command line sets them.
-    optimizer: Optional[str] = None
-    momentum: Optional[float] = None
-    weight_decay: Optional[float] = None
     grad_accum: int = 1  # micro-batches per optimizer step
     max_nonfinite_steps: int = 20  # stop after this many non-finite losses in a row
     checkpoint_every: Optional[int] = 0  # steps between checkpoints in <run>/checkpoints; 0 or null = off
@@ -62,25 +61,19 @@ class TrainConfig:
     resume: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for key, new in (("optimizer", "optimizer={value} (with its lr: optimizer.lr=...)"),
-                         ("momentum", "optimizer.momentum={value}"),
-                         ("weight_decay", "optimizer.weight_decay={value}")):
-            value = getattr(self, key)
-            if value is not None:
-                raise ConfigError(f"train.{key} moved to the optimizer group: use {new.format(value=value)} "
-                                  f"instead of train.{key}={value}")
         auto_or_bool("train.no_decay", self.no_decay)
         auto_or_int("train.batch_size", self.batch_size, minimum=1)
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))
+        one_of("train.batch_size_round", self.batch_size_round, (8, "pow2"))
         one_of("train.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
-        for key in ("batch_size_max", "lr_reference_batch"):
+        for key in ("batch_size_max", "batch_size_start", "lr_reference_batch"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise ConfigError(f"train.clip_grad_norm={self.clip_grad_norm} must be > 0 (or null: no clipping)")
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise ConfigError(f"train.ema_decay={self.ema_decay} must lie in (0, 1), e.g. 0.999 (or null: no EMA)")
-        for key in ("eval_every", "early_stop_patience"):
+        for key in ("eval_every", "early_stop_patience", "eval_batches", "overfit_batches"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1 (or null)")
         for key in ("epochs", "grad_accum", "max_nonfinite_steps", "keep_checkpoints"):

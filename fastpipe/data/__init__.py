@@ -1,33 +1,40 @@
-"""The ``data`` group: one module per loader; ``build_loader`` picks by ``data.name``."""
+"""The ``data`` group: one module per loader, each registered with its schema (config/registry.py);
+``build_loader`` builds the one ``data.name`` names."""
 from __future__ import annotations
 
+from typing import Iterator, Protocol
+
 from fastpipe.config import LoaderConfig
-from fastpipe.errors import ConfigError
+from fastpipe.config.registry import choice
 from fastpipe.runtime import Runtime
+
+
+class Loader(Protocol):
+    """What every loader gives the loop: batches of (inputs, targets) on the training device."""
+
+    def __len__(self) -> int: ...  # batches per epoch on this process
+
+    def __iter__(self) -> Iterator[tuple]: ...
+
+    def set_epoch(self, epoch: int) -> None: ...  # the epoch's order (and augmentation) from (seed, epoch)
+
+    def describe(self) -> str: ...  # graph.txt's loader line
+
+
+def data_format(splits) -> str:
+    """The built dataset's format (config/registry.py's DATA_FORMATS), as the loaders see it."""
+    if splits.is_synthetic:
+        return "generated"
+    return "image_files" if splits.is_images else "samples"
 
 
 def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, seed: int, train: bool,
                  channels_last: bool):
-    """An iterable of (inputs, targets) on the training device with ``len()``, ``set_epoch()`` and
-    ``describe()``: the loader ``cfg`` names over ``splits`` (a DataSplits); None when there is no
-    held-out split."""
-    dist, device = runtime.dist, runtime.device
-    if splits.is_synthetic:
-        if cfg.name != "default":
-            raise ConfigError(f"data={cfg.name} cannot read dataset={splits.name}: it is generated on the device "
-                              "and has no files; use data=default")
-        from fastpipe.data.synthetic import SyntheticLoader
-        return SyntheticLoader(splits.train, device, batch_size, seed + dist.rank, channels_last) if train else None
+    """A ``Loader`` over ``splits`` (a DataSplits): the registered builder of ``cfg.name``, called with
+    the same arguments; None when there is no held-out split."""
+    loader = choice("data", cfg.name)
+    loader.refuse_format(data_format(splits), splits.name)
+    loader.refuse_unsupported(device_type=runtime.device.type)
     if not train and splits.val is None:
         return None
-    if cfg.name == "default":
-        from fastpipe.data.default import build_default_loader
-        return build_default_loader(cfg, splits, runtime, batch_size, seed, train, channels_last)
-    if cfg.name == "dali":
-        from fastpipe.data.dali import build_dali_loader
-        return build_dali_loader(cfg, splits, runtime, batch_size, seed, train, channels_last)
-    if cfg.name == "mmap":
-        from fastpipe.data.mmap import build_mmap_loader
-        return build_mmap_loader(cfg, splits, runtime, batch_size, seed, train, channels_last)
-    raise ConfigError(f"data={cfg.name} is not a known loader")
-
+    return loader.build(cfg, splits, runtime, batch_size, seed, train, channels_last)

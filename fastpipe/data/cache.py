@@ -1,9 +1,9 @@
 """The pack cache: a dataset packed once under ``<cache>/packs``, keyed by what changes it.
 
 ``ensure_cached_pack`` is what ``data=mmap`` calls when no ``data.path`` is given: image datasets
-(``ImageFiles``) are decoded and resized into an images pack; any other dataset of fixed-shape
-samples is written sample by sample into a records pack (records.py). ``pack_images`` also serves
-``python -m fastpipe.pack``. The format itself is in packfile.py.
+(``ImageFiles``) are decoded and resized into an images pack (raw or JPEG, packbuild.py); any other
+dataset of fixed-shape samples is written sample by sample into a records pack (records.py).
+``pack_images`` also serves ``python -m fastpipe.pack``. The format itself is in packformat.py.
 """
 from __future__ import annotations
 
@@ -12,16 +12,13 @@ import glob
 import hashlib
 import json
 import os
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Tuple
-
-from torchvision import transforms
+from typing import Callable, Optional, Tuple
 
 from fastpipe.data.cachedir import writing_into
 from fastpipe.data.images import ImageFiles
-from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, TRAIN, VAL, PackWriter
+from fastpipe.data.packbuild import ImagesJob, build_images
+from fastpipe.data.packformat import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, JPEG_VERSION, TRAIN, VAL
 from fastpipe.data.records import pack_records
 
 
@@ -35,50 +32,38 @@ def stored_shape(stored_size, image_size: int, augment: bool) -> Tuple[int, int]
     return int(h), int(w)
 
 
-def _ordered_map(fn, items: Iterable, threads: int):
-    """``map(fn, items)`` over ``threads`` threads, in order, at most 4 x threads items in flight."""
-    if threads <= 1:
-        yield from map(fn, items)
-        return
-    with ThreadPoolExecutor(threads, thread_name_prefix="fastpipe-pack") as pool:
-        pending = deque()
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 4 * threads:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+def images_job(name: str, train: ImageFiles, val: ImageFiles, shape: Tuple[int, int], codec: str = "raw",
+               quality: int = 90, chunk_images: int = DEFAULT_CHUNK_IMAGES,
+               shard_bytes: Optional[int] = None) -> ImagesJob:
+    """The pack of ``train`` then ``val`` resized to ``shape``: the resize data=default applies
+    (torchvision Resize, antialiased, on the PIL image), so with ``shape == (image_size,
+    image_size)`` a raw pack holds exactly what data=default feeds."""
+    meta = {"dataset": name, "root": str(train.root), "stored_size": list(shape), "image_size": train.image_size,
+            "train": len(train), "val": len(val)}
+    key = images_key(name, train, val, shape, chunk_images, codec, quality, shard_bytes)
+    return ImagesJob(train.files + val.files, train.labels + val.labels, [TRAIN] * len(train) + [VAL] * len(val),
+                     train.classes, shape, codec, quality, chunk_images, meta, key, shard_bytes)
 
 
 def pack_images(name: str, train: ImageFiles, val: ImageFiles, out, shape: Tuple[int, int], threads: int = 1,
-                progress: bool = False, chunk_images: int = DEFAULT_CHUNK_IMAGES) -> Path:
-    """Decode every image (train then val) resized to ``shape`` into ``out``.
-
-    The resize is the one data=default applies (torchvision Resize, antialiased, on the PIL image),
-    so with ``shape == (image_size, image_size)`` the pack holds exactly what data=default feeds.
-    """
-    files, labels = train.files + val.files, train.labels + val.labels
-    split = [TRAIN] * len(train) + [VAL] * len(val)
-    resize = transforms.Compose([transforms.Resize(shape, antialias=True), transforms.PILToTensor()])
-    images = ImageFiles(files, labels, train.classes, train.image_size, transform=resize)
-    meta = {"dataset": name, "root": str(train.root), "stored_size": list(shape),
-            "image_size": train.image_size, "train": len(train), "val": len(val)}
-    decoded = _ordered_map(lambda i: images[i][0].permute(1, 2, 0).numpy(), range(len(files)), threads)
-    if progress:
-        from tqdm import tqdm
-        decoded = tqdm(decoded, total=len(files), desc=f"packing {Path(out).name}", unit="img",
-                       disable=None)  # None: no bar when stderr is not a terminal (logs, tests)
-    with PackWriter(out, shape[0], shape[1], train.classes, labels, split, meta, chunk_images) as writer:
-        for image in decoded:
-            writer.write(image)
-    return Path(out)
+                progress: bool = False, chunk_images: int = DEFAULT_CHUNK_IMAGES, codec: str = "raw",
+                quality: int = 90, shard_bytes: Optional[int] = None, force: bool = False) -> Tuple[Path, str]:
+    """Pack every image (train then val) into ``out`` over ``threads`` processes: (out, how: "packed
+    now", "resumed (...)", "reused" when ``out`` already holds this pack, unless ``force``)."""
+    job = images_job(name, train, val, shape, codec, quality, chunk_images, shard_bytes)
+    return build_images(job, Path(out), threads, progress, force=force)
 
 
-def images_key(name: str, train: ImageFiles, val: ImageFiles, shape: Tuple[int, int], chunk_images: int) -> str:
-    """A hash of what changes an images pack: format, files (paths, sizes, mtimes), labels, split, size."""
+def images_key(name: str, train: ImageFiles, val: ImageFiles, shape: Tuple[int, int], chunk_images: int,
+               codec: str = "raw", quality: int = 90, shard_bytes: Optional[int] = None) -> str:
+    """A hash of what changes an images pack: format, files (paths, sizes, mtimes), labels, split,
+    size; for JPEG the quality, for shards their size (a raw single-file pack keeps the key it had
+    before those existed, so caches are not rebuilt)."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(json.dumps([FORMAT_VERSION, name, str(train.root), train.classes, list(shape), chunk_images,
-                         len(train), len(val)]).encode())
+    settings = [FORMAT_VERSION, name, str(train.root), train.classes, list(shape), chunk_images, len(train), len(val)]
+    if codec != "raw":
+        settings = [JPEG_VERSION, codec, quality] + settings[1:]
+    h.update(json.dumps(settings + ([shard_bytes] if shard_bytes else [])).encode())
     for split, ds in ((TRAIN, train), (VAL, val)):
         for path, label in zip(ds.files, ds.labels):
             st = os.stat(path)  # an edited or replaced file gives a new pack
@@ -94,23 +79,24 @@ def records_key(identity: str, train, val) -> str:
     return h.hexdigest()
 
 
-def _remove_leftovers(path: Path) -> None:
-    """Remove every ``.NAME.tmp-PID`` of the pack ``path`` (PackWriter's temporary file). Call under
-    the pack's lock: every packer of the cache holds it while writing, so a temporary file seen
-    then is a dead writer's."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
-        tmp.unlink(missing_ok=True)
+def _leftovers(path: Path) -> list:
+    """A dead builder's files of the pack ``path``: an older fastpipe's ``.NAME.tmp-PID`` and a
+    partial file with its journal."""
+    name = glob.escape(path.name)
+    return [*path.parent.glob(f".{name}.tmp-*"), *path.parent.glob(f".{name}.partial"),
+            *path.parent.glob(f".{name}.journal")]
 
 
 def _clean_after_dead_writers(path: Path) -> None:
     # A reused pack: clean only if there is something to clean and no packer holds the lock now;
     # a read-only cache (packs made by someone else) is fine as it is.
     try:
-        if not any(path.parent.glob(f".{glob.escape(path.name)}.tmp-*")):
+        if not _leftovers(path):
             return
-        with open(path.parent / f".{path.name}.lock", "w") as lock:
+        with open(path.parent / f".{path.name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _remove_leftovers(path)
+            for tmp in _leftovers(path):
+                tmp.unlink(missing_ok=True)
     except OSError:  # locked by a packer, or not ours to write
         pass
 
@@ -130,19 +116,24 @@ def _cached(folder: Path, filename: str, make: Callable[[Path], Path]) -> Tuple[
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes; one DDP rank packs
         if path.is_file():  # another process packed it while this one waited
             return path, "packed by another process"
-        _remove_leftovers(path)
+        for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):  # a dead writer's: we hold the lock
+            tmp.unlink(missing_ok=True)
         return make(path), "packed now"
 
 
 def ensure_cached_pack(splits, cache_root: Path, shape: Tuple[int, int], threads: int = 1, progress: bool = False,
-                       chunk_images: int = DEFAULT_CHUNK_IMAGES) -> Tuple[Path, str]:
+                       chunk_images: int = DEFAULT_CHUNK_IMAGES, codec: str = "raw", quality: int = 90) -> Tuple[Path, str]:
     """The cached pack of ``splits`` (a DataSplits) under ``cache_root/packs``; ``shape`` sizes images."""
     folder = Path(cache_root) / "packs"
     if splits.is_images:
-        key = images_key(splits.name, splits.train, splits.val, shape, chunk_images)
-        return _cached(folder, f"{splits.name}-{shape[0]}x{shape[1]}-{key}.fppack",
-                       lambda path: pack_images(splits.name, splits.train, splits.val, path, shape, threads,
-                                                progress, chunk_images))
+        job = images_job(splits.name, splits.train, splits.val, shape, codec, quality, chunk_images)
+        tag = "" if codec == "raw" else f"-{codec}{quality}"
+        path = folder / f"{splits.name}-{shape[0]}x{shape[1]}{tag}-{job.key}.fppack"
+        if path.is_file():
+            _clean_after_dead_writers(path)
+            return path, "reused"
+        with writing_into(folder):  # an unwritable cache is one clear line
+            return build_images(job, path, threads, progress, trust_name=True)
     key = records_key(splits.identity, splits.train, splits.val)
     meta = {"dataset": splits.name, "identity": splits.identity}
     return _cached(folder, f"{splits.name}-records-{key}.fppack",

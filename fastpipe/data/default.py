@@ -19,6 +19,9 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
                          seed: int, train: bool, channels_last: bool) -> DeviceLoader:
     """The training (shuffled by seed and epoch) or held-out loader of ``splits``."""
     dist, device = runtime.dist, runtime.device
+    if splits.is_synthetic:  # already on the device: a few fixed batches, no DataLoader
+        from fastpipe.data.synthetic import SyntheticLoader
+        return SyntheticLoader(splits.train, device, batch_size, seed + dist.rank, channels_last)
     dataset = splits.train if train else splits.val
     sampler, workers = None, cfg.workers(runtime.cores_per_process)
     persistent = cfg.persistent_workers

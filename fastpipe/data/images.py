@@ -254,5 +254,5 @@ def _check_shapes(params: dict) -> None:
 # Declarations fastpipe reads from the config alone, before building anything (docs/project.md).
 for _fn, _check in ((image_folder, _check_image_folder), (shapes, _check_shapes)):
     _fn.sample_kind = "images"
-    _fn.loaders = ("default", "mmap", "dali")
+    _fn.data_format = "image_files"  # which loaders read it: config/registry.py
     _fn.check_config = _check

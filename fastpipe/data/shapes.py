@@ -10,10 +10,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Optional, Tuple
@@ -128,14 +130,31 @@ def _write(tmp: Path, expected: dict, size: Tuple[int, int], seed: int, progress
     for name in classes:
         (tmp / name).mkdir(parents=True)
     write = partial(_write_one, tmp, classes, tuple(size), seed)
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:
-        done = pool.map(write, range(expected["num_images"]))
+    count = expected["num_images"]
+    with _pool(threads, count) as pool:
+        done = pool(write, range(count))
         if progress:
             from tqdm import tqdm
-            done = tqdm(done, total=expected["num_images"], desc=desc, unit="img", leave=False)
+            done = tqdm(done, total=count, desc=desc, leave=False)
         for _ in done:  # also raises the first error of any image
             pass
     (tmp / MANIFEST).write_text(json.dumps(expected, indent=1))  # inside the folder before the rename
+
+
+PROCESSES_FROM = 2048  # images: a set this large is drawn by processes (numpy's noise holds the GIL)
+
+
+@contextmanager
+def _pool(threads: int, count: int):
+    """An unordered map over ``threads`` workers: forked processes for large sets, threads otherwise."""
+    if threads > 1 and count >= PROCESSES_FROM and "fork" in multiprocessing.get_all_start_methods():
+        from fastpipe.runtime import die_with_parent
+
+        with multiprocessing.get_context("fork").Pool(threads, die_with_parent, (os.getpid(),)) as pool:
+            yield lambda fn, items: pool.imap_unordered(fn, items, chunksize=16)
+        return
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:
+        yield pool.map
 
 
 def _old(root: Path) -> Path:
@@ -162,9 +181,9 @@ def generate(root: Path, num_classes: int, num_images: int, size: Tuple[int, int
     """Write the dataset as ``root/<class>/<index>.jpg`` (and ``root/manifest.json``) unless it is
     already there, complete; an incomplete folder is regenerated, with a warning on stderr.
 
-    ``threads`` images are drawn and encoded at once (numpy and Pillow release the GIL for most of
-    the work, and ImageNet-sized images are slow to encode on one core); each image has its own
-    seed, so the files are the same for any number of threads. ``fix`` ends the message when the
+    ``threads`` images are drawn and encoded at once, by threads, or by forked processes for sets of
+    ``PROCESSES_FROM`` images or more (numpy's random noise holds the GIL); each image has its own
+    seed, so the files are the same for any number of workers. ``fix`` ends the message when the
     folder cannot be written.
     """
     if not 2 <= num_classes <= len(SHAPES):

@@ -89,6 +89,22 @@ class DataSplits:
 
         return {k: v for k in MODEL_RUNTIME_KEYS if (v := self.fact(k)) is not None}
 
+    def first(self, samples: int) -> "DataSplits":
+        """These splits cut to the first ``samples`` training samples, held out too (train.overfit_batches)."""
+        if self.is_synthetic or is_stream(self.train):
+            raise ConfigError(f"train.overfit_batches needs a map-style dataset; dataset={self.name} is "
+                              f"{'generated on the device' if self.is_synthetic else 'a stream'}: drop train.overfit_batches")
+        if len(self.train) < samples:
+            raise DataError(f"train.overfit_batches needs {samples} training samples, but dataset={self.name} has "
+                            f"{len(self.train)}; lower train.overfit_batches or train.batch_size")
+        if isinstance(self.train, ImageFiles):  # still image files: the loaders decode and normalise them as such
+            t = self.train
+            first = ImageFiles(t.files[:samples], t.labels[:samples], t.classes, t.image_size, t.augment, t.root,
+                               t.transform)
+        else:
+            first = Subset(self.train, range(samples))
+        return DataSplits(self.name, first, first, None, self.collate_fn, f"{self.identity}|first {samples}")
+
     def describe(self) -> str:
         if is_stream(self.train):
             return f"{self.name}  a stream (IterableDataset)  samples/epoch={epoch_length(self.train, self.name)}"

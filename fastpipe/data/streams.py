@@ -4,18 +4,23 @@ ranks and the DataLoader workers, an epoch of a documented length.
 A stream has no random access, so it cannot be shuffled by index, split by index, packed for
 data=mmap, or skipped without reading (a resumed epoch reads and drops what it already trained
 on). Its epoch length is ``len(dataset)`` or its ``epoch_length`` attribute (samples per epoch over
-all ranks); sample ``i`` of the stream goes to the reader ``i % readers``, readers numbered rank by
-rank, worker by worker. A dataset with ``set_epoch(epoch)`` is told the epoch (its workers are
-started afresh each epoch so that they see it).
+all ranks). Readers are numbered rank by rank, worker by worker. A stream with ``set_shard(index,
+count)`` is told, in the process that iterates it (each DataLoader worker, each time it starts
+iterating; the main process with ``num_workers=0``), which reader it is, and yields only its own
+share: nothing it reads is dropped. Any other stream is read whole by every reader, which keeps
+every ``readers``-th sample (``i % readers == index``), and the run warns once about that cost. A
+dataset with ``set_epoch(epoch)`` is told the epoch (its workers are started afresh each epoch so
+that they see it).
 """
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Iterator, Optional
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from fastpipe.errors import ConfigError, DataError
+from fastpipe.errors import ConfigError, DataError, FastpipeWarning
 
 
 def is_stream(dataset) -> bool:
@@ -45,6 +50,13 @@ class Shard(IterableDataset):
                  name: str = "dataset") -> None:
         self.stream, self.rank, self.world, self.workers = stream, rank, world, max(1, workers)
         self.quota, self.name = quota_per_worker, name
+        readers = self.world * self.workers
+        if readers > 1 and not callable(getattr(stream, "set_shard", None)):
+            warnings.warn(f"dataset={name} is a stream without set_shard(index, count): each of its {readers} readers "
+                          f"({self.world} process(es) x {self.workers} DataLoader worker(s)) reads the whole stream "
+                          f"and keeps one sample in {readers}: {readers}x the reading it needs; give the dataset a "
+                          "set_shard(index, count) method that makes it yield only reader index's share "
+                          "(docs/data.md#streams)", FastpipeWarning)
 
     def __len__(self) -> int:
         if self.quota is None:
@@ -59,7 +71,11 @@ class Shard(IterableDataset):
         info = get_worker_info()
         worker = info.id if info is not None else 0
         reader, readers = self.rank * self.workers + worker, self.world * self.workers
-        mine = itertools.islice(iter(self.stream), reader, None, readers)
+        if callable(getattr(self.stream, "set_shard", None)):  # it splits itself: read only this share
+            self.stream.set_shard(reader, readers)
+            mine = iter(self.stream)
+        else:
+            mine = itertools.islice(iter(self.stream), reader, None, readers)
         if self.quota is None:
             yield from mine
             return

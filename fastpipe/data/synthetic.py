@@ -48,8 +48,7 @@ def _kind(params: dict) -> str:
 
 
 synthetic.sample_kind = _kind
-synthetic.loaders = ("default",)
-synthetic.loaders_note = "it is generated on the device and has no files"
+synthetic.data_format = "generated"  # which loaders read it: config/registry.py
 
 
 class SyntheticLoader:

@@ -189,6 +189,5 @@ def _check(params: dict) -> None:
 
 
 tokens.sample_kind = "tokens"
-tokens.loaders = ("default", "mmap")
-tokens.loaders_note = "it is a token stream, not image files"
+tokens.data_format = "tokens"  # which loaders read it: config/registry.py
 tokens.check_config = _check

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from fastpipe.record import results
+from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config, ProcessGroupLauncherConfig
 from fastpipe.errors import ConfigError
 from fastpipe.runtime import die_with_parent, environment, init_distributed, shutdown_distributed, visible_gpus
@@ -98,15 +99,15 @@ def failure_reason(failures: dict, world_size: int, timeout_s: Optional[int] = N
 
 def _failed(run_dir: Path, settings: Config, reason: str, trace: Optional[str], world_size: int) -> dict:
     """Write the job's failed metrics.json (keeping what rank 0 recorded of this run) and return it."""
-    metrics = results.own(run_dir, settings.run_id)
-    if metrics is None or metrics.get("status") in ("ok", "running"):
-        metrics = results.new_record(settings.choices, settings.overrides, environment(None, world_size),
-                                     settings.run_id)
-    metrics.update(status="failed", reason=reason)
-    if trace:
-        metrics["traceback"] = trace
-    results.write(run_dir, metrics)
-    return metrics
+    kept = results.own(run_dir, settings.run_id)
+    extra = {"traceback": trace} if trace else {}
+    if kept is None or kept.get("status") in ("ok", "running"):
+        record = failed(reason, settings.choices, settings.overrides, environment(None, world_size), settings.run_id,
+                        **extra)
+    else:  # rank 0 recorded its own failure: keep its measurements, name the rank that caused it
+        record = RunRecord.from_dict(kept).fail(reason, **extra)
+    results.write(run_dir, record)
+    return record.to_dict()
 
 
 def launch_workers(settings: Config, run_dir: Path) -> dict:
@@ -145,5 +146,6 @@ def launch_workers(settings: Config, run_dir: Path) -> dict:
                        f"within launcher.timeout_s={cfg.timeout_s}: {type(exc).__name__}: {exc}", None, world)
     metrics = results.own(run_dir, settings.run_id)
     if metrics is None:  # rank 0 ran on another node: its run folder holds the job's metrics.json
-        return {"status": "ok", "reason": None, "note": "rank 0 ran on another node; see its run folder"}
+        return RunRecord.start(settings.choices, settings.overrides, run_id=settings.run_id).set(
+            status="ok", warnings=["rank 0 ran on another node; see its run folder"]).to_dict()
     return metrics

@@ -22,8 +22,9 @@ import uuid
 from pathlib import Path
 
 from fastpipe.record import results
+from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config
-from fastpipe.config.launcher import PROCESS_GROUP
+from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, init_distributed,
                               shutdown_distributed, started_by_torchrun)
@@ -55,18 +56,18 @@ def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
     metrics = results.own(run_dir, settings.run_id)
     if exitcode == 0 and metrics is not None and metrics.get("status") != "running":
         return metrics
-    if metrics is not None and metrics.get("status") == "ok":
-        metrics.setdefault("warnings", []).append(
-            f"{exit_reason(exitcode)} after it had finished and written these results")
-        metrics["exitcode"] = exitcode
-        results.write(run_dir, metrics)
-        return metrics
     if metrics is None or metrics.get("status") == "running":  # it died before writing its outcome
-        metrics = results.failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1),
-                                 run_id=settings.run_id)
-        results.write(run_dir, metrics)
-    metrics["exitcode"] = exitcode
-    return metrics
+        record = failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1),
+                        run_id=settings.run_id)
+        results.write(run_dir, record)
+    else:
+        record = RunRecord.from_dict(metrics)
+        if record.status == "ok":
+            record.warnings.append(f"{exit_reason(exitcode)} after it had finished and written these results")
+            record.exitcode = exitcode
+            results.write(run_dir, record)
+    record.exitcode = exitcode
+    return record.to_dict()
 
 
 def _join_torchrun(settings: Config, run_dir: Path) -> dict:
@@ -81,9 +82,9 @@ def _join_torchrun(settings: Config, run_dir: Path) -> dict:
     try:
         metrics = run_training(settings, run_dir)
     except FastpipeError as exc:  # bad input: a failed job, exit code 2 from the entry point
-        return (results.own(run_dir, settings.run_id) if dist.is_main else None) or results.failed(
+        return (results.own(run_dir, settings.run_id) if dist.is_main else None) or failed(
             str(exc), settings.choices, settings.overrides, environment(None, dist.world_size),
-            run_id=settings.run_id)
+            run_id=settings.run_id).to_dict()
     shutdown_distributed()
     return metrics
 
@@ -103,11 +104,21 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
 
 
 def launch(settings: Config, run_dir: Path) -> dict:
-    """Run the job per ``settings.launcher`` and return its record (status ok, failed or preempted)."""
+    """Run the job per ``settings.launcher`` and return its record (status ok, failed or preempted); a
+    tracker run its trainer began but could not end (the trainer was killed) ends with that record."""
+    record = _launch(settings, run_dir)
+    if settings.logger and dist_from_env().is_main:
+        from fastpipe.record.loggers import state
+
+        state.settle(Path(run_dir), record)
+    return record
+
+
+def _launch(settings: Config, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     settings = copy.copy(settings)  # this launch's own id (each repeat of a job is a launch)
     settings.run_id = uuid.uuid4().hex
-    group = settings.launcher.name in PROCESS_GROUP
+    group = choice("launcher", settings.launcher.name).process_group
     if group and started_by_torchrun():
         return _join_torchrun(settings, run_dir)
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)

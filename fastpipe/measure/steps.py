@@ -18,9 +18,15 @@ from typing import List, Optional
 import torch
 
 
-def _sync(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); nothing on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def describe_measurement(warmup_steps: int, window: int) -> str:
+    """graph.txt's measure line."""
+    return f"warm-up {warmup_steps} steps excluded  windows of {window} steps"
 
 
 class GpuUtilSampler:
@@ -132,7 +138,7 @@ class StepMeter:
         """Count a finished optimizer step; True when this step closed a window (host is synced)."""
         self.steps += 1
         if self.steps == self.warmup_steps:
-            _sync(self.device)
+            synchronize(self.device)
             self.warmup_s = time.perf_counter() - self._start
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)  # peak of the steady state only
@@ -154,7 +160,7 @@ class StepMeter:
         """Close the open window (end of epoch, before evaluation, end of run)."""
         if self._open is None:
             return
-        _sync(self.device)
+        synchronize(self.device)
         self._open.seconds = time.perf_counter() - self._window_t0
         self.util.pause()
         if self._open.steps:

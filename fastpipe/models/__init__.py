@@ -1,6 +1,7 @@
 """Models: the built-in TinyCNN and GPT, ``build_model`` for any ``model._target_``, activation checkpointing."""
 from __future__ import annotations
 
+import contextlib
 from typing import List, Optional
 
 import torch
@@ -28,9 +29,14 @@ class TinyCNN(nn.Module):
         return self.head(self.features(x))
 
 
-def build_model(cfg: ModelConfig, dataset_facts: dict, choice: str = "") -> nn.Module:
+def build_model(cfg: ModelConfig, dataset_facts: dict, choice: str = "", device=None) -> nn.Module:
     """Instantiate ``model._target_`` with its keys; ``dataset_facts`` (num_classes, vocab_size,
-    seq_len) are passed when the callable takes them and the config does not set them."""
+    seq_len) are passed when the callable takes them and the config does not set them.
+
+    ``device``: construct it there (torch's device context: every parameter and buffer is created, and
+    initialised by the module's own code, on that device: no host copy to move; ``"meta"``: nothing
+    allocated). On a GPU the initial values come from the GPU's seeded generator, so they differ from a
+    host build's with the same seed, and are the same from run to run on that device."""
     from fastpipe.targets import parameters
 
     takes = parameters(cfg.callable()) or {}
@@ -39,10 +45,18 @@ def build_model(cfg: ModelConfig, dataset_facts: dict, choice: str = "") -> nn.M
         if p is not None and p.default is p.empty and cfg.params.get(key) is None and key not in dataset_facts:
             raise ConfigError(f"model={choice or cfg.short_name} needs {key}, which the dataset does not give; "
                               f"choose a dataset that has it (e.g. dataset=tokens), or set model.{key}=N")
-    model = cfg.build(**dataset_facts)
+    with contextlib.nullcontext() if device is None else torch.device(device):
+        model = cfg.build(**dataset_facts)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model._target_={cfg.target!r} returned {type(model).__name__}, not an nn.Module")
     return model
+
+
+def describe_model(cfg: ModelConfig, model: nn.Module) -> str:
+    """graph.txt's model line: the callable, its size, and activation checkpointing when on."""
+    params = sum(p.numel() for p in model.parameters())
+    return f"{cfg.target}  params={params / 1e6:.2f}M" + ("  activation_checkpointing" if cfg.activation_checkpointing
+                                                          else "")
 
 
 def is_conv_net(model: nn.Module) -> bool:

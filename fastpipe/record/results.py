@@ -1,7 +1,8 @@
-"""A run's record, metrics.json: its keys, the one constructor of a failed record, atomic write, read.
+"""A run folder's metrics.json: written atomically from a RunRecord, versioned per launch, read as a dict.
 
 Every process that records a run (the trainer, the launcher after a crash, the entry point after bad
-input, the repeat executor) goes through this module, so a failed run always has a complete record.
+input, the repeat executor, the sweep launcher) writes a ``RunRecord`` (run_record.py) through
+``write``, so a run always has a complete record. Readers get the file's dict (``read``, ``own``).
 """
 from __future__ import annotations
 
@@ -11,37 +12,10 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
+from fastpipe.record.run_record import RunRecord, failed
+
 FILE = "metrics.json"
-# What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 2
 PREVIOUS = "metrics.previous.json"  # an earlier run's record in a reused folder
-
-KEYS = ("schema_version", "status", "reason", "run_id", "choices", "overrides", "task", "throughput", "tokens_per_s", "step_time_ms",
-        "epoch_time_s", "epoch_times_s", "warmup_s", "data_wait_frac", "peak_mem_gb", "peak_mem_kind",
-        "gpu_util", "final_loss", "val_metrics", "primary_metric", "accuracy", "val_loss", "corpus_baselines",
-        "nonfinite_steps", "steps", "measured_steps", "compile_fallback", "flops_per_sample", "flops_method",
-        "peak_tflops", "mfu", "checkpoint", "checkpoint_stall_s", "weights", "weights_file", "val_metrics_raw", "best", "stopped_early",
-        "grad_norm", "batch_size", "batch_size_search", "per_rank", "env", "warnings")
-
-
-def new_record(choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
-               run_id: Optional[str] = None) -> dict:
-    """Every documented key, null until measured; status ``failed`` until the run says otherwise."""
-    record = {key: None for key in KEYS}
-    record.update(schema_version=SCHEMA_VERSION, status="failed", choices=dict(choices or {}),
-                  overrides=list(overrides or []), env=env, warnings=[], run_id=run_id)
-    return record
-
-
-def failed(reason: str, choices: Dict[str, str], overrides: Iterable[str], env: Optional[dict] = None,
-           traceback: Optional[str] = None, run_id: Optional[str] = None, **extra) -> dict:
-    """The record of a run that failed (or stopped) for ``reason``; ``extra`` keys are merged in."""
-    record = new_record(choices, overrides, env, run_id)
-    record["reason"] = reason
-    if traceback:
-        record["traceback"] = traceback
-    record.update(extra)
-    return record
 
 
 def _finite_or_none(value):
@@ -66,9 +40,11 @@ def write_json_atomic(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def write(run_dir: Path, record: dict) -> None:
+def write(run_dir: Path, record: RunRecord) -> None:
     """Write ``record`` as the run folder's metrics.json."""
-    write_json_atomic(Path(run_dir) / FILE, record)
+    if not isinstance(record, RunRecord):  # a dict's keys are unchecked: RunRecord.from_dict checks them
+        raise TypeError(f"results.write takes a RunRecord, not {type(record).__name__}")
+    write_json_atomic(Path(run_dir) / FILE, record.to_dict())
 
 
 def begin(run_dir: Path, choices: Dict[str, str], overrides: Iterable[str], run_id: str) -> None:
@@ -95,53 +71,3 @@ def read(run_dir: Path) -> Optional[dict]:
         return json.loads((Path(run_dir) / FILE).read_text())
     except (OSError, ValueError):
         return None
-
-
-def _fmt(value, spec: str, unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:{spec}}{unit}"
-
-
-def held_out_text(m: dict, key: str = "val_metrics") -> str:
-    """``accuracy 99.50 % (primary)  loss 0.0213``: the held-out metrics in one line."""
-    values = m.get(key)
-    if not values:
-        return "n/a (no held-out split)"
-    primary = (m.get("primary_metric") or {}).get("name")
-    parts = [f"{k} {100 * v:.2f} %" if k == "accuracy" else f"{k} {v:.4g}" for k, v in values.items()]
-    return "  ".join(p + (" (primary)" if k == primary else "") for p, k in zip(parts, values))
-
-
-def summary_text(m: dict) -> str:
-    """The few lines printed at the end of a run."""
-    if m.get("status") != "ok":
-        return f"fastpipe run FAILED: {m.get('reason')}"
-    st = m.get("step_time_ms") or {}
-    tokens = f"  ({m['tokens_per_s']:,.0f} tokens/s)" if m.get("tokens_per_s") else ""
-    lines = [
-        "fastpipe run summary",
-        f"  throughput   {_fmt(m['throughput'], ',.1f')} samples/s{tokens} (steady state, {m['measured_steps']} steps)",
-        f"  step time    median {_fmt(st.get('median'), '.2f', ' ms')}  p90 {_fmt(st.get('p90'), '.2f', ' ms')}",
-        f"  warm-up      {_fmt(m['warmup_s'], '.2f', ' s')} (compilation included)   epoch {_fmt(m['epoch_time_s'], '.2f', ' s')}",
-        f"  data-wait    {_fmt(None if m['data_wait_frac'] is None else 100 * m['data_wait_frac'], '.1f', ' %')}"
-        f"   GPU util {_fmt(m['gpu_util'], '.0f', ' %')}   peak memory {_fmt(m['peak_mem_gb'], '.3f', ' GB')}",
-        f"  held-out     {held_out_text(m)}   final loss {_fmt(m['final_loss'], '.4f')}",
-    ]
-    if m.get("weights") == "ema":
-        lines.append(f"  weights      the EMA's (train.ema_decay); the raw weights: {held_out_text(m, 'val_metrics_raw')}")
-    if m.get("best"):
-        best = m["best"]
-        lines.append(f"  best         step {best['step']}: {(m.get('primary_metric') or {}).get('name')} {best['value']:.4g}"
-                     + ("   (stopped early: no gain for train.early_stop_patience evaluations)" if m.get("stopped_early")
-                        else ""))
-    if m.get("corpus_baselines"):
-        b = m["corpus_baselines"]
-        lines.append(f"  baselines    corpus entropy per token: bigram {b['bigram']:.3f}  unigram {b['unigram']:.3f}  "
-                     f"uniform {b['uniform']:.3f} nats")
-    if m.get("flops_per_sample"):
-        mfu = m.get("mfu")
-        flops = m["flops_per_sample"]
-        amount = f"{flops / 1e9:.3f} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.3f} MFLOP"
-        lines.append(f"  model FLOPs  {amount}/sample (fwd+bwd)   MFU "
-                     + (f"{100 * mfu:.1f} % of {m['peak_tflops']:.0f} TFLOP/s" if mfu is not None else "n/a (no peak for this device)"))
-    lines += [f"  warning      {w}" for w in m.get("warnings") or []]
-    return "\n".join(lines)

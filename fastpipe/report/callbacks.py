@@ -88,21 +88,31 @@ class SweepReport(Callback):
 
     def __init__(self) -> None:
         self._warned_direction = False
+        self.trackers = None  # the sweep's own tracker runs (MLflow's parent): record/loggers/sweep.py
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from fastpipe.errors import ConfigError
+        from fastpipe.errors import ConfigError, FastpipeError
+        from fastpipe.record.loggers.sweep import start_sweep
+        from fastpipe.record.provenance import code_provenance
         from fastpipe.sweeps.objective import OBJECTIVES, direction_name, wants_objective
 
         objective = str(OmegaConf.select(config, "report.objective", default="throughput"))
         if objective not in OBJECTIVES:  # before any job starts, for every sweeper
             _refuse(ConfigError(f"report.objective={objective!r} is not valid; use throughput (the fastest job "
                                 "wins) or primary_metric (the best held-out primary metric wins)"))
-        if not wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
-            return
-        direction = direction_name(OmegaConf.select(config, "hydra.sweeper.direction", default="maximize"))
-        if objective == "throughput" and direction == "minimize":
-            _refuse(ConfigError("report.objective=throughput is higher-is-better but hydra.sweeper.direction="
-                                "minimize: add hydra.sweeper.direction=maximize"))
+        if wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
+            direction = direction_name(OmegaConf.select(config, "hydra.sweeper.direction", default="maximize"))
+            if objective == "throughput" and direction == "minimize":
+                _refuse(ConfigError("report.objective=throughput is higher-is-better but hydra.sweeper.direction="
+                                    "minimize: add hydra.sweeper.direction=maximize"))
+        try:  # last: nothing is made in a tracker for a sweep refused above
+            self.trackers = start_sweep(config, code_provenance(Path.cwd(), [config.hydra.sweep.dir])[0])
+        except FastpipeError as exc:
+            _refuse(exc)
+        except Exception as exc:  # the tracker answered, but refused (Hydra would only warn and go on)
+            _refuse(FastpipeError(f"the sweep's tracker runs could not be made ({type(exc).__name__}: "
+                                  f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}); check the "
+                                  "tracker (logger.*), or choose another logger"))
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
@@ -147,7 +157,11 @@ class SweepReport(Callback):
         except FastpipeError as exc:  # e.g. a report.baseline that names no job: the jobs are safe
             print(f"fastpipe: error: sweep report not written: {exc}; the jobs' results are kept: fix it "
                   f"and run python -m fastpipe.report {sweep_dir}", file=sys.stderr, flush=True)
+            if self.trackers is not None:
+                self.trackers.end(None)
             sys.exit(EXIT_CODE)
+        if self.trackers is not None:  # the report and best.yaml to the sweep's tracker runs, the winner tagged
+            self.trackers.end(result)
         print((sweep_dir / "report.md").read_text(), flush=True)
         if result.best is not None:
             print(f"winner: {sweep_dir / 'best.yaml'}  (commit it: python -m fastpipe.report {sweep_dir} "

@@ -261,6 +261,7 @@ def _row(job: Job, columns: List[str]) -> dict:
         "gpus": gpus_text(info, m.get("env")), "cpus": cores_text(info), "round": job.pruned_round,
         "stage": None if job.probe is None and not job.full else ("full" if job.full else "probe"),
         "probe_throughput": (job.probe or {}).get("throughput"), "job_time_s": job_seconds(job.dir, info),
+        "name": m.get("name"), "tags": list(m.get("tags") or []), "code": m.get("code"),
     }
 
 

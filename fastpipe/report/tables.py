@@ -7,6 +7,7 @@ import platform
 from importlib import metadata
 from typing import List, Optional
 
+from fastpipe.record.provenance import describe
 from fastpipe.report.sweep import SweepResult
 
 CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throughput_max", "repeats",
@@ -45,6 +46,30 @@ def machine_lines(result: SweepResult) -> List[str]:
     if len({(x.get("host"), x.get("device_name")) for x in ran}) > 1:
         lines.append(f"- WARNING: the jobs ran on different machines/devices ({', '.join(hosts)}): not comparable")
     return lines
+
+
+def provenance_lines(result: SweepResult) -> List[str]:
+    """The code the jobs ran (metrics.json's ``code``), a warning when they ran different code, and the
+    jobs' name and tags."""
+    codes = [r["code"] for r in result.rows if r.get("code")]
+    lines = []
+    if codes:
+        lines.append(f"- code: {describe(codes[0])}")
+        seen = {_code_key(c): c for c in codes}
+        if len(seen) > 1:
+            lines.append(f"- WARNING: the jobs ran on {len(seen)} different commits or working trees "
+                         f"({'; '.join(describe(c) for c in seen.values())}): they measured different code")
+    names = sorted({r["name"] for r in result.rows if r.get("name")})
+    tags = sorted({t for r in result.rows for t in r.get("tags") or []})
+    if names or tags:
+        lines.append("- " + " · ".join(x for x in (f"name: {', '.join(names)}" if names else "",
+                                                   f"tags: {', '.join(tags)}" if tags else "") if x))
+    return lines
+
+
+def _code_key(code: dict) -> tuple:
+    project, fp = code.get("project") or {}, code.get("fastpipe") or {}
+    return project.get("commit"), project.get("diff_sha256"), fp.get("commit"), fp.get("version")
 
 
 def _num(value: Optional[float], spec: str, suffix: str = "") -> str:
@@ -135,6 +160,7 @@ def markdown(result: SweepResult) -> str:
     out = ["# fastpipe sweep report", "",
            f"- sweep: `{result.sweep_dir}` · {len(rows)} jobs, {ok} ok, {len(rows) - ok} not ok"]
     out += machine_lines(result)
+    out += provenance_lines(result)
     how = "named by report.baseline" if result.spec.baseline not in (None, "") else "the first listed value of every swept key"
     out.append(f"- baseline: job {base['job']} ({_label(base, cols)}), {how}" if base else "- baseline: none")
     metric = primary_metric(result)

@@ -44,9 +44,9 @@ def gpus_text(info: Optional[dict], env: Optional[dict] = None) -> Optional[str]
 
 def cores_text(info: Optional[dict]) -> Optional[str]:
     """The cores a ``gpus``-launched job ran on, ``0-3``."""
-    from fastpipe.sweeps.slots import _ranges
+    from fastpipe.sweeps.slots import core_ranges
 
-    return None if info is None or not info.get("cpus") else _ranges(info["cpus"])
+    return None if info is None or not info.get("cpus") else core_ranges(info["cpus"])
 
 
 def job_seconds(job_dir: Path, info: Optional[dict] = None) -> Optional[float]:

@@ -22,6 +22,7 @@ from typing import Dict, List
 from omegaconf import OmegaConf
 
 from fastpipe.record.overrides import override_key
+from fastpipe.record.provenance import describe
 from fastpipe.report.tables import metric_text
 
 # Overrides that select a preset sweep or a ladder step: the step's group choices are pinned
@@ -48,10 +49,17 @@ def winner_yaml(overrides: List[str], choices: Dict[str, str], comments: List[st
     lines = ["# @package _global_"] + [f"# {c}" if c else "#" for c in comments]
     lines += [f"# not expressible here, dropped: {d}" for d in dropped]
     lines += ["defaults:"] + added
-    lines += [f"  - override /{g}: {json.dumps(str(c))}" for g, c in choices.items() if c not in (None, "None")]
+    lines += [f"  - override /{g}: {_choice_yaml(str(c))}" for g, c in choices.items() if c not in (None, "None")]
     if len(keys):
         lines.append(OmegaConf.to_yaml(keys).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _choice_yaml(choice: str) -> str:
+    """A group choice in a defaults list: a name quoted, several (``[tensorboard,mlflow]``) as a YAML list."""
+    if choice.startswith("[") and choice.endswith("]"):
+        return "[" + ", ".join(json.dumps(c.strip()) for c in choice[1:-1].split(",") if c.strip()) + "]"
+    return json.dumps(choice)
 
 
 def command_line(overrides: List[str], choices: Dict[str, str]) -> str:
@@ -77,6 +85,7 @@ def winner_text(best: dict, result, path: Path) -> str:
     held = f"{best['metric']} {metric_text(best['metric'], best['metric_value'])}" if best["metric"] else "no held-out metric"
     comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}",
                 f"{best['throughput']:,.1f} samples/s{speed}; {held} (parity {best['parity']})",
+                f"code: {describe(best.get('code'))}",
                 f"run it:  {experiment_hint(path)}",
                 f"same as: {command_line(best['overrides'], best['choices'])}", ""]
     return winner_yaml(best["overrides"], best["choices"], comments)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from fastpipe.config import CompileConfig
+from fastpipe.errors import FastpipeWarning
 
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._subclasses")
 
@@ -45,17 +47,17 @@ class CompiledModel:
     def active(self) -> bool:
         return self.module is not self.eager or bool(self.units)
 
-    def fall_back(self, exc: BaseException) -> str:
-        """Switch to eager for the rest of the run; returns the warning to record."""
+    def fall_back(self, exc: BaseException) -> None:
+        """Switch to eager for the rest of the run, with a warning naming the failure."""
         self.module = self.eager
         for unit in self.units:  # nn.Module.compile has no public undo; this is the attribute it sets
             unit._compiled_call_impl = None
         self.units = []
         first_line = (str(exc).strip().splitlines() or [""])[0][:300]
         self.fallback_reason = f"{type(exc).__name__}: {first_line}"
-        return f"compile={self.choice} failed, continuing eager: {self.fallback_reason}"
+        warnings.warn(f"compile={self.choice} failed, continuing eager: {self.fallback_reason}", FastpipeWarning)
 
-    def call(self, fn: Callable[[nn.Module], object], warnings: List[str]):
+    def call(self, fn: Callable[[nn.Module], object]):
         """Run ``fn(module)``; if compilation fails inside it, fall back to eager and run it again."""
         if not self.active:
             return fn(self.module)
@@ -64,7 +66,7 @@ class CompiledModel:
         except Exception as exc:
             if not is_compile_error(exc):
                 raise
-            warnings.append(self.fall_back(exc))
+            self.fall_back(exc)
             return fn(self.module)
 
     def describe(self) -> str:
@@ -79,29 +81,40 @@ class CompiledModel:
         return f"{self.choice}  torch.compile(mode={self.mode!r}){where}" + note + self.extras
 
 
-def build_compiled(cfg: CompileConfig, model: nn.Module, device: torch.device, warnings: List[str],
+def build_compiled(cfg: CompileConfig, model: nn.Module, device: torch.device,
                    units: Optional[List[nn.Module]] = None) -> CompiledModel:
     """Wrap ``model`` per ``cfg`` (a CompileConfig), or, given ``units``, compile each of them in place
-    (``nn.Module.compile``: names and state dicts unchanged). Compilation happens at the first call."""
+    (``nn.Module.compile``: names and state dicts unchanged), by the choice's registered builder.
+    Compilation happens at the first call."""
+    from fastpipe.config.registry import choice
+
     extras = "".join([f"  optimize_ddp={cfg.optimize_ddp}" if cfg.optimize_ddp != "auto" else "",
                       "  compiled_autograd" if cfg.compiled_autograd else ""])
     # python_reducer traces DDP's reducer through compiled autograd, which it needs on
     autograd = cfg.compiled_autograd or cfg.optimize_ddp.startswith("python_reducer")
     result = CompiledModel(model, model, cfg.name, cfg.mode, device_type=device.type, extras=extras,
                            backward_backend=cfg.backend if autograd else None)
-    if cfg.name == "off":
-        if extras:
-            warnings.append(f"compile=off:{extras} take(s) effect only with torch.compile (compile=default or "
-                            "another mode): ignored")
-        return result
+    choice("compile", cfg.name).build(cfg, result, units)
+    return result
+
+
+def build_eager(cfg: CompileConfig, result: CompiledModel, units: Optional[List[nn.Module]] = None) -> None:
+    """compile=off: the model runs as it is; the compiler's own switches are said to do nothing."""
+    if result.extras:
+        warnings.warn(f"compile=off:{result.extras} take(s) effect only with torch.compile (compile=default or "
+                      "another mode): ignored", FastpipeWarning)
+
+
+def compile_model(cfg: CompileConfig, result: CompiledModel, units: Optional[List[nn.Module]] = None) -> None:
+    """compile=default | reduce-overhead | max-autotune: ``torch.compile(mode=...)`` of the model, or of
+    each unit in place; a failure to set it up (an unknown backend) falls back to eager with a warning."""
     try:
         if units:
             for unit in units:
                 unit.compile(mode=cfg.mode, backend=cfg.backend, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
             result.units = list(units)
-            return result
-        result.module = torch.compile(model, mode=cfg.mode, backend=cfg.backend, fullgraph=cfg.fullgraph,
+            return
+        result.module = torch.compile(result.eager, mode=cfg.mode, backend=cfg.backend, fullgraph=cfg.fullgraph,
                                       dynamic=cfg.dynamic)
     except Exception as exc:  # e.g. an unknown backend name
-        warnings.append(result.fall_back(exc))
-    return result
+        result.fall_back(exc)

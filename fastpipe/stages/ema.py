@@ -35,6 +35,9 @@ class DeviceEMA(AveragedModel):
         self.count += 1
         self.n_averaged.fill_(self.count)  # a device fill from a Python int: no synchronisation
 
+    def describe(self) -> str:
+        return f"EMA of the weights (decay {self.decay}): its metrics count"
+
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self.count = int(self.n_averaged.item())  # once, on resume

@@ -61,6 +61,22 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
     return text + ("  (no decay on biases and norm weights)" if flat else "")
 
 
+def current_lr(optimizer: torch.optim.Optimizer) -> float:
+    """The first parameter group's learning rate now (the schedule's value), as a float: logged as ``train/lr``."""
+    lr = optimizer.param_groups[0]["lr"]
+    return float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+
+
+def describe_optimization(optimizer: torch.optim.Optimizer, cfg: TrainConfig, world_size: int) -> str:
+    """graph.txt's optimizer line: the optimizer, accumulation, the lr scaling applied, clipping."""
+    scaled = ""
+    if cfg.lr_scaling != "none":
+        scaled = (f"  (lr_scaling={cfg.lr_scaling}: x{lr_factor(cfg, world_size):.4g} for a global batch of "
+                  f"{cfg.batch_size * cfg.grad_accum * world_size} against {cfg.lr_reference_batch})")
+    return (f"{describe_optimizer(optimizer)}  grad_accum={cfg.grad_accum}" + scaled
+            + (f"  clip_grad_norm={cfg.clip_grad_norm}" if cfg.clip_grad_norm else ""))
+
+
 def clip_gradients(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, max_norm: float) -> torch.Tensor:
     """Clip the gradients' total norm to ``max_norm``; returns the norm before clipping (a device tensor:
     no host sync). With fp16 loss scaling the gradients are unscaled first, so the norm is the true one."""

@@ -1,4 +1,5 @@
-"""The ``precision`` group: fp32, or automatic mixed precision (bf16 autocast, fp16 + GradScaler)."""
+"""The ``precision`` group: fp32, automatic mixed precision (bf16 autocast, fp16 + GradScaler), or fp8
+matmuls on the Linear layers with bf16 autocast around the rest (fp8.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -6,15 +7,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from torch import nn
 
-from fastpipe.config import PrecisionConfig
+from fastpipe.config import Fp8PrecisionConfig, PrecisionConfig
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
 class Precision:
-    """What the loop needs: an autocast context and a GradScaler (disabled unless fp16)."""
+    """What the loop needs: an autocast context and a GradScaler (disabled unless fp16); and what the
+    launcher applies to the model it builds, before wrapping or sharding it (``prepare``)."""
 
     name: str
     dtype: Optional[torch.dtype]
@@ -22,13 +25,25 @@ class Precision:
     scaler: torch.amp.GradScaler
     tf32: bool = False
     by_fsdp: bool = False  # launcher=fsdp: FSDP2's MixedPrecisionPolicy casts, not autocast
+    fp8_config: Optional[Fp8PrecisionConfig] = None  # precision=fp8: which layers, which recipe
+    fp8: object = None  # precision=fp8: the Fp8Layers ``prepare`` converted (fp8.py); None before
 
     def autocast(self):
         if self.dtype is None or self.by_fsdp:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
+    def prepare(self, model: nn.Module, device: torch.device) -> None:
+        """Called by the launcher on the bare model it built (on ``device``, or on the meta device to shard):
+        precision=fp8 swaps the chosen Linear layers for torchao's Float8Linear in place; else nothing."""
+        if self.fp8_config is not None:
+            from fastpipe.stages.fp8 import convert_fp8
+
+            self.fp8 = convert_fp8(model, self.fp8_config, device, self.by_fsdp)
+
     def describe(self) -> str:
+        if self.name == "fp8":
+            return self.fp8.describe(self.by_fsdp) if self.fp8 is not None else "fp8  no layer converted: bf16 autocast"
         if self.dtype is None:
             return f"fp32  (TF32 {'allowed' if self.tf32 else 'off'})"
         dtype = "bf16" if self.dtype is torch.bfloat16 else "fp16"
@@ -39,11 +54,22 @@ class Precision:
 
 
 def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
-    """The Precision for ``cfg`` (a PrecisionConfig) on ``device``. ``by_fsdp``: the model is FSDP2-sharded,
-    so amp is its MixedPrecisionPolicy (fsdp.py) and fp16's GradScaler is the sharded one."""
-    if cfg.name == "fp32":
-        return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
-                         tf32=cfg.tf32 and device.type == "cuda")
+    """The Precision for ``cfg`` (a PrecisionConfig or Fp8PrecisionConfig) on ``device``, by the choice's
+    registered builder. ``by_fsdp``: the model is FSDP2-sharded, so amp is its MixedPrecisionPolicy
+    (fsdp.py) and fp16's GradScaler is the sharded one."""
+    from fastpipe.config.registry import choice
+
+    return choice("precision", cfg.name).build(cfg, device, by_fsdp)
+
+
+def build_fp32(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
+    """precision=fp32 (TF32 matmuls only when allowed, and on CUDA)."""
+    return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),
+                     tf32=cfg.tf32 and device.type == "cuda")
+
+
+def build_amp(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
+    """precision=amp: bf16 autocast where supported, else fp16 with loss scaling."""
     bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
     dtype = DTYPES[cfg.amp_dtype(device.type, bf16_ok)]
     if by_fsdp:
@@ -53,3 +79,11 @@ def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = 
     else:
         scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
     return Precision("amp", dtype, device.type, scaler, by_fsdp=by_fsdp)
+
+
+def build_fp8(cfg: Fp8PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
+    """precision=fp8: bf16 autocast (or FSDP2's bf16 policy) around the Linear layers the launcher's
+    ``prepare`` call converts; no loss scaling (torchao scales each fp8 cast itself). Evaluating saved
+    weights (no model prepared) is bf16 autocast alone."""
+    return Precision("fp8", torch.bfloat16, device.type, torch.amp.GradScaler(device.type, enabled=False),
+                     by_fsdp=by_fsdp, fp8_config=cfg)

@@ -8,12 +8,14 @@ calls ``step()`` once per optimizer step. Profiled steps run slower, so the run'
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
 from fastpipe.config import ProfileConfig
+from fastpipe.errors import FastpipeWarning
 
 
 class NoProfiler(contextlib.nullcontext):
@@ -23,7 +25,7 @@ class NoProfiler(contextlib.nullcontext):
         pass
 
 
-def build_profiler(cfg: Optional[ProfileConfig], run_dir: Path, device: torch.device, is_main: bool, warnings: List[str]):
+def build_profiler(cfg: Optional[ProfileConfig], run_dir: Path, device: torch.device, is_main: bool):
     """A torch.profiler.profile per ``cfg`` (a ProfileConfig; None = off), used as a context manager.
 
     Only rank 0 profiles (the run folder is rank 0's). A warning records which steps were profiled.
@@ -40,9 +42,9 @@ def build_profiler(cfg: Optional[ProfileConfig], run_dir: Path, device: torch.de
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     first = cfg.skip_first + cfg.wait + cfg.warmup + 1
     last = cfg.skip_first + (cfg.wait + cfg.warmup + cfg.active) * cfg.repeat
-    warnings.append(f"profile=on: steps {first}..{last} ran under torch.profiler (and its warm-up steps "
-                    "before them); profiling slows steps, so throughput and step times are distorted: "
-                    "compare speed with profile=off")
+    warnings.warn(f"profile=on: steps {first}..{last} ran under torch.profiler (and its warm-up steps before them); "
+                  "profiling slows steps, so throughput and step times are distorted: compare speed with profile=off",
+                  FastpipeWarning)
     return profile(
         activities=activities,
         schedule=schedule(skip_first=cfg.skip_first, wait=cfg.wait, warmup=cfg.warmup, active=cfg.active,

@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings as warnings_module
-from typing import Callable, List, Optional
+import warnings
+from typing import Callable, Optional
 
 import torch
 
 from fastpipe.config import LrScheduleConfig
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, FastpipeWarning
 
 
 def cosine(warmup_steps: int = 0, min_lr_ratio: float = 0.0) -> Callable[[int, int], float]:
@@ -79,7 +79,7 @@ class Schedule:
             return None
         return {"scheduler": self.scheduler.state_dict(), "total_steps": self.total_steps}
 
-    def resume(self, state: Optional[dict], step: int, warnings: List[str]) -> None:
+    def resume(self, state: Optional[dict], step: int) -> None:
         """A torch scheduler continued at optimizer step ``step``: its saved state when this run has the
         saved run's length and position, else built for this run and advanced to ``step`` (a longer
         run, or a resume with another global batch, would otherwise step OneCycleLR past its end or
@@ -90,13 +90,14 @@ class Schedule:
         if state.get("total_steps") == self.total_steps and saved.get("last_epoch") == step:
             self.scheduler.load_state_dict(saved)
             return
-        with warnings_module.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": intended here
-            warnings_module.simplefilter("ignore", UserWarning)
+        with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": intended here
+            warnings.simplefilter("ignore", UserWarning)
             for _ in range(step):
                 self.scheduler.step()
-        warnings.append(f"lr_schedule {self.name}: the checkpoint's scheduler ran over {state.get('total_steps')} "
-                        f"steps and stood at step {saved.get('last_epoch')}; this run has {self.total_steps} steps "
-                        f"and resumes at step {step}: the scheduler was built for this run and advanced to it")
+        warnings.warn(f"lr_schedule {self.name}: the checkpoint's scheduler ran over {state.get('total_steps')} "
+                      f"steps and stood at step {saved.get('last_epoch')}; this run has {self.total_steps} steps "
+                      f"and resumes at step {step}: the scheduler was built for this run and advanced to it",
+                      FastpipeWarning)
 
     def describe(self) -> str:
         return f"{self.name} ({'torch scheduler, stepped each step' if self.stateful else 'a function of the step'})"

@@ -16,12 +16,24 @@ another kind before anything is built.
 from __future__ import annotations
 
 import math
-from typing import Dict
+from typing import Dict, Protocol
 
 import torch
 import torch.nn.functional as F
 
+from fastpipe.config import TaskConfig
 from fastpipe.errors import ConfigError
+
+
+class Task(Protocol):
+    """The objective: what the loop, evaluation and the reports ask of a task (the protocol above)."""
+
+    primary: str
+    higher_is_better: bool
+
+    def loss(self, output, target) -> torch.Tensor: ...
+
+    def metrics(self, output, target) -> Dict[str, torch.Tensor]: ...
 
 
 class Classification:
@@ -80,3 +92,16 @@ def check_task(task, target: str) -> None:
     if not isinstance(task.higher_is_better, bool) or not isinstance(task.primary, str):
         raise ConfigError(f"task._target_={target!r}: primary must be a metric name (str) and higher_is_better "
                           "a bool")
+
+
+def build_task(cfg: TaskConfig) -> Task:
+    """The task ``cfg`` names, refused in one line when it lacks the protocol."""
+    task = cfg.build()
+    check_task(task, cfg.target)
+    return task
+
+
+def describe_task(task: Task) -> str:
+    """graph.txt's task line."""
+    return f"{type(task).__name__}  primary metric: {task.primary} ({'higher' if task.higher_is_better else 'lower'} " \
+           "is better)"

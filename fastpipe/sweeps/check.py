@@ -1,8 +1,8 @@
 """Every job of a sweep checked before the first one starts.
 
-Hydra refuses an unknown key or a value of the wrong type for the whole sweep before launching it;
-a value that only fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a loader key of
-another loader) would otherwise surface as a failed row after the jobs before it had run. So the
+Hydra refuses a value of the wrong type for the whole sweep before launching it; a value that only
+fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a misspelt ``train.*`` or ``data.*``
+key: config/keys.py) would otherwise surface as a failed row after the jobs before it had run. So the
 sweep's jobs are composed as its sweeper will compose them (command-line lists and a preset's
 ``hydra.sweeper.params``) and converted to fastpipe's settings; the first that cannot be is named,
 with its overrides, and nothing runs. Only each group's own values are judged: a combination that
@@ -27,7 +27,7 @@ def sweep_jobs(config: DictConfig) -> List[List[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     target = str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or "")
-    overrides = list(config.hydra.overrides.task)
+    overrides = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=False)]  # ${...} as typed
     parsed = OverridesParser.create().parse_overrides(overrides)
     if not target.endswith(GRID_SWEEPERS):
         return [[o.input_line for o in parsed if not o.is_sweep_override()]]
@@ -41,19 +41,25 @@ def check_sweep(config: DictConfig) -> int:
     """Compose and convert every job of the sweep ``config`` starts; raises ConfigError naming the first
     job that fastpipe would refuse. Returns how many jobs were checked."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
-    from fastpipe.config import GROUPS, to_settings
+    from fastpipe.config import job_choices, to_settings
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
-    for number, job in enumerate(jobs):
-        cfg = loader.load_sweep_config(config, job)
-        choices = {g: str(cfg.hydra.runtime.choices.get(g)) for g in GROUPS if g in cfg.hydra.runtime.choices}
-        with open_dict(cfg):
-            del cfg["hydra"]  # what the job's task function receives
-        try:
-            to_settings(cfg, choices, check=False)
-        except ConfigError as exc:
-            raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
-                              "was run") from None
+    previous = HydraConfig.instance().cfg
+    try:
+        for number, job in enumerate(jobs):
+            cfg = loader.load_sweep_config(config, job)
+            choices = job_choices(cfg.hydra.runtime.choices, cfg)
+            HydraConfig.instance().set_config(cfg)  # a job's ${hydra:...} resolves as in the job itself
+            with open_dict(cfg):
+                del cfg["hydra"]  # what the job's task function receives
+            try:
+                to_settings(cfg, choices, check=False)
+            except ConfigError as exc:
+                raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
+                                  "was run") from None
+    finally:
+        HydraConfig.instance().cfg = previous
     return len(jobs)

@@ -22,10 +22,10 @@ class Slot:
 
     def describe(self) -> str:
         gpus = f"GPU {','.join(self.gpus)}" if self.gpus else "no GPU"
-        return f"slot {self.index}: {gpus}, cores {_ranges(self.cpus)}"
+        return f"slot {self.index}: {gpus}, cores {core_ranges(self.cpus)}"
 
 
-def _ranges(cores: Sequence[int]) -> str:
+def core_ranges(cores: Sequence[int]) -> str:
     """``0-3,8`` for [0, 1, 2, 3, 8]."""
     out, run = [], []
     for c in sorted(cores):
@@ -53,15 +53,19 @@ def split_cores(cores: Sequence[int], parts: int) -> List[Tuple[int, ...]]:
     return shares
 
 
-def plan_slots(gpu_ids: Sequence[str], cores: Sequence[int], gpus_per_job: int,
-               max_parallel: Optional[int]) -> List[Slot]:
+def plan_slots(gpu_ids: Sequence[str], cores: Sequence[int], gpus_per_job: Optional[int],
+               max_parallel: Optional[int], gpus_from: str = "NVML") -> List[Slot]:
     """The slots for ``hydra.launcher.gpus_per_job`` and ``hydra.launcher.max_parallel``.
 
-    With GPUs visible, ``max_parallel`` defaults to as many jobs as the GPUs allow
-    (``len(gpu_ids) // gpus_per_job``) and may not exceed it (jobs sharing a GPU would measure each
-    other). Without GPUs (or ``gpus_per_job=0``), jobs run on the CPU: ``max_parallel`` defaults to
-    1 and may be raised up to one job per core.
+    ``gpus_per_job=None`` means 1 where GPUs are visible and 0 (CPU jobs) where none are; a number
+    above 0 with no GPU visible is refused (it cannot be honoured). With GPUs, ``max_parallel``
+    defaults to as many jobs as the GPUs allow (``len(gpu_ids) // gpus_per_job``) and may not exceed
+    it (jobs sharing a GPU would measure each other). With ``gpus_per_job=0`` jobs run on the CPU:
+    ``max_parallel`` defaults to 1 and may be raised up to one job per core. ``gpus_from`` says where
+    ``gpu_ids`` came from (``NVML``, or the sweep's ``CUDA_VISIBLE_DEVICES=...``), for the messages.
     """
+    if gpus_per_job is None:
+        gpus_per_job = 1 if gpu_ids else 0
     if gpus_per_job < 0:
         raise ConfigError(f"hydra.launcher.gpus_per_job={gpus_per_job} must be >= 0 (0 = jobs on the CPU)")
     if max_parallel is not None and max_parallel < 1:
@@ -69,7 +73,11 @@ def plan_slots(gpu_ids: Sequence[str], cores: Sequence[int], gpus_per_job: int,
                           "GPUs allow")
     if not cores:
         raise ConfigError("no CPU core is available to this process (its CPU affinity is empty)")
-    on_gpus = bool(gpu_ids) and gpus_per_job > 0
+    if gpus_per_job > 0 and not gpu_ids:
+        seen = "NVML finds no GPU" if gpus_from == "NVML" else gpus_from
+        raise ConfigError(f"hydra.launcher.gpus_per_job={gpus_per_job} but this sweep sees no GPU ({seen}); "
+                          "set hydra.launcher.gpus_per_job=0 to run the jobs on the CPU")
+    on_gpus = gpus_per_job > 0
     if on_gpus:
         fits = len(gpu_ids) // gpus_per_job
         if fits == 0:
@@ -89,3 +97,4 @@ def plan_slots(gpu_ids: Sequence[str], cores: Sequence[int], gpus_per_job: int,
     shares = split_cores(cores, parallel)
     return [Slot(k, tuple(gpu_ids[k * gpus_per_job:(k + 1) * gpus_per_job]) if on_gpus else (), shares[k])
             for k in range(parallel)]
+

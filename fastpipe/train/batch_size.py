@@ -1,13 +1,17 @@
 """``train.batch_size=auto``: the batch size found by trying the real training step.
 
-Each candidate (powers of two) builds the run's model, precision, compile mode and optimizer afresh
-and runs a few full steps (forward, loss, backward, optimizer step; compilation included, Dynamo
-reset between candidates so each compiles for its own shape) on real batches of the dataset. On a
-GPU the batch doubles until the step runs out of memory (caught, the cache emptied) or reaches
-``train.batch_size_max``; on a CPU, where running out of memory kills the process instead of
-raising, it stops at the cap. ``train.batch_size_goal=memory`` takes the largest that fits;
-``throughput`` the one with the best steady-state samples/s among those that fit. Under DDP every
-rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
+Each candidate builds the run's stages afresh through the one stage builder (graph.build_probe:
+model, placement, precision, compile, EMA, optimizer) and runs a few of the training step itself
+(train/step.py: accumulation, clipping, the EMA's update; compilation included, Dynamo reset between
+candidates so each compiles for its own shape) on a real batch. The search starts at
+``train.batch_size_start`` (256 on a GPU, 32 on a CPU), doubles while the step fits (halves while it
+does not) to bracket the answer, then bisects between the last size that fitted and the first that
+did not, on the grid of ``train.batch_size_round`` (multiples of 8, or powers of two: no bisection).
+On a GPU a size does not fit when the step runs out of memory (caught, the cache emptied); on a CPU,
+where running out of memory kills the process instead of raising, the search stops at the cap
+(``train.batch_size_max``). ``train.batch_size_goal=memory`` takes the largest that fits;
+``throughput`` the one with the best steady-state samples/s among those tried that fit. Under DDP
+every rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
 The probes change nothing of the run: its model is built after them, from the same seed.
 """
 from __future__ import annotations
@@ -15,15 +19,39 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
+from fastpipe.config import Config
+from fastpipe.config.registry import choice
 from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
+from fastpipe.measure.steps import synchronize
+from fastpipe.runtime import Runtime
+from fastpipe.train import graph
+from fastpipe.train.step import train_step
 
-START = 8  # the first candidate (halved down to 1 when it does not fit)
+CPU_START, GPU_START = 32, 256  # train.batch_size_start=null
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
-WARMUP_STEPS, TIMED_STEPS = 2, 3  # per candidate: compile + first optimizer state, then timed
+GRID = 8  # train.batch_size_round=8: multiples of 8 (and 1, 2, 4 below it)
+# Steps per candidate. Memory: the second step holds weights, optimizer state, activations and gradients
+# at once (the first creates the state after its activations are freed); a third covers CUDA graphs,
+# recorded on a later call. Throughput: compile + first optimizer state, then timed steps.
+MEMORY_STEPS = 3
+WARMUP_STEPS, TIMED_STEPS = 2, 3
+
+
+def steps_for(goal: str) -> tuple:
+    """(untimed steps, timed steps) of one candidate for ``train.batch_size_goal``."""
+    return (MEMORY_STEPS, 0) if goal == "memory" else (WARMUP_STEPS, TIMED_STEPS)
+
+
+def on_grid(size: int, rounding) -> int:
+    """The largest candidate at or below ``size`` (>= 1): a multiple of 8 from 8 up (rounding=8), else a
+    power of two."""
+    if rounding == GRID and size >= GRID:
+        return size - size % GRID
+    return 1 << (max(1, size).bit_length() - 1)
 
 
 @dataclass
@@ -45,15 +73,21 @@ class BatchSearch:
     probes: List[Probe] = field(default_factory=list)
     seconds: float = 0.0
 
+    start: int = 0
+    rounding: object = GRID
+
     def describe(self) -> str:
         tried = ", ".join(f"{p.batch_size}{'' if p.fits else ' x'}" for p in self.probes)
         what = "largest that fits" if self.goal == "memory" else "best samples/s of those that fit"
-        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == self.cap \
-            and all(p.fits for p in self.probes) else ""
-        return f"(auto: {what}; tried {tried}{capped}; {self.seconds:.0f} s)"
+        grid = "multiples of 8" if self.rounding == GRID else "powers of two"
+        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == \
+            on_grid(self.cap, self.rounding) and all(p.fits for p in self.probes) else ""
+        return (f"(auto: {what}; {len(self.probes)} probes from {self.start} in {grid}: {tried}{capped}; "
+                f"{self.seconds:.0f} s)")
 
     def record(self) -> dict:
         return {"goal": self.goal, "cap": self.cap, "chosen": self.chosen, "seconds": round(self.seconds, 1),
+                "start": self.start, "round": self.rounding, "probe_count": len(self.probes),
                 "probes": [vars(p) for p in self.probes]}
 
 
@@ -66,28 +100,35 @@ def cap_for(cfg, device: torch.device) -> int:
     return cfg.batch_size_max or (GPU_CAP if device.type == "cuda" else CPU_CAP)
 
 
-def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
+def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
     """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device; every rank calls it."""
-    from fastpipe.data.splits import build_dataset
-    from fastpipe.runtime import gather_objects, seed_everything
+    from fastpipe.runtime import seed_everything
 
-    if settings.launcher.name == "fsdp":
-        raise ConfigError("train.batch_size=auto with launcher=fsdp: the search tries whole-model steps on one "
-                          "device, which a sharded model does not fit; set train.batch_size=N")
+    launcher = choice("launcher", settings.launcher.name)
+    if launcher.shards:
+        raise ConfigError(f"train.batch_size=auto with launcher={launcher.name}: the search tries whole-model steps "
+                          "on one device, which a sharded model does not fit; set train.batch_size=N")
     start_time = time.perf_counter()
     device, cfg = runtime.device, settings.train
-    name = settings.choices.get("dataset") or settings.dataset.short_name
-    splits = build_dataset(settings.dataset, runtime, name)
+    splits = graph.build_splits(settings, runtime)
     cap = cap_for(cfg, device)
     limit = _dataset_limit(splits, runtime.dist.world_size)
-    probes = _search(settings, runtime, splits, min(cap, limit) if limit else cap, warnings)
+    bound = min(cap, limit) if limit else cap
+    start = start_for(cfg, device, on_grid(bound, cfg.batch_size_round))
+    timed = steps_for(cfg.batch_size_goal)[1]
+
+    def probe(size: int) -> Probe:
+        return _probe(size, device, size * cfg.grad_accum * timed, lambda: _run_steps(settings, runtime, splits, size))
+
+    probes = _search(probe, runtime.dist, bound, start, cfg.batch_size_round)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
-        probes = _agree(gather_objects(probes, runtime.dist.world_size))
+        probes = _agree(runtime.dist.gather(probes))
     fitting = [p for p in probes if p.fits]
     if not fitting:
-        fixes = [f for f in memory_fixes(settings) if "batch_size" not in f]
+        fixes = [f for f in memory_fixes("auto", settings.precision.name, settings.model.activation_checkpointing,
+                                         launcher.shards) if "batch_size" not in f]
         raise FastpipeError(f"train.batch_size=auto: not even a batch of 1 fits on {device} "
                             f"({probes[-1].why}); use a smaller model; or {'; or '.join(fixes)}")
     if cfg.batch_size_goal == "throughput" and all(p.samples_per_s for p in fitting):
@@ -96,7 +137,7 @@ def find_batch_size(settings, runtime, warnings: List[str]) -> BatchSearch:
         chosen = max(p.batch_size for p in fitting)
     seed_everything(settings.seed + runtime.dist.rank)  # the run starts from the seed, as without a search
     return BatchSearch(cfg.batch_size_goal, cap, chosen, sorted(probes, key=lambda p: p.batch_size),
-                       time.perf_counter() - start_time)
+                       time.perf_counter() - start_time, start, cfg.batch_size_round)
 
 
 def _dataset_limit(splits, world_size: int) -> Optional[int]:
@@ -106,49 +147,66 @@ def _dataset_limit(splits, world_size: int) -> Optional[int]:
     return max(1, len(splits.train) // world_size)
 
 
-def _search(settings, runtime, splits, cap: int, warnings: List[str]) -> List[Probe]:
-    """Powers of two: down from START until one fits, then up until one does not or the cap (each
-    timed, for the throughput goal)."""
-    probes, size = [], min(START, cap)
-    while size >= 1:
-        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
-        if probes[-1].fits:
+def start_for(cfg, device: torch.device, top: int) -> int:
+    """The first candidate: ``train.batch_size_start`` (or the device's default) on the grid, at most ``top``."""
+    start = cfg.batch_size_start or (GPU_START if device.type == "cuda" else CPU_START)
+    return on_grid(min(start, top), cfg.batch_size_round)
+
+
+def _search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding) -> List[Probe]:
+    """Bracket, then bisect: from ``start``, double while a size fits (up to ``cap``) or halve while it
+    does not (down to 1); then bisect on the grid of ``rounding`` between the last size that fitted and the
+    first that did not. With a limit that grows with the batch, the answer is the largest size on the grid
+    that fits. ``probe(size)`` tries one size on this process; ``dist``: the processes that search together."""
+    top = on_grid(cap, rounding)
+    probes: List[Probe] = []
+
+    def fits(size: int) -> bool:
+        probes.append(_on_every_rank(probe(size), dist))
+        return probes[-1].fits
+
+    size = on_grid(min(start, top), rounding)
+    lo, hi = (size, None) if fits(size) else (None, size)
+    while lo is None and hi > 1:  # halve until one fits
+        size = on_grid(hi // 2, rounding)
+        lo, hi = (size, hi) if fits(size) else (None, size)
+    if lo is None:
+        return probes  # not even 1 fits
+    while hi is None and lo < top:  # double until one does not fit, or the cap
+        size = min(on_grid(2 * lo, rounding), top)
+        lo, hi = (size, None) if fits(size) else (lo, size)
+    while hi is not None:  # bisect between the last fit and the first failure
+        size = on_grid((lo + hi) // 2, rounding)
+        if size <= lo:
             break
-        size //= 2
-    if not probes[-1].fits:
-        return probes
-    size = probes[-1].batch_size * 2
-    while size <= cap:
-        probes.append(_on_every_rank(_probe(settings, runtime, splits, size, warnings), runtime))
-        if not probes[-1].fits:
-            break
-        size *= 2
+        lo, hi = (size, hi) if fits(size) else (lo, size)
     return probes
 
 
-def _on_every_rank(probe: Probe, runtime) -> Probe:
+def _on_every_rank(probe: Probe, dist) -> Probe:
     """Under DDP a size fits only if it fits on every rank, so that every rank searches the same sizes
     (one rank searching down while another searches up would share no size). A collective: every
     rank calls it for every probe."""
     from fastpipe.runtime import gather_objects
 
-    if runtime.dist.world_size > 1:
-        everywhere = all(gather_objects(probe.fits, runtime.dist.world_size))
+    if dist.world_size > 1:
+        everywhere = all(gather_objects(probe.fits, dist.world_size))
         if probe.fits and not everywhere:
             probe.fits, probe.why = False, probe.why or "did not fit on every rank"
     return probe
 
 
-def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
-    """Build the step for ``size`` and run it; fits=False when it runs out of GPU memory."""
-    device = runtime.device
+def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[], float]) -> Probe:
+    """``run()`` (the training step for ``size``, built and run: the seconds of its timed steps, which
+    held ``samples_timed`` samples; none for the memory goal), with the device's memory measured around
+    it; fits=False when it runs out of GPU memory."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     torch._dynamo.reset()  # each size compiles for its own shape, as the run will
     seconds = None
     try:
-        seconds = _run_steps(settings, runtime, splits, size, warnings)
+        seconds = run()
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
@@ -158,56 +216,24 @@ def _probe(settings, runtime, splits, size: int, warnings: List[str]) -> Probe:
         torch.cuda.empty_cache()
     if seconds is None:
         return Probe(size, False, why="out of memory")
-    return Probe(size, True, size * TIMED_STEPS / seconds if seconds > 0 else None,
+    return Probe(size, True, samples_timed / seconds if samples_timed and seconds > 0 else None,
                  None if peak is None else round(peak, 3))
 
 
-def _run_steps(settings, runtime, splits, size: int, warnings: List[str]) -> float:
-    """WARMUP_STEPS + TIMED_STEPS real steps of batch ``size``; returns the timed steps' seconds."""
-    from fastpipe.stages.compile import build_compiled
-    from fastpipe.config import DefaultLoaderConfig
-    from fastpipe.data import build_loader
-    from fastpipe.stages.ema import build_ema
-    from fastpipe.measure.steps import _sync
-    from fastpipe.models import build_model, enable_activation_checkpointing, is_conv_net
-    from fastpipe.stages.optim import build_optimizer
-    from fastpipe.stages.precision import build_precision
-    from fastpipe.runtime import Dist, Runtime
-
-    device = runtime.device
-    local = Runtime(device, Dist(), runtime.cache_root, runtime.cores_per_process)  # no DDP: memory per GPU
-    model = build_model(settings.model, splits.model_kwargs(), settings.choices.get("model", ""))
-    if settings.model.activation_checkpointing:
-        enable_activation_checkpointing(model)
-    channels_last = settings.runtime.use_channels_last(is_conv_net(model), device.type)
-    model = model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    precision = build_precision(settings.precision, device)
-    compiled = build_compiled(settings.compile, model, device, warnings)
-    optimizer = build_optimizer(settings.optimizer, settings.train, model, device)
-    ema = build_ema(model, settings.train.ema_decay)  # the run keeps this copy on the device too
-    task = settings.task.build()
-    loader = build_loader(DefaultLoaderConfig(num_workers=0, persistent_workers=False), splits, local, size,
-                          settings.seed, train=True, channels_last=channels_last)
-    loader.set_epoch(0)
-    inputs, targets = next(iter(loader))
-
-    def step(module):
-        with precision.autocast():
-            loss = task.loss(module(inputs), targets)
-        precision.scaler.scale(loss).backward()
-        precision.scaler.step(optimizer)
-        precision.scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema.update_parameters(model)
-
-    for _ in range(WARMUP_STEPS):
-        compiled.call(step, warnings)
-    _sync(device)
+def _run_steps(settings: Config, runtime: Runtime, splits, size: int) -> float:
+    """The run's graph built for batch ``size`` (graph.build_probe), then ``steps_for(goal)`` of the
+    training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds."""
+    g = graph.build_probe(settings, runtime, splits, size)
+    g.train_loader.set_epoch(0)
+    batch = next(iter(g.train_loader))
+    untimed, timed = steps_for(settings.train.batch_size_goal)
+    for _ in range(untimed):
+        train_step(g, settings.train, lambda: batch)
+    synchronize(runtime.device)
     start = time.perf_counter()
-    for _ in range(TIMED_STEPS):
-        compiled.call(step, warnings)
-    _sync(device)
+    for _ in range(timed):
+        train_step(g, settings.train, lambda: batch)
+    synchronize(runtime.device)
     return time.perf_counter() - start
 
 

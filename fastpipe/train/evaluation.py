@@ -2,11 +2,13 @@
 and early stopping on the task's primary metric."""
 from __future__ import annotations
 
+import itertools
 from typing import Dict, Optional
 
 import torch
 
 from fastpipe.config import TrainConfig
+from fastpipe.train.graph import HeldOut
 
 
 def batch_length(target) -> int:
@@ -17,56 +19,59 @@ def batch_length(target) -> int:
 
 
 @torch.no_grad()
-def evaluate(g, model: torch.nn.Module) -> Optional[Dict[str, float]]:
+def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None) -> Optional[Dict[str, float]]:
     """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
-    split and the ranks in one all-reduce, divided by the number of held-out samples; then ``summarize``."""
-    if g.eval_loader is None:
+    split (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce,
+    divided by the number of held-out samples; then ``summarize``."""
+    if held.loader is None:
         return None
     was_training = model.training
     model.eval()
-    names, totals, count = None, None, 0
-    for (inputs, targets), counted in (in_lockstep(g, iter(g.eval_loader)) if g.sharded
-                                       else ((batch, True) for batch in g.eval_loader)):
-        with g.precision.autocast():
+    names, totals, count, device = None, None, 0, held.device
+    batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
+    for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
+                                       else ((batch, True) for batch in batches)):
+        with held.precision.autocast():
             outputs = model(inputs)
             if not counted:
                 continue
-            sums = g.task.metrics(outputs, targets)
+            sums = held.task.metrics(outputs, targets)
         if totals is None:
             names = list(sums)
-            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=g.device)
-        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=g.device).detach().double() for n in names])
+            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
+        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=device).detach().double() for n in names])
         count += batch_length(targets)
     model.train(was_training)
     if totals is None:
-        totals = torch.zeros(1, dtype=torch.float64, device=g.device)  # this rank had no batch
+        totals = torch.zeros(1, dtype=torch.float64, device=device)  # this rank had no batch
     totals[-1] = count
-    totals = g.all_reduce_sum(totals).tolist()
+    totals = held.dist.all_reduce_sum(totals).tolist()
     if not totals[-1] or names is None:
         return None
     means = {n: v / totals[-1] for n, v in zip(names, totals)}
-    summarize = getattr(g.task, "summarize", None)
+    summarize = getattr(held.task, "summarize", None)
     return {**means, **(summarize(means) if callable(summarize) else {})}
 
 
-def in_lockstep(g, batches):
+def in_lockstep(held: HeldOut, batches):
     """(batch, counted) pairs with the same number of forwards on every rank, as a sharded model needs
     (each forward gathers parameters from all ranks): a rank out of batches repeats its last one,
     uncounted, while another still has some. One small all-reduce per batch."""
     from fastpipe.errors import ConfigError
 
+    dist, device = held.dist, held.device
     last = next(batches, None)
-    having = int(g.all_reduce_sum(torch.tensor([float(last is not None)], device=g.device)).item())
+    having = int(dist.all_reduce_sum(torch.tensor([float(last is not None)], device=device)).item())
     if having == 0:
         return
-    if having < g.runtime.dist.world_size:
-        raise ConfigError(f"the held-out split gives {g.runtime.dist.world_size - having} of "
-                          f"{g.runtime.dist.world_size} ranks no batch, and a sharded model's ranks must evaluate "
-                          "together: hold out more samples (or a smaller train.batch_size)")
+    if having < dist.world_size:
+        raise ConfigError(f"the held-out split gives {dist.world_size - having} of {dist.world_size} ranks no batch, "
+                          "and a sharded model's ranks must evaluate together: hold out more samples (or a smaller "
+                          "train.batch_size)")
     yield last, True
     while True:
         batch = next(batches, None)
-        if not bool(g.any_rank(torch.tensor(batch is not None, device=g.device))):
+        if not bool(dist.any_rank(torch.tensor(batch is not None, device=device))):
             return
         if batch is None:
             yield last, False
@@ -83,6 +88,7 @@ class Evaluator:
 
     def __init__(self, g, cfg: TrainConfig, ckpt, ema=None, resumed: Optional[dict] = None) -> None:
         self.g, self.cfg, self.ckpt, self.ema = g, cfg, ckpt, ema
+        self.held = g.held_out
         self.latest: Optional[Dict[str, float]] = None
         self.raw: Optional[Dict[str, float]] = None
         resumed = resumed or {}  # a checkpoint's state(): best.pt is replaced only by a better result
@@ -103,8 +109,9 @@ class Evaluator:
 
     def run(self, step: int) -> Optional[Dict[str, float]]:
         """Evaluate now; returns the metrics that count (the EMA's when there is one)."""
-        self.raw = evaluate(self.g, self.g.eval_module)
-        self.latest = evaluate(self.g, self.ema.module) if self.ema is not None else self.raw
+        limit = self.cfg.eval_batches
+        self.raw = evaluate(self.held, self.g.model, limit)
+        self.latest = evaluate(self.held, self.ema.module, limit) if self.ema is not None else self.raw
         if self.latest is not None:
             self.history.append({"step": step, **self.latest})
             self._track_best(step)

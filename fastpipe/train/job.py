@@ -4,112 +4,111 @@ from __future__ import annotations
 import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 import torch
 
 from fastpipe.train import graph as training_graph
-from fastpipe.record import results
+from fastpipe.record.notes import collect_warnings
 from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
+from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
-from fastpipe.errors import EnvironmentProblem, FastpipeError, OutOfMemory, memory_fixes
+from fastpipe.config.registry import choice
+from fastpipe.errors import EnvironmentProblem, FastpipeError, FastpipeWarning, OutOfMemory, memory_fixes
+from fastpipe.train.description import describe
 from fastpipe.train.loop import train
 from fastpipe.measure.steps import StepMeter, combine_ranks
 from fastpipe.stages.profiling import build_profiler
 from fastpipe.record.recorder import RunRecorder
+from fastpipe.record.run_record import RunRecord
+from fastpipe.record.summary import summary_text
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
 from fastpipe.signals import stop_on_signals, training
 
 
 def run_training(settings: Config, run_dir: Path) -> dict:
-    """Train per ``settings`` (a Config), write the run folder, return metrics (status ok/failed).
+    """Train per ``settings`` (a Config), write the run folder, return metrics.json's content (status ok).
 
     Exceptions propagate after a failed metrics.json has been written, so the caller can both show
     the reason and exit non-zero.
     """
     dist = dist_from_env()
-    recorder = RunRecorder(run_dir, enabled=dist.is_main)
-    metrics = results.new_record(settings.choices, settings.overrides, environment(None, dist.world_size),
-                                 settings.run_id)
-    warnings = metrics["warnings"]
-    for note in settings.deprecations:
-        warnings.append(note)
+    recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
+    record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
+    record.set(name=settings.name, tags=list(settings.tags), code=settings.context.code)
+    for note in settings.notes:  # old spellings to update, keys dropped for this choice
+        record.warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
-    ckpt = Checkpointer(settings.train, run_dir, dist)
-    try:
-        with stop_on_signals():  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training)
-            return _train_and_record(settings, run_dir, dist, recorder, metrics, warnings, ckpt)
+    ckpt = Checkpointer(settings.train, run_dir, dist, RunFacts.of(settings), on_written=recorder.checkpoint)
+    try:  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training); each FastpipeWarning is recorded
+        with stop_on_signals(), collect_warnings(record.warnings):
+            _train_and_record(settings, run_dir, dist, recorder, record, ckpt)
+            return record.to_dict()
     except NothingToTrain as exc:  # a resume at the run's end: said in one line, not a failure
-        metrics.update(exc.metrics, reason=str(exc), checkpoint=str(ckpt.latest))
+        record.set(**{**exc.metrics, "reason": str(exc), "checkpoint": str(ckpt.latest)})
         if dist.is_main:
             print(f"fastpipe: {exc}", file=sys.stderr, flush=True)
-        return metrics
+        return record.to_dict()
     except BaseException as exc:
         failure = _fixable_failure(settings, exc)
-        _record_failure(failure, metrics, ckpt)
+        _record_failure(failure, record, ckpt)
         if failure is not exc:
             raise failure from exc
         raise
     finally:
-        recorder.write_metrics(metrics)
-        recorder.close()
+        recorder.finish(record)  # metrics.json, then the loggers' ends
 
 
-def _train_and_record(settings: Config, run_dir: Path, dist, recorder, metrics: dict, warnings: list,
-                      ckpt: Checkpointer) -> dict:
-    """Build, train, measure; fill ``metrics`` (written by the caller, whatever happens)."""
+def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: RunRecord, ckpt: Checkpointer) -> None:
+    """Build, train, measure; fill ``record`` (written by the caller, whatever happens)."""
     runtime = setup_runtime(settings)
-    metrics["env"] = environment(runtime.device, dist.world_size)
+    record.env = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
     search = None
     if settings.train.batch_size == "auto":
-        settings, search = _with_found_batch_size(settings, runtime, warnings)
-        metrics["batch_size_search"] = search.record()
-    metrics["batch_size"] = settings.train.batch_size
-    g = training_graph.build(settings, runtime, warnings, progress=show)
-    g.batch_search = search
-    description = g.describe()
+        settings, search = _with_found_batch_size(settings, runtime)
+        record.batch_size_search = search.record()
+    record.batch_size = settings.train.batch_size
+    g = training_graph.build(settings, runtime, progress=show)
+    record.set(model_build_s=round(g.parallel.build_s, 3),
+               fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
+    description = describe(g, settings, search)
     if dist.is_main:
         print(description, flush=True)
     recorder.write_text("graph.txt", description)
     meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
                       settings.measure.gpu_util_interval_s, world_size=dist.world_size)
-    profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main, warnings)
+    profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main)
     with training(), profile as profiler:  # a stop signal now: checkpoint at the next step boundary
-        result = train(g, settings.train, meter, recorder, warnings, show, ckpt=ckpt, profiler=profiler)
-    measured = combine_ranks(g.gather(meter.summary()))  # job-level: throughput summed over ranks
+        result = train(g, settings.train, meter, recorder, show, ckpt=ckpt, profiler=profiler)
+    measured = combine_ranks(dist.gather(meter.summary()))  # job-level: throughput summed over ranks
     if measured["throughput"] is None:
-        warnings.append(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
-                        "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)")
-    metrics.update(measured)
-    metrics.update(model_flops(g, result, measured["throughput"], dist.world_size))
-    metrics.update(outcome(g, result))
-    primary = metrics["primary_metric"]
+        warnings.warn(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
+                      "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)", FastpipeWarning)
+    record.set(**measured)
+    record.set(**model_flops(g, result, measured["throughput"], dist.world_size))
+    record.set(**outcome(g, result))
+    primary = record.primary_metric
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
-    metrics.update(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
-                   checkpoint_stall_s=ckpt.stall_summary())
+    record.set(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
+               checkpoint_stall_s=ckpt.stall_summary())
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
-    recorder.write_text("graph.txt", g.describe())  # again: a compile fall-back is noted there
+    recorder.write_text("graph.txt", describe(g, settings, search))  # again: a compile fall-back is noted there
     if dist.is_main:
-        print(results.summary_text(metrics), flush=True)
-    return metrics
+        print(summary_text(record), flush=True)
 
 
-def _with_found_batch_size(settings: Config, runtime, warnings: list) -> tuple:
+def _with_found_batch_size(settings: Config, runtime) -> tuple:
     """``settings`` with ``train.batch_size=auto`` replaced by the size the search found, and the search."""
-    import copy
-    import dataclasses
-
     from fastpipe.train.batch_size import find_batch_size
 
-    search = find_batch_size(settings, runtime, warnings)
-    if dist_from_env().is_main:
+    search = find_batch_size(settings, runtime)
+    if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)
-    settings = copy.copy(settings)
-    settings.train = dataclasses.replace(settings.train, batch_size=search.chosen)
-    return settings, search
+    return training_graph.with_batch_size(settings, search.chosen), search
 
 
 def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
@@ -124,24 +123,24 @@ def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
     return exc
 
 
-def _record_failure(failure: BaseException, metrics: dict, ckpt) -> None:
-    """Fill ``metrics`` for a run that did not finish: one line of reason, the newest good checkpoint."""
+def _record_failure(failure: BaseException, record: RunRecord, ckpt) -> None:
+    """Fill ``record`` for a run that did not finish: one line of reason, the newest good checkpoint."""
     try:
         ckpt.settle(barrier=False)  # a write in flight completes first: it may be the newest good one
     except Exception as exc:  # its own failure (a full disk) is worth a line, not a second crash
-        metrics.setdefault("warnings", []).append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
+        record.warnings.append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
     latest = None if ckpt.latest is None else str(ckpt.latest)
-    metrics.update(status="failed", checkpoint=latest)
     if isinstance(failure, KeyboardInterrupt):
         step = ckpt.position.step if ckpt.position is not None else 0
-        metrics.update(status="interrupted", steps=step,
-                       reason=f"interrupted (Ctrl-C) at step {step}; " + (
-                           f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"))
+        record.fail(f"interrupted (Ctrl-C) at step {step}; " + (
+                    f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"),
+                    status="interrupted", checkpoint=latest, steps=step)
         return
-    metrics["reason"] = _fixable(failure) if isinstance(failure, FastpipeError) else _short(failure)
-    metrics.update(getattr(failure, "metrics", None) or {})  # e.g. status=preempted, steps so far
+    known = {"status": "failed", "checkpoint": latest,
+             **(getattr(failure, "metrics", None) or {})}  # e.g. status=preempted, steps so far
     if not isinstance(failure, FastpipeError):
-        metrics["traceback"] = traceback.format_exc()
+        known["traceback"] = traceback.format_exc()
+    record.fail(_fixable(failure) if isinstance(failure, FastpipeError) else _short(failure), **known)
 
 
 def outcome(g, result) -> dict:
@@ -185,9 +184,11 @@ def _fixable(exc: FastpipeError) -> str:
 
 def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
     first = (str(exc).strip().splitlines() or [""])[0][:200]
+    fixes = memory_fixes(settings.train.batch_size, settings.precision.name, settings.model.activation_checkpointing,
+                         choice("launcher", settings.launcher.name).shards)
     return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
                        f"(precision={settings.precision.name}, model={settings.model.target}, "
-                       f"launcher={settings.launcher.name}): {'; or '.join(memory_fixes(settings))} [{first}]")
+                       f"launcher={settings.launcher.name}): {'; or '.join(fixes)} [{first}]")
 
 
 def _short(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
-"""The training loop: one plain function (forward under autocast, the task's loss, scaled backward,
-clip, step, average, measure), evaluating at each epoch's end and every ``train.eval_every`` steps."""
+"""The training loop: one plain function around the shared step (train/step.py: forward under
+autocast, the task's loss, scaled backward, clip, step, average), measuring, evaluating at each
+epoch's end and every ``train.eval_every`` steps, checkpointing."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,8 +15,9 @@ from fastpipe.checkpoint.state import Position, global_batch
 from fastpipe.config import TrainConfig
 from fastpipe.data.device import head
 from fastpipe.train.evaluation import Evaluator
-from fastpipe.train.graph import TrainingGraph
-from fastpipe.stages.optim import clip_gradients, nonfinite_error, step_unless
+from fastpipe.train.graph import TrainingGraph, steps_per_epoch as epoch_steps, total_steps
+from fastpipe.train.step import train_step
+from fastpipe.stages.optim import current_lr, nonfinite_error
 from fastpipe.stages.profiling import NoProfiler
 
 
@@ -35,17 +37,18 @@ class LoopResult:
     grad_norm: Optional[float] = None  # the last pre-clip gradient norm read at a window edge
 
 
-def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[str], progress: bool, ckpt=None,
+def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, ckpt=None,
           profiler=None) -> LoopResult:
     """Train ``g`` (a TrainingGraph) per ``cfg`` (TrainConfig), feeding ``meter`` and ``recorder``;
     ``ckpt`` (a Checkpointer) restores, saves and stops on signals; ``profiler`` steps each step."""
     ckpt, profiler, accum = ckpt or Checkpointer(cfg), profiler or NoProfiler(), cfg.grad_accum
-    steps_per_epoch, total = g.steps_per_epoch, g.total_steps
-    start = ckpt.restore(g, steps_per_epoch, warnings)  # step 0, or where a checkpoint left off
+    steps_per_epoch = epoch_steps(g, cfg)
+    total = total_steps(cfg, steps_per_epoch)
+    start = ckpt.restore(g, cfg, steps_per_epoch)  # step 0, or where a checkpoint left off
     if start.step >= total or start.epoch >= cfg.epochs:
         raise ckpt.past_the_end(start, total)
     res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
-    samples_per_step, step_samples = g.batch_size * accum, global_batch(g)  # this process's; all processes'
+    step_samples = global_batch(cfg, g.runtime.dist.world_size)  # all processes'
     evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation)
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
@@ -53,57 +56,43 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     norm = None  # the last pre-clip gradient norm, a device tensor read at window edges
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
 
-    def forward_backward(module, inputs, targets, last_micro):
-        with g.sync_context(last_micro), g.precision.autocast():
-            loss = g.task.loss(module(inputs), targets) / accum
-        with g.compiled.backward_context():
-            g.precision.scaler.scale(loss).backward()
-        return loss.detach()
+    def next_batch():  # the data-wait is the time the step waits here
+        t0 = meter.before_fetch()
+        inputs, targets = next(batches)
+        meter.after_fetch(t0)
+        if res.sample_inputs is None:  # for counting FLOPs after training: a small copy, no sync
+            res.sample_inputs = head(inputs, 2)
+            res.tokens_per_sample = g.task.tokens(targets) if hasattr(g.task, "tokens") else None
+        return inputs, targets
 
     def evaluate_now():  # outside the timing windows
         meter.close_window()
         metrics = evaluator.run(res.steps)
-        recorder.scalars(res.steps, {**{f"val/{k}": v for k, v in (metrics or {}).items()},
-                                     **{f"val_raw/{k}": v for k, v in (evaluator.raw or {}).items() if g.ema}})
+        recorder.evaluation(res.steps, {**{f"val/{k}": v for k, v in (metrics or {}).items()},
+                                        **{f"val_raw/{k}": v for k, v in (evaluator.raw or {}).items() if g.ema}})
         return evaluator.stop
 
     for epoch in range(start.epoch, cfg.epochs):
         skip = start.step_in_epoch if epoch == start.epoch else 0
         batches, epoch_start, loss = epoch_batches(g.train_loader, epoch, skip * accum), meter.clock(), None
         for step_in_epoch in range(skip + 1, min(steps_per_epoch, skip + total - res.steps) + 1):
-            loss = torch.zeros((), device=g.device)
-            for micro in range(accum):
-                t0 = meter.before_fetch()
-                inputs, targets = next(batches)
-                meter.after_fetch(t0)
-                if res.sample_inputs is None:  # for counting FLOPs after training: a small copy, no sync
-                    res.sample_inputs = head(inputs, 2)
-                    res.tokens_per_sample = g.task.tokens(targets) if hasattr(g.task, "tokens") else None
-                loss += g.compiled.call(lambda m: forward_backward(m, inputs, targets, micro == accum - 1), warnings)
-            bad = ~torch.isfinite(loss)
-            if cfg.clip_grad_norm:
-                norm = clip_gradients(g.optimizer, g.precision.scaler, cfg.clip_grad_norm)
-                bad = bad | ~torch.isfinite(norm)  # an overflowing gradient would clip to NaN
-            bad = g.any_rank(bad)  # all ranks skip together, or DDP replicas diverge
             g.schedule.set(res.steps)
-            step_unless(g.optimizer, g.precision.scaler, bad)
-            g.optimizer.zero_grad(set_to_none=True)
+            step = train_step(g, cfg, next_batch)
             g.schedule.after_step()
-            if g.ema is not None:
-                g.ema.update_parameters(g.model)
+            loss, bad, norm = step.loss, step.skipped, step.grad_norm
             streak = (streak + 1) * bad
             worst = torch.maximum(worst, streak)
             bad_total += bad
             res.steps += 1
             bar.update(1)
             profiler.step()
-            edge = meter.after_step(samples_per_step)
+            edge = meter.after_step(cfg.batch_size * accum)  # this process's samples
             if edge:  # a window edge: the host is synced, reading is free
                 res.final_loss = loss.item()
                 res.grad_norm = None if norm is None else norm.item()
                 res.loss_history.append((res.steps, res.final_loss))
                 recorder.scalars(res.steps, {"train/loss": res.final_loss, "train/grad_norm": res.grad_norm,
-                                             **meter.last_window_scalars()})
+                                             "train/lr": current_lr(g.optimizer), **meter.last_window_scalars()})
                 bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
                 if worst.item() >= cfg.max_nonfinite_steps:
                     ckpt.settle(g=g)
@@ -112,8 +101,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise ckpt.preempted(pos, g)
-            if evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and evaluate_now():
-                break  # early stopping (the epoch's end evaluates anyway)
+            if evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total and evaluate_now():
+                break  # early stopping (the epoch's end, and the run's, evaluates anyway)
         meter.close_window()
         res.epoch_times_s.append(meter.clock() - epoch_start)
         res.final_loss = res.final_loss if loss is None else loss.item()
@@ -128,3 +117,16 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, warnings: List[st
     if worst.item() >= cfg.max_nonfinite_steps:
         raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
     return res
+
+
+def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out) -> str:
+    """graph.txt's loop line: the run's length, when it evaluates on how many held-out samples
+    (``held_out``: the split, or None), and early stopping."""
+    samples = "no" if held_out is None else len(held_out) if hasattr(held_out, "__len__") else "a stream of"
+    every = f" and every {cfg.eval_every} steps" if cfg.eval_every else ""
+    stop = f"  early stop after {cfg.early_stop_patience} without gain" if cfg.early_stop_patience else ""
+    first = f" (the first {cfg.eval_batches} batches)" if cfg.eval_batches else ""
+    overfit = (f"  overfit: the same first {cfg.overfit_batches} batches every epoch (held out too)"
+               if cfg.overfit_batches else "")
+    return (f"epochs={cfg.epochs}  steps/epoch={steps_per_epoch}  max_steps={cfg.max_steps}  "
+            f"eval each epoch{every} on {samples} held-out samples{first}{overfit}{stop}")

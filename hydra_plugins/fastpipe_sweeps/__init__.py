@@ -1,4 +1,4 @@
-"""fastpipe's Hydra plugins, found by Hydra in the ``hydra_plugins`` namespace package.
+"""fastpipe's Hydra plugins, found by Hydra's plugin scan in the ``hydra_plugins`` namespace package.
 
 - ``hydra/launcher=gpus``: a sweep's jobs run concurrently, each in a fresh process pinned to its
   own GPU(s) and share of the CPU cores (gpus_launcher.py);
@@ -9,9 +9,11 @@ Their settings and defaults are the dataclasses in config.py; docs/sweeps.md exp
 
 
 def register() -> None:
-    """Make ``hydra/launcher=gpus`` and ``hydra/sweeper=halving`` known to Hydra where its plugin scan
-    cannot see this package: an editable install (``pip install -e``) used from another folder, whose
-    import hook Python's ``pkgutil`` cannot list. Idempotent; fastpipe calls it before composing."""
+    """Make ``hydra/launcher=gpus`` and ``hydra/sweeper=halving`` known to Hydra even where its plugin
+    scan cannot list this package: an install behind an import hook (such as an editable install made
+    with an older pyproject.toml, whose hook Python's ``pkgutil`` cannot list). Installs made from this
+    pyproject.toml, editable or not, are found by the scan itself, for any Hydra app. Idempotent;
+    fastpipe calls it before composing."""
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.fastpipe_sweeps import config  # noqa: F401  (the ConfigStore entries)

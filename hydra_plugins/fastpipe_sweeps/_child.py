@@ -1,18 +1,24 @@
 """One sweep job in a fresh process, started by the ``gpus`` launcher.
 
-The launcher composes the job's config as Hydra's BasicLauncher does and pickles it, with the task
-function's address and the job's CPU cores, into a job file; this process pins itself to the cores,
-installs fastpipe's stop-signal handling, then runs the job through Hydra's own ``run_job`` (the job's
-callbacks, its folder, ``hydra.mode=MULTIRUN``: everything as in the basic launcher, so
-``sweep.resume`` and a failed job's record behave the same) and writes the job's return back.
+The job file is a plain pickle of what this process needs before anything heavy is imported (the
+sweep process's ``sys.path``, as multiprocessing's spawn passes it, its CPU cores, the sweep
+process's id, where to write the outcome) and a payload pickled with cloudpickle, as Hydra's joblib
+and submitit launchers send theirs: the job's config, composed by the launcher as
+Hydra's BasicLauncher composes it; the task function (by reference when it can be imported, by value
+otherwise: a callable object, a function defined inside another, a script's function); and Hydra's
+singleton state (the ConfigStore, registered OmegaConf resolvers, the job runtime).
 
-Exit codes: 0 (the job ran; its outcome is in the result file), 75 (stopped by SIGTERM/SIGUSR1),
-130 (Ctrl-C), 2 (the job folder is another live run's), anything else: the process died.
+This process pins itself to its cores, installs fastpipe's stop-signal handling, restores the
+singletons, then runs the job through Hydra's own ``run_job`` (the job's callbacks, its folder,
+``hydra.job.chdir``, ``hydra.mode=MULTIRUN``: everything as under the basic launcher, so
+``sweep.resume`` and a failed job's record behave the same) and writes run_job's JobReturn back.
+
+Exit codes: 0 (the job ran, or could not be set up: the outcome file says which), 75 (stopped by
+SIGTERM/SIGUSR1), 130 (Ctrl-C), 2 (the job folder is another live run's), anything else: the process died.
 """
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import os
 import pickle
@@ -20,28 +26,41 @@ import sys
 import traceback
 
 
-def load_task(address):
-    """The task function from ``(kind, module name or file, qualified name)``, unwrapped from
-    ``@hydra.main``."""
-    kind, where, qualname = address
-    if kind == "module":
-        module = importlib.import_module(where)
-    else:
-        spec = importlib.util.spec_from_file_location("_fastpipe_sweep_task", where)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    obj = module
+def load_task(task):
+    """The task function: ``("module", name, qualname)`` (a ``python -m`` app's function, imported
+    here and unwrapped from ``@hydra.main``), or the function itself, already unpickled."""
+    if not isinstance(task, tuple):
+        return task
+    _, where, qualname = task
+    obj = importlib.import_module(where)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return inspect.unwrap(obj)
 
 
-def _write_result(path: str, status: str, value) -> None:
+def _dumps(outcome) -> bytes:
+    """``outcome`` pickled so that the sweep process can load it; an unpicklable return value or
+    exception travels as its text instead."""
+    import cloudpickle
+
     try:
-        data = pickle.dumps({"status": status, "value": value})
-    except Exception:  # an unpicklable return or exception: its text travels instead
-        text = value if isinstance(value, str) else f"{type(value).__name__}: {value}"
-        data = pickle.dumps({"status": status, "value": RuntimeError(text) if status == "FAILED" else text})
+        data = cloudpickle.dumps(outcome)
+        pickle.loads(data)  # an exception whose __init__ takes other arguments pickles but does not load
+        return data
+    except Exception:
+        pass
+    value = outcome.get("error") if isinstance(outcome, dict) else outcome._return_value
+    text = value if isinstance(value, str) else f"{type(value).__name__}: {value}"
+    failed = isinstance(value, BaseException)
+    if isinstance(outcome, dict):
+        outcome = {"error": RuntimeError(text)}
+    else:
+        outcome._return_value = RuntimeError(text) if failed else text
+    return cloudpickle.dumps(outcome)
+
+
+def _write_result(path: str, outcome) -> None:
+    data = _dumps(outcome)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as fh:
         fh.write(data)
@@ -51,22 +70,29 @@ def _write_result(path: str, status: str, value) -> None:
 def main(job_file: str) -> int:
     with open(job_file, "rb") as fh:
         job = pickle.load(fh)
+    sys.path[:] = job["sys_path"]  # the sweep process's: what it imports, this process imports too
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])  # before torch starts its threads: they follow the affinity
-    from fastpipe.signals import exit_on_stop_signals
+    from fastpipe.signals import die_with_parent, exit_on_stop_signals
 
     exit_on_stop_signals()  # SIGTERM/SIGUSR1 before the job starts: exit 75; the job then handles its own
-    from fastpipe.runtime import die_with_parent
-
     die_with_parent(job["parent"])  # the sweep process died: so does this job
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.singleton import Singleton
     from hydra.core.utils import JobRuntime, run_job, setup_globals
     from hydra.types import HydraContext
-    from hydra._internal.callbacks import Callbacks
 
-    setup_globals()
-    config = job["config"]
-    JobRuntime.instance().set("name", str(config.hydra.job.name))
-    task = load_task(job["task"])
+    try:
+        payload = pickle.loads(job["payload"])  # may import the task's modules: after the affinity is set
+        setup_globals()
+        Singleton.set_state(payload["singletons"])
+        config = payload["config"]
+        JobRuntime.instance().set("name", str(config.hydra.job.name))
+        task = load_task(payload["task"])
+    except Exception as exc:  # the job cannot start here (an unimportable module...): the sweep raises it
+        traceback.print_exc()
+        _write_result(job["result"], {"error": exc})
+        return 0
     try:
         ret = run_job(hydra_context=HydraContext(config_loader=None, callbacks=Callbacks(config)),
                       task_function=task, config=config, job_dir_key="hydra.sweep.dir",
@@ -78,7 +104,7 @@ def main(job_file: str) -> int:
     value = ret._return_value
     if ret.status.name == "FAILED" and isinstance(value, BaseException):
         traceback.print_exception(type(value), value, value.__traceback__)
-    _write_result(job["result"], ret.status.name, value)
+    _write_result(job["result"], ret)
     return 0
 
 

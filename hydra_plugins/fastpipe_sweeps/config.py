@@ -13,8 +13,9 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class GpusLauncherConf:
     _target_: str = "hydra_plugins.fastpipe_sweeps.gpus_launcher.GpusLauncher"
-    # GPUs each job sees (its CUDA_VISIBLE_DEVICES); launcher=ddp jobs take several. 0 = jobs on the CPU.
-    gpus_per_job: int = 1
+    # GPUs each job sees (its CUDA_VISIBLE_DEVICES); launcher=ddp jobs take several. 0 = jobs on the CPU;
+    # null = 1 where the sweep sees GPUs, 0 where it sees none. Above 0 with no GPU visible is refused.
+    gpus_per_job: Optional[int] = None
     # Jobs at once; null = as many as the GPUs allow (visible GPUs // gpus_per_job), 1 without GPUs.
     # On a CPU it may be raised up to one job per core: the cores are shared out among the jobs.
     max_parallel: Optional[int] = None

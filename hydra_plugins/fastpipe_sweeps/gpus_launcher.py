@@ -2,9 +2,11 @@
 
 Each job runs in a fresh Python process (``_child.py``) that executes Hydra's own ``run_job`` on the
 job's config, composed here exactly as Hydra's BasicLauncher composes it: the job's folder, callbacks
-(the run-folder lock, ``.hydra/``), ``hydra.mode=MULTIRUN`` and fastpipe's task function are those
-of a basic sweep, so a failed job is a failed row, ``sweep.resume`` skips finished jobs, and the
-report is the same. The process sees only its slot's GPUs (``CUDA_VISIBLE_DEVICES``) and runs on
+(the run-folder lock, ``.hydra/``), ``hydra.job.chdir``, ``hydra.mode=MULTIRUN`` and the task function
+are those of a basic sweep, so a failed job is a failed row, ``sweep.resume`` skips finished jobs, and
+the report is the same. The task function and Hydra's singleton state (the ConfigStore, registered
+resolvers) travel pickled with cloudpickle, as under Hydra's joblib and submitit launchers, so any
+Hydra app can use this launcher; it passes Hydra's ``LauncherTestSuite`` and ``IntegrationTestSuite``. The process sees only its slot's GPUs (``CUDA_VISIBLE_DEVICES``) and runs on
 its slot's cores (CPU affinity, inherited by the training process it starts).
 
 The launcher writes ``launcher.json`` into each job folder (slot, GPUs, cores, start and end time,
@@ -18,7 +20,6 @@ group) and ends the sweep with 130.
 """
 
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -29,25 +30,27 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
+import cloudpickle
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from hydra_plugins.fastpipe_sweeps.devices import describe_gpus, visible_gpus
+from hydra_plugins.fastpipe_sweeps.jobs import LAUNCHER_FILE, OUTPUT_FILE, Job, collect, task_for_job, write_json
+
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]  # the folder that holds hydra_plugins/
+ROOT = Path(__file__).resolve().parents[2]  # the folder that holds hydra_plugins/ (and, installed, fastpipe/)
 CHILD = ("import sys; sys.path.insert(0, {root!r}); from hydra_plugins.fastpipe_sweeps._child import main; "
          "sys.exit(main(sys.argv[1]))")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 GRACE_S = 30.0  # after Ctrl-C: how long jobs get to record that they were interrupted
-LAUNCHER_FILE = "launcher.json"
-OUTPUT_FILE = "output.log"
 
 
 def refuse(exc: Exception) -> None:
@@ -58,108 +61,17 @@ def refuse(exc: Exception) -> None:
     sys.exit(EXIT_CODE)
 
 
-def visible_gpus() -> Tuple[List[str], bool]:
-    """The GPUs this sweep may hand out, as ``CUDA_VISIBLE_DEVICES`` entries, and whether they are
-    NVML (PCI bus) indices. The sweep's own ``CUDA_VISIBLE_DEVICES`` wins (its entries, which may be
-    indices or UUIDs, are passed on as they are); otherwise every GPU NVML sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        ids = []
-        for entry in (e.strip() for e in env.split(",")):
-            if not entry or entry.startswith("-"):  # CUDA stops at the first invalid entry ("-1" hides all)
-                break
-            ids.append(entry)
-        return ids, os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no NVML: a CPU machine
-        return [], False
-    return [str(i) for i in range(count)], True
-
-
-def describe_gpus(ids: Sequence[str], pci_order: bool) -> List[dict]:
-    """NVML's index, UUID and name of each GPU of a slot, where they can be told (best effort)."""
-    if not ids:
-        return []
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    out = []
-    try:
-        for entry in ids:
-            try:
-                if entry.startswith(("GPU-", "MIG-")):
-                    handle = pynvml.nvmlDeviceGetHandleByUUID(entry)
-                elif entry.isdigit() and pci_order:
-                    handle = pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-                else:
-                    continue
-                name = pynvml.nvmlDeviceGetName(handle)
-                uuid = pynvml.nvmlDeviceGetUUID(handle)
-                out.append({"cuda_visible_devices": entry, "nvml_index": pynvml.nvmlDeviceGetIndex(handle),
-                            "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                            "name": name.decode() if isinstance(name, bytes) else name})
-            except Exception:
-                continue
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-    return out
-
-
-def task_address(task_function: TaskFunction) -> Tuple[str, str, str]:
-    """Where a fresh process finds the task function: ``("module", name, qualname)`` or ``("file", ...)``."""
-    module, qualname = task_function.__module__, task_function.__qualname__
-    if module != "__main__":
-        return "module", module, qualname
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name:  # python -m fastpipe: __main__ is fastpipe.__main__
-        return "module", spec.name, qualname
-    return "file", os.path.abspath(getattr(main, "__file__", sys.argv[0])), qualname
-
-
-def write_json(path: Path, payload: dict) -> None:
-    from fastpipe.record.results import write_json_atomic
-
-    write_json_atomic(path, payload)
-
-
-@dataclass
-class _Job:
-    num: int
-    overrides: List[str]
-    config: DictConfig
-    run_dir: Path
-    job_file: Path
-    result_file: Path
-    slot: object = None
-    proc: Optional[subprocess.Popen] = None
-    pump: Optional[threading.Thread] = None
-    started: float = 0.0
-    record_before: Optional[str] = None  # the folder's metrics.json run_id before this launch
-    had_result: bool = False  # the job process wrote its JobReturn (it ran to the end of run_job)
-    info_before: Optional[dict] = None  # the folder's launcher.json before this launch (a resumed sweep)
-    info: Dict[str, object] = field(default_factory=dict)
-
-
 class GpusLauncher(Launcher):
-    def __init__(self, gpus_per_job: int = 1, max_parallel: Optional[int] = None) -> None:
+    def __init__(self, gpus_per_job: Optional[int] = None, max_parallel: Optional[int] = None) -> None:
         super().__init__()
         self.gpus_per_job, self.max_parallel = gpus_per_job, max_parallel
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
         self.slots: list = []
+        self.task = None  # the task function as it travels (task_for_job)
+        self.fastpipe_task = False
+        self._singletons = None  # Hydra's singleton state, taken at launch
         self._stop: Optional[int] = None  # the exit code the sweep will end with (75, 130, 2)
         self._stop_reason = ""
         self._print_lock = threading.Lock()
@@ -170,13 +82,16 @@ class GpusLauncher(Launcher):
         from fastpipe.sweeps.slots import plan_slots
 
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
-        self.gpu_ids, self.pci_order = visible_gpus()
+        self.gpu_ids, self.pci_order, gpus_from = visible_gpus()
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         try:
-            self.slots = plan_slots(self.gpu_ids, cores, self.gpus_per_job, self.max_parallel)
+            self.slots = plan_slots(self.gpu_ids, cores, self.gpus_per_job, self.max_parallel, gpus_from)
         except ConfigError as exc:
             refuse(exc)
-        self.task = task_address(task_function)
+        self.task = task_for_job(task_function)
+        # fastpipe's own task records every run in metrics.json: a job process that dies is a failed row
+        self.fastpipe_task = self.task[1:2] == ("fastpipe.__main__",) if isinstance(self.task, tuple) else (
+            getattr(task_function, "__module__", None) == "fastpipe.__main__")
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
@@ -186,6 +101,7 @@ class GpusLauncher(Launcher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs, {len(self.slots)} at a time: "
                  + "; ".join(s.describe() for s in self.slots))
+        self._singletons = Singleton.get_state()  # as at launch: registered resolvers, the ConfigStore, ...
         jobs = []
         for idx, overrides in enumerate(job_overrides):
             num = initial_job_idx + idx
@@ -198,7 +114,7 @@ class GpusLauncher(Launcher):
         return [returns[job.num] for job in jobs]
 
     # ------------------------------------------------------------------ one job
-    def _prepare(self, num: int, overrides: List[str], sweep_dir: Path) -> _Job:
+    def _prepare(self, num: int, overrides: List[str], sweep_dir: Path) -> Job:
         """The job's config, composed and numbered as BasicLauncher does, its folder resolved here (a
         fresh process would resolve ``${now:...}`` anew)."""
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -215,7 +131,7 @@ class GpusLauncher(Launcher):
             config.hydra.sweep.dir = str(sweep_dir)
             config.hydra.sweep.subdir = subdir
         work = sweep_dir / ".launcher"
-        return _Job(num, overrides, config, sweep_dir / subdir, work / f"job-{num}.pkl", work / f"job-{num}.result")
+        return Job(num, overrides, config, sweep_dir / subdir, work / f"job-{num}.pkl", work / f"job-{num}.result")
 
     def _env(self, slot) -> Dict[str, str]:
         env = dict(os.environ)
@@ -227,7 +143,7 @@ class GpusLauncher(Launcher):
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
-    def _start(self, job: _Job, slot) -> None:
+    def _start(self, job: Job, slot) -> None:
         from fastpipe.record import results
 
         job.slot = slot
@@ -235,9 +151,10 @@ class GpusLauncher(Launcher):
         job.job_file.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             job.result_file.unlink()
-        with open(job.job_file, "wb") as fh:
-            pickle.dump({"config": job.config, "task": self.task, "cpus": list(slot.cpus), "parent": os.getpid(),
-                         "result": str(job.result_file)}, fh)
+        payload = cloudpickle.dumps({"config": job.config, "task": self.task, "singletons": self._singletons})
+        with open(job.job_file, "wb") as fh:  # what the job reads first is plain; the payload loads after
+            pickle.dump({"sys_path": list(sys.path), "cpus": list(slot.cpus), "parent": os.getpid(),
+                         "result": str(job.result_file), "payload": payload}, fh)
         job.record_before = (results.read(job.run_dir) or {}).get("run_id")
         with contextlib.suppress(OSError, ValueError):
             job.info_before = json.loads((job.run_dir / LAUNCHER_FILE).read_text())
@@ -279,85 +196,14 @@ class GpusLauncher(Launcher):
             sys.stdout.write(f"{prefix}{text}\n")
             sys.stdout.flush()
 
-    def _collect(self, job: _Job) -> JobReturn:
-        """The job's JobReturn once its process has ended; a job process that died gets a failed record."""
-        from fastpipe.record import results
-        from fastpipe.sweeps.objective import job_return_value
-
-        code = job.proc.returncode
-        if job.pump is not None:
-            job.pump.join(timeout=10)
-        record = results.read(job.run_dir)
-        skipped = (code == 0 and record is not None and record.get("status") == "ok"
-                   and record.get("run_id") == job.record_before)  # sweep.resume: measured earlier
-        job.info.update(ended=time.time(), exitcode=code)
-        if not skipped:
-            write_json(job.run_dir / LAUNCHER_FILE, job.info)
-        elif job.info_before is not None:  # the launcher record of the run that measured it
-            write_json(job.run_dir / LAUNCHER_FILE, job.info_before)
-        else:  # measured by another launcher: no launcher record
-            (job.run_dir / LAUNCHER_FILE).unlink(missing_ok=True)
-        outcome = None
-        if job.result_file.is_file():
-            with contextlib.suppress(Exception), open(job.result_file, "rb") as fh:
-                outcome = pickle.load(fh)
-        job.had_result = outcome is not None
-        for path in (job.result_file, job.job_file):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        if outcome is None and code not in (0, 2, 75, 130):
-            began = record is not None and record.get("run_id") != job.record_before
-            if not began or record.get("status") == "running":  # it died before recording its outcome
-                record = self._record_death(job, code, record if began else None)
-        ret = JobReturn()
-        ret.overrides = list(job.overrides)
-        task_cfg = copy.deepcopy(job.config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        ret.cfg = task_cfg
-        ret.hydra_cfg = OmegaConf.masked_copy(job.config, "hydra")
-        ret.working_dir = str(job.run_dir) if job.config.hydra.job.chdir else os.getcwd()
-        ret.task_name = str(job.config.hydra.job.name)
-        if outcome is not None:
-            ret.status = JobStatus[outcome["status"]]
-            ret.return_value = outcome["value"]
-        else:
-            ret.status = JobStatus.COMPLETED
-            ret.return_value = job_return_value(record, job.config)
-        return ret
-
-    def _record_death(self, job: _Job, code: int, running: Optional[dict]) -> dict:
-        from fastpipe.record import results
-        from fastpipe.config import GROUPS
-
-        if code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-            if code == -signal.SIGKILL:
-                how += " (the out-of-memory killer sends SIGKILL)"
-        else:
-            how = f"exited with code {code}"
-        choices = {g: str(job.config.hydra.runtime.choices.get(g)) for g in GROUPS
-                   if g in job.config.hydra.runtime.choices}
-        overrides = list(job.config.hydra.overrides.task)
-        record = results.failed(f"the job process {how} before it recorded an outcome; see "
-                                f"{job.run_dir / OUTPUT_FILE}", choices, overrides,
-                                run_id=(running or {}).get("run_id"))
-        if running is None:  # it never began: an earlier run's record moves to metrics.previous.json
-            results.begin(job.run_dir, choices, overrides, run_id=None)
-        results.write(job.run_dir, record)
-        return record
-
     # ------------------------------------------------------------------ the pool
-    def _signal_running(self, running: Dict[int, _Job], signum: int) -> None:
+    def _signal_running(self, running: Dict[int, Job], signum: int) -> None:
         for job in running.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(job.proc.pid, signum)
 
     @contextlib.contextmanager
-    def _forwarding(self, running: Dict[int, _Job]):
+    def _forwarding(self, running: Dict[int, Job]):
         """While jobs run, SIGTERM/SIGUSR1 go to every running job, and no further job starts."""
         def forward(signum, _frame):
             if self._stop is None:
@@ -374,7 +220,7 @@ class GpusLauncher(Launcher):
             for sig, old in previous.items():
                 signal.signal(sig, old)
 
-    def _run(self, jobs: List[_Job]) -> Dict[int, JobReturn]:
+    def _run(self, jobs: List[Job]) -> Dict[int, JobReturn]:
         pending, running, returns = deque(jobs), {}, {}
         free = list(self.slots)
         self._stop, self._stop_reason = None, ""
@@ -392,7 +238,7 @@ class GpusLauncher(Launcher):
                         del running[num]
                         free.append(job.slot)
                         free.sort(key=lambda s: s.index)
-                        returns[num] = self._collect(job)
+                        returns[num] = collect(job, self.fastpipe_task)
                         self._after(job, running)
             except KeyboardInterrupt:  # Ctrl-C reached every job too (one process group): let them record it
                 deadline = time.time() + GRACE_S
@@ -412,7 +258,7 @@ class GpusLauncher(Launcher):
             sys.exit(self._stop)
         return returns
 
-    def _after(self, job: _Job, running: Dict[int, _Job]) -> None:
+    def _after(self, job: Job, running: Dict[int, Job]) -> None:
         """A job that ended the way a serial sweep ends (stopped, interrupted, its folder in use) ends this
         sweep too: the others are told to stop."""
         code = job.proc.returncode

@@ -4,10 +4,16 @@ The grid is the basic sweeper's (command-line lists and ``hydra.sweeper.params``
 presets work), each combination numbered by its grid position. The plan (probes, rounds, who is
 kept, full runs) is fastpipe.sweeps.halving's; this class composes the jobs, hands them to whatever
 launcher the sweep uses (the basic one, ``hydra/launcher=gpus``, Slurm) one round at a time, and
-writes ``halving.json`` after every round.
+writes ``halving.json`` after every round. A stop signal ends the sweep with exit code 75 and a line
+saying which round it stopped in and that ``sweep.resume=true`` continues it.
+
+Hydra's sweeper test suites (``hydra.test_utils.launcher_common_tests.BatchedSweeperTestSuite`` and
+the like) do not apply: they expect a sweeper to run exactly the grid's jobs, while halving adds its
+own (the probes, and the finalists' full runs after them); this sweeper's tests are fastpipe's own.
 """
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -54,18 +60,27 @@ class HalvingSweeper(Sweeper):
 
     def _baseline(self, combos: List[List[str]], configs: List[DictConfig]) -> int:
         """The combination the report will call the baseline (report.baseline, else the first values)."""
-        from fastpipe.config import GROUPS
+        from fastpipe.config import job_choices
         from fastpipe.report.sweep import Job, pick_baseline, spec_from_config
 
-        jobs = [Job(n, Path(str(n)), combo, {"choices": {g: str(c.hydra.runtime.choices.get(g)) for g in GROUPS
-                                                         if g in c.hydra.runtime.choices}})
+        jobs = [Job(n, Path(str(n)), combo, {"choices": job_choices(c.hydra.runtime.choices, c)})
                 for n, (combo, c) in enumerate(zip(combos, configs))]
         base = pick_baseline(jobs, spec_from_config(self.config))
         return 0 if base is None else base.num
 
     # ------------------------------------------------------------------ running
-    def _launch(self, batch: List[List[str]]) -> list:
-        returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+    def _launch(self, batch: List[List[str]], stage: str) -> list:
+        from fastpipe.errors import EXIT_PREEMPTED
+        from hydra_plugins.fastpipe_sweeps.gpus_launcher import GpusLauncher
+
+        try:
+            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+        except SystemExit as exc:  # a job stopped by a signal (75) or Ctrl-C (130) ended the sweep
+            if exc.code in (EXIT_PREEMPTED, 130) and not isinstance(self.launcher, GpusLauncher):  # it says so itself
+                print(f"fastpipe: error: the halving sweep stopped during {stage}; run the same command with "
+                      "sweep.resume=true to continue it (the probes and full runs that finished are kept, a "
+                      "stopped job continues from its checkpoint)", file=sys.stderr, flush=True)
+            raise
         self.job_idx += len(batch)
         for r in returns:
             _ = r.return_value  # an exception the job raised ends the sweep, as in the basic sweeper
@@ -122,7 +137,7 @@ class HalvingSweeper(Sweeper):
             entry = {"round": round_no, "folder": folder, "steps": steady, "jobs": list(alive),
                      "started": time.time()}
             log.info(f"Round {round_no}: {len(alive)} probes of {steady} steady-state steps")
-            returns.append(self._launch(batch))
+            returns.append(self._launch(batch, f"round {round_no} (its probes in {folder}/)"))
             probes = {n: results.read(sweep_dir / folder / str(n)) for n in alive}
             outcome = select(probes, plan.keep, plan.finalists)
             entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, failed=outcome.failed,
@@ -137,7 +152,8 @@ class HalvingSweeper(Sweeper):
         record.finals_started = time.time()
         record.write(sweep_dir)
         log.info(f"Full runs: {record.finals} (the baseline first)")
-        returns.append(self._launch([combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in record.finals]))
+        returns.append(self._launch([combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in record.finals],
+                                    "the full runs"))
         record.finals_ended = record.ended = time.time()
         record.write(sweep_dir)
         return returns

@@ -48,20 +48,6 @@ def test_example_project_runs_as_its_readme_says(project):
     assert "held-out     mse" in proc.stdout and "(primary)" in proc.stdout
 
 
-@pytest.mark.parametrize("data", ["default", "mmap"])
-def test_project_trains_through_both_loaders_with_its_own_metrics(project, data):
-    proc = fastpipe(project, "--config-dir", "conf", "dataset=friedman", "model=mlp", "task=mse", f"data={data}",
-                    *SHORT, "hydra.run.dir=run")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    m = json.loads((project / "run" / "metrics.json").read_text())
-    assert m["status"] == "ok" and m["choices"]["data"] == data and m["choices"]["task"] == "mse"
-    assert m["primary_metric"]["name"] == "mse" and m["val_metrics"]["mse"] > 0
-    graph = (project / "run" / "graph.txt").read_text()
-    assert "input=float32[10]  target=float32[1]" in graph and "MSE  primary metric: mse (lower is better)" in graph
-    if data == "mmap":
-        assert "packed now" in graph and len(list((project / "cache" / "packs").glob("*records*.fppack"))) == 1
-
-
 def test_project_trains_under_ddp(project):
     proc = fastpipe(project, "--config-dir", "conf", "+experiment=regression", "launcher=ddp",
                     "launcher.nproc_per_node=2", *SHORT, "hydra.run.dir=run")

@@ -175,7 +175,7 @@ def test_a_winner_that_pins_every_group_profile_included_runs_again_as_an_experi
 
     choices = {"dataset": "shapes", "model": "tiny_cnn", "task": "classification", "optimizer": "adamw",
                "data": "default", "precision": "fp32", "compile": "off", "launcher": "single", "profile": "on",
-               "lr_schedule": "constant"}
+               "lr_schedule": "constant", "logger": "tensorboard"}
     assert set(choices) == set(GROUPS)
     proc = run_sweep(tmp_path / "sweep", [f"{g}={c}" for g, c in choices.items()] + TINY
                      + ["profile.wait=1", "profile.warmup=1", "profile.active=1", "launcher.fresh_process=false"])

@@ -41,7 +41,7 @@ def gradients_after_ddp(rank: int, store_path: str, bucket_cap_mb: float, out: d
     from torch import nn
 
     from fastpipe.config import DdpLauncherConfig
-    from fastpipe.train.graph import wrap_data_parallel
+    from fastpipe.train.parallel import wrap_data_parallel
     from fastpipe.runtime import Dist, Runtime
 
     torch.distributed.init_process_group("gloo", store=torch.distributed.FileStore(store_path, 2), rank=rank,

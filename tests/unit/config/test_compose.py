@@ -34,11 +34,14 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
     from fastpipe.runtime import setup_runtime
 
     overrides = [o for o in TINY if not (group == "data" and o.startswith("data."))] + [f"{group}={choice}"]
-    lm = (group == "task" and choice == "lm") or (group == "model" and choice.startswith("gpt")) or choice == "tokens"
+    lm = (group == "task" and choice == "lm") or (group == "model" and choice.startswith("gpt")) or choice == "tokens" \
+        or (group, choice) == ("precision", "fp8")  # fp8 converts Linear layers: a GPT's, compiled
     if lm:  # the language-modelling trio: each member is tested with the other two
         overrides = [o for o in overrides if not o.startswith("dataset.")] + [
             "task=lm", "dataset=tokens", "model=gpt_tiny", "dataset.seq_len=16", "dataset.windows_per_epoch=64",
             "model.n_layer=1", f"{group}={choice}"]
+    if (group, choice) == ("precision", "fp8"):
+        overrides += ["compile=default", "compile.backend=eager"]
     if choice == "imagefolder":
         from conftest import cpu_runtime
         from fastpipe.data.splits import build_dataset
@@ -56,7 +59,7 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
         store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
         torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        g = graph.build(settings, setup_runtime(settings), warnings=[])
+        g = graph.build(settings, setup_runtime(settings))
         _check_graph(g, settings, lm)
     finally:
         if torch.distributed.is_initialized():
@@ -64,7 +67,9 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
 
 
 def _check_graph(g, settings, lm: bool) -> None:
-    text = g.describe()
+    from fastpipe.train.description import describe
+
+    text = describe(g, settings)
     assert "fastpipe training graph" in text and len(g.train_loader) > 0
     inputs, targets = next(iter(g.train_loader))
     if lm:

@@ -32,9 +32,9 @@ def test_value_of_the_wrong_type():
 
 
 def test_unknown_key():
-    with pytest.raises(Exception) as excinfo:
-        compose(["data.no_such_key=1"])
-    assert "Key 'no_such_key' not in 'DefaultLoaderConfig'" in message(excinfo)
+    with pytest.raises(ConfigError, match=r"^data.no_such_key is not a key of DefaultLoaderConfig \(its keys: "
+                                          r"drop_last, name, num_workers, .*\); fix the spelling$"):
+        make_settings(["data.no_such_key=1"])
 
 
 # ---------------------------------------------------------------- data

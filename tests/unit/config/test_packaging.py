@@ -13,7 +13,8 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11 (CI's); 3.10 has no T
 def test_every_config_file_is_covered_by_package_data():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     setuptools = project["tool"]["setuptools"]
-    assert setuptools["package-dir"]["fastpipe.conf"] == "conf"
+    assert setuptools["package-dir"] == {"": "."}  # every package where its name says: a plain editable install
+    assert (REPO / "fastpipe" / "conf").is_symlink() and (REPO / "fastpipe" / "conf").resolve() == CONF_DIR.resolve()
     patterns = setuptools["package-data"]["fastpipe.conf"]
     files = [p.relative_to(CONF_DIR).as_posix() for p in CONF_DIR.rglob("*.yaml")]
     assert len(files) > 20

@@ -27,17 +27,20 @@ def test_compile_failure_falls_back_to_eager(tmp_path):
 
 def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
     from conftest import cpu_runtime
+    from fastpipe.record.notes import collect_warnings
     from fastpipe.train import graph
+    from fastpipe.train.description import describe
 
     def built(*overrides):
-        warnings = []
-        g = graph.build(make_settings(list(TINY) + list(overrides)), cpu_runtime(), warnings)
-        return g, warnings
+        settings = make_settings(list(TINY) + list(overrides))
+        with collect_warnings([]) as warnings:
+            g = graph.build(settings, cpu_runtime())
+        return g, warnings, settings
 
-    g, warnings = built("compile=default", "compile.compiled_autograd=true")
-    assert g.compiled.backward_backend == "inductor" and "compiled_autograd" in g.describe() and not warnings
-    _, warnings = built("compile=off", "compile.compiled_autograd=true")
+    g, warnings, settings = built("compile=default", "compile.compiled_autograd=true")
+    assert g.compiled.backward_backend == "inductor" and "compiled_autograd" in describe(g, settings) and not warnings
+    _, warnings, _ = built("compile=off", "compile.compiled_autograd=true")
     assert any("compile=off:  compiled_autograd take(s) effect only with torch.compile" in w for w in warnings)
-    _, warnings = built("compile=default", "compile.optimize_ddp=python_reducer")
+    _, warnings, _ = built("compile=default", "compile.optimize_ddp=python_reducer")
     assert any("compile.optimize_ddp=python_reducer shapes how Dynamo compiles a DDP model; with launcher=single"
                in w for w in warnings)

@@ -102,11 +102,12 @@ def test_lr_scaling_rules():
 
 def test_lr_scaling_reaches_the_optimizer_and_a_schedule_with_its_own_peak():
     from fastpipe.train import graph
+    from fastpipe.train.description import describe
 
     settings = make_settings(TINY + ["train.lr_scaling=linear", "train.lr_reference_batch=8", "optimizer=sgd",
                                      "optimizer.lr=0.1", "lr_schedule=onecycle"])
-    g = graph.build(settings, cpu_runtime(), [])
+    g = graph.build(settings, cpu_runtime())
     assert g.optimizer.param_groups[0]["max_lr"] == pytest.approx(settings.lr_schedule.params["max_lr"] * 2)
-    assert "lr_scaling=linear: x2 for a global batch of 16 against 8" in g.describe()
-    plain = graph.build(make_settings(TINY + ["optimizer=sgd", "optimizer.lr=0.1"]), cpu_runtime(), [])
+    assert "lr_scaling=linear: x2 for a global batch of 16 against 8" in describe(g, settings)
+    plain = graph.build(make_settings(TINY + ["optimizer=sgd", "optimizer.lr=0.1"]), cpu_runtime())
     assert plain.optimizer.param_groups[0]["initial_lr"] == pytest.approx(0.1)

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from fastpipe.record.notes import collect_warnings
 from fastpipe.stages.optim import build_optimizer
 from fastpipe.stages.schedules import build_schedule
 
@@ -48,8 +49,8 @@ def test_a_torch_scheduler_is_stepped_and_given_the_run_length():
     assert max(got) == pytest.approx(0.5, rel=0.02) and got[-1] < got[0]
     state = schedule.state_dict()
     again, opt2 = schedule_of(["lr_schedule=onecycle", "lr_schedule.max_lr=0.5"], total=40)
-    warnings = []
-    again.resume(state, 40, warnings)
+    with collect_warnings([]) as warnings:
+        again.resume(state, 40)
     assert again.scheduler.last_epoch == schedule.scheduler.last_epoch and warnings == []
 
 
@@ -59,8 +60,8 @@ def test_a_torch_scheduler_resumed_into_a_longer_run_follows_the_new_length():
     first, opt = schedule_of(onecycle, total=20)
     lrs(first, opt, 10)
     longer, opt2 = schedule_of(onecycle, total=40)
-    warnings = []
-    longer.resume(first.state_dict(), 10, warnings)
+    with collect_warnings([]) as warnings:
+        longer.resume(first.state_dict(), 10)
     fresh, opt3 = schedule_of(onecycle, total=40)
     assert lrs(longer, opt2, 30) == pytest.approx(lrs(fresh, opt3, 40)[10:])
     assert len(warnings) == 1 and "ran over 20 steps" in warnings[0] and "resumes at step 10" in warnings[0]

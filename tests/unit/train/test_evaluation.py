@@ -15,10 +15,11 @@ def scripted_evaluator(monkeypatch, values, higher, patience=2, min_delta=0.0, e
     saved = []
     ckpt = SimpleNamespace(save_weights=lambda g, which, step, ema, metric: saved.append((step, metric)))
     task = SimpleNamespace(primary="m", higher_is_better=higher)
-    g = SimpleNamespace(task=task, eval_module=None)
-    cfg = SimpleNamespace(eval_every=every, early_stop_patience=patience, early_stop_min_delta=min_delta)
+    g = SimpleNamespace(task=task, model=None, held_out=None)
+    cfg = SimpleNamespace(eval_every=every, early_stop_patience=patience, early_stop_min_delta=min_delta,
+                          eval_batches=None)
     sequence = iter(values)
-    monkeypatch.setattr(evaluation, "evaluate", lambda g, model: {"m": next(sequence)})
+    monkeypatch.setattr(evaluation, "evaluate", lambda g, model, limit=None: {"m": next(sequence)})
     return evaluation.Evaluator(g, cfg, ckpt), saved
 
 
@@ -63,7 +64,7 @@ class _Ranks:
     """What evaluation.in_lockstep needs of a graph: other ranks simulated by fixed answers."""
 
     def __init__(self, world: int, having: int, others_more: list) -> None:
-        self.runtime = type("R", (), {"dist": type("D", (), {"world_size": world})()})()
+        self.dist, self.world_size = self, world  # HeldOut.dist: these ranks' collectives
         self.device = torch.device("cpu")
         self.having, self.others_more = having, list(others_more)
 

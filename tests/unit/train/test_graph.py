@@ -10,13 +10,13 @@ from fastpipe.errors import ConfigError
 from conftest import TINY, cpu_runtime, make_settings
 
 
-def test_gpt_on_an_image_dataset_says_it_needs_a_vocabulary():
+def test_gpt_on_an_image_dataset_says_it_needs_a_vocabulary(monkeypatch):
     from fastpipe.train import graph
 
     s = make_settings(TINY + ["model=gpt"])  # task=classification: the settings are fine, the model is not
     with pytest.raises(ConfigError, match=r"model=\w+ needs vocab_size, which the dataset does not give; .*"
                                           r"set model.vocab_size=N"):
-        graph.build(s, cpu_runtime(), [])
+        graph.build(s, cpu_runtime())
 
 
 def _corpus(folder: Path) -> str:
@@ -46,4 +46,4 @@ def test_ema_under_fsdp_is_refused_with_the_fix(tmp_path):
 
     s = make_settings(_lm(_corpus(tmp_path / "c"), "launcher=fsdp", "train.ema_decay=0.99"))
     with pytest.raises(ConfigError, match="ema_decay.*launcher=fsdp"):
-        graph.build(s, cpu_runtime(), [])
+        graph.build(s, cpu_runtime())

@@ -1,0 +1,57 @@
+"""logger=csv: ``<run>/metrics.csv``, one row per logged step and a column per scalar.
+
+A step's window scalars, epoch time and held-out metrics share its row. Rows are appended as each
+step's events end; a scalar seen for the first time (the first evaluation's ``val/...``) adds a column,
+and the file is written again with the wider header, so it is a well-formed CSV whenever it is read.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Dict, List, Optional
+
+from fastpipe.record.loggers import RunInfo
+
+
+class CsvLogger:
+    def __init__(self, file: str = "metrics.csv") -> None:
+        self.file = file
+        self.columns: List[str] = ["step"]
+        self.rows: List[Dict[str, float]] = []  # written rows, kept to write the file again with a new column
+        self.pending: Optional[Dict[str, float]] = None
+        self._path = None
+
+    def _add(self, run: RunInfo, values: Dict[str, float]) -> None:
+        if self.pending is not None and self.pending["step"] != run.step:
+            self._flush()
+        if self.pending is None:
+            self._path = run.dir / self.file
+            self.pending = {"step": run.step}
+        self.pending.update(values)
+
+    def _flush(self) -> None:
+        row, self.pending = self.pending, None
+        if row is None:
+            return
+        new = [k for k in row if k not in self.columns]
+        self.rows.append(row)
+        if new or len(self.rows) == 1:
+            self.columns += new
+            tmp = self._path.with_name(f".{self._path.name}.tmp")
+            with open(tmp, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=self.columns, lineterminator="\n")
+                writer.writeheader()
+                writer.writerows(self.rows)
+            os.replace(tmp, self._path)
+        else:
+            with open(self._path, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=self.columns, lineterminator="\n").writerow(row)
+
+    def on_window(self, run: RunInfo, scalars: Dict[str, float]) -> None:
+        self._add(run, scalars)
+
+    def on_eval(self, run: RunInfo, metrics: Dict[str, float]) -> None:
+        self._add(run, metrics)
+
+    def on_end(self, run: RunInfo, record: dict) -> None:
+        self._flush()

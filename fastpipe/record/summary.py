@@ -1,0 +1,55 @@
+"""The few lines printed at the end of a run, from its record."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from fastpipe.record.run_record import RunRecord
+
+
+def _fmt(value, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def held_out_text(values: Optional[Dict[str, float]], primary: Optional[str]) -> str:
+    """``accuracy 99.50 % (primary)  loss 0.0213``: the held-out metrics in one line."""
+    if not values:
+        return "n/a (no held-out split)"
+    parts = [f"{k} {100 * v:.2f} %" if k == "accuracy" else f"{k} {v:.4g}" for k, v in values.items()]
+    return "  ".join(p + (" (primary)" if k == primary else "") for p, k in zip(parts, values))
+
+
+def summary_text(r: RunRecord) -> str:
+    """The run's summary: its steady-state numbers, held-out metrics, FLOPs and warnings."""
+    if r.status != "ok":
+        return f"fastpipe run FAILED: {r.reason}"
+    st = r.step_time_ms or {}
+    primary = (r.primary_metric or {}).get("name")
+    tokens = f"  ({r.tokens_per_s:,.0f} tokens/s)" if r.tokens_per_s else ""
+    lines = [
+        "fastpipe run summary",
+        f"  throughput   {_fmt(r.throughput, ',.1f')} samples/s{tokens} (steady state, {r.measured_steps} steps)",
+        f"  step time    median {_fmt(st.get('median'), '.2f', ' ms')}  p90 {_fmt(st.get('p90'), '.2f', ' ms')}",
+        f"  warm-up      {_fmt(r.warmup_s, '.2f', ' s')} (compilation included)   epoch {_fmt(r.epoch_time_s, '.2f', ' s')}",
+        f"  data-wait    {_fmt(None if r.data_wait_frac is None else 100 * r.data_wait_frac, '.1f', ' %')}"
+        f"   GPU util {_fmt(r.gpu_util, '.0f', ' %')}   peak memory {_fmt(r.peak_mem_gb, '.3f', ' GB')}",
+        f"  held-out     {held_out_text(r.val_metrics, primary)}   final loss {_fmt(r.final_loss, '.4f')}",
+    ]
+    if r.weights == "ema":
+        lines.append(f"  weights      the EMA's (train.ema_decay); the raw weights: "
+                     f"{held_out_text(r.val_metrics_raw, primary)}")
+    if r.best:
+        lines.append(f"  best         step {r.best['step']}: {primary} {r.best['value']:.4g}"
+                     + ("   (stopped early: no gain for train.early_stop_patience evaluations)" if r.stopped_early
+                        else ""))
+    if r.corpus_baselines:
+        b = r.corpus_baselines
+        lines.append(f"  baselines    corpus entropy per token: bigram {b['bigram']:.3f}  unigram {b['unigram']:.3f}  "
+                     f"uniform {b['uniform']:.3f} nats")
+    if r.flops_per_sample:
+        flops = r.flops_per_sample
+        amount = f"{flops / 1e9:.3f} GFLOP" if flops >= 1e8 else f"{flops / 1e6:.3f} MFLOP"
+        lines.append(f"  model FLOPs  {amount}/sample (fwd+bwd)   MFU "
+                     + (f"{100 * r.mfu:.1f} % of {r.peak_tflops:.0f} TFLOP/s" if r.mfu is not None
+                        else "n/a (no peak for this device)"))
+    lines += [f"  warning      {w}" for w in r.warnings or []]
+    return "\n".join(lines)

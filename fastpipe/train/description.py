@@ -1,0 +1,45 @@
+"""graph.txt: the training graph as printed, one numbered line per stage, each line its stage's own
+description (written beside the stage's builder); assembled again after training, when a compile
+fall-back has changed the compile line."""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from fastpipe.config import Config
+from fastpipe.measure.steps import describe_measurement
+from fastpipe.models import describe_model
+from fastpipe.stages.optim import describe_optimization
+from fastpipe.stages.tasks import describe_task
+from fastpipe.train.batch_size import BatchSearch
+from fastpipe.train.graph import TrainingGraph, steps_per_epoch, total_steps
+from fastpipe.train.loop import describe_loop
+
+
+def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None) -> List[Tuple[str, str]]:
+    """(stage, description) in the graph's order; ``search``: how train.batch_size=auto chose the size."""
+    train, world = settings.train, g.runtime.dist.world_size
+    per_epoch = steps_per_epoch(g, train)
+    return [
+        ("runtime", g.runtime.describe(settings.seed, settings.runtime.cudnn_benchmark, g.parallel.channels_last)),
+        ("dataset", g.dataset.describe()),
+        ("loader", f"data={g.train_loader.describe()}  batch_size={train.batch_size}/process"
+                   + (f" {search.describe()}" if search is not None else "")),
+        ("task", describe_task(g.task)),
+        ("model", f"{describe_model(settings.model, g.model)}  built on {g.parallel.built_on} in "
+                  f"{g.parallel.build_s:.1f} s"),
+        ("parallel", g.parallel.describe()),
+        ("precision", g.precision.describe()),
+        ("compile", g.compiled.describe()),
+        ("optimizer", describe_optimization(g.optimizer, train, world)),
+        ("schedule", f"{g.schedule.describe()} over {total_steps(train, per_epoch)} steps"
+                     + (f"  {g.ema.describe()}" if g.ema is not None else "")),
+        ("loop", describe_loop(train, per_epoch, g.dataset.val)),
+        ("measure", describe_measurement(settings.measure.warmup_steps, settings.measure.window)),
+    ]
+
+
+def describe(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None) -> str:
+    """graph.txt's text."""
+    lines = ["fastpipe training graph"]
+    lines += [f"  {i + 1:>2}. {name:<10} {text}" for i, (name, text) in enumerate(stage_lines(g, settings, search))]
+    return "\n".join(lines)
