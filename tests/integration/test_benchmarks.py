@@ -168,7 +168,8 @@ def test_runner_reasons_from_real_fastpipe(tmp_path):
         bad_key = runner.run_fastpipe(["launcher.no_such_key=1"], tmp_path / "b", 120, log)
         refusal = runner.config_refusal(["launcher=no_such_launcher"], log)
     assert bad_value["status"] == "failed" and "train.batch_size=0" in bad_value["reason"], bad_value
-    assert "no_such_key" in bad_key["reason"] and "not in" in bad_key["reason"], bad_key
+    assert bad_key["reason"].startswith("launcher.no_such_key is not a key of SingleLauncherConfig (its keys: "), bad_key
+    assert bad_key["reason"].endswith("; fix the spelling"), bad_key
     assert "no_such_launcher" in refusal
 
 
@@ -317,4 +318,6 @@ def test_loader_benchmark_smoke(tmp_path):
 def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path):
     proc = _bench(tmp_path, "--loaders", "dali", "dali:data.no_such_key=1")
     assert proc.returncode == 1
-    assert _rows(tmp_path)["dali"][-1].startswith("failed: ") and "not in 'DaliLoaderConfig'" in _rows(tmp_path)["dali"][-1]
+    reason = _rows(tmp_path)["dali"][-1]
+    assert reason.startswith("failed: data.no_such_key is not a key of DaliLoaderConfig (its keys: "), reason
+    assert "num_threads" in reason and reason.endswith("; fix the spelling"), reason
