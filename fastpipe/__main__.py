@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -30,17 +31,21 @@ def run(cfg: DictConfig):
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
+    from fastpipe.runtime import process_started_at
     from fastpipe.signals import stop_while_launching
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
+    # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
+    # imports are paid once, so every job is measured alike).
+    started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices)
-            settings.overrides = overrides
+            settings.overrides, settings.started_at = overrides, started_at
             if hc.mode != RunMode.MULTIRUN:
                 preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs
             if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:

@@ -19,6 +19,8 @@ import torch
 from fastpipe.errors import EnvironmentProblem
 from fastpipe.signals import die_with_parent  # noqa: F401  (re-exported: the launchers call it from here)
 
+_IMPORTED_AT = __import__("time").time()
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -174,6 +176,19 @@ def _compiler_switches(cfg, precision=None) -> None:
         import torch._inductor.config as inductor
 
         inductor.emulate_precision_casts = True
+
+
+def process_started_at() -> float:
+    """When this process started (Unix time): from /proc on Linux (to 1/100 s: its start in clock ticks
+    since boot against the uptime), else the moment fastpipe's runtime module was imported."""
+    import time
+
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_AT
 
 
 def cpu_cores() -> int:

@@ -41,8 +41,11 @@ class Checkpointer:
     """The loop's checkpoint policy: ``restore`` first, ``after_step`` each step, ``finish`` at the end."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Optional[Path] = None, dist=None,
-                 facts: Optional[RunFacts] = None, on_written: Optional[Callable[[int, Path], None]] = None) -> None:
-        """``on_written(step, path)``: called (from the writer's thread) when a checkpoint is complete."""
+                 facts: Optional[RunFacts] = None, clock=None,
+                 on_written: Optional[Callable[[int, Path], None]] = None) -> None:
+        """``clock``: the run's RunClock (checkpoint time counted apart); ``on_written(step, path)``: called
+        (from the writer's thread) when a checkpoint is complete."""
+        from fastpipe.measure.clock import RunClock
         from fastpipe.runtime import Dist
 
         self.cfg, self.facts = cfg, facts or RunFacts()  # the facts checkpoints and weights files record
@@ -60,6 +63,7 @@ class Checkpointer:
         self.stopped_by: Optional[str] = None
         self.steps_per_epoch = 0
         self.position: Optional[Position] = None  # the loop's latest, for an interrupted run's record
+        self.clock = clock or RunClock()  # the run's clock: saves, waits and weights files are its checkpoint part
 
     @property
     def latest(self) -> Optional[Path]:
@@ -70,10 +74,11 @@ class Checkpointer:
     def settle(self, barrier: bool = True, g=None) -> None:
         """Wait for the checkpoint write in flight (rank 0), then, under DDP, for every rank: no rank
         leaves while rank 0 still writes. ``barrier=False`` where only some ranks get here (a crash)."""
-        if self.writer is not None:
-            self.writer.wait()
-        if barrier and g is not None and self.dist.world_size > 1:
-            g.runtime.dist.all_reduce_sum(torch.zeros(1, device=g.device))
+        with self.clock.part("checkpoint"):
+            if self.writer is not None:
+                self.writer.wait()
+            if barrier and g is not None and self.dist.world_size > 1:
+                g.runtime.dist.all_reduce_sum(torch.zeros(1, device=g.device))
 
     def stall_summary(self) -> Optional[dict]:
         """metrics.json's ``checkpoint_stall_s``: the training thread's stall per checkpoint."""
@@ -145,10 +150,10 @@ class Checkpointer:
             self.pending = self.save(g, pos, streak) is None and not stop and self.folder is not None
         return stop
 
-    def finish(self, g, pos: Optional[Position], streak: torch.Tensor) -> None:
-        """The final checkpoint, when checkpointing is on and the last step has none yet; then every
-        write is complete before the run reports."""
-        if self.every and pos is not None and pos.step != self.last_step:
+    def finish(self, g, pos: Optional[Position], streak: torch.Tensor, always: bool = False) -> None:
+        """The final checkpoint, when checkpointing is on (or ``always``: a time-budget stop, to resume
+        from) and the last step has none yet; then every write is complete before the run reports."""
+        if (self.every or always) and pos is not None and (pos.step != self.last_step or always):
             self.save(g, pos, streak)
         self.settle(g=g)
 
@@ -157,6 +162,10 @@ class Checkpointer:
         None when not written. The check for finite weights is this save's one host synchronisation."""
         if self.folder is None:
             return None
+        with self.clock.part("checkpoint"):
+            return self._save(g, pos, streak)
+
+    def _save(self, g, pos: Position, streak: Optional[torch.Tensor]) -> Optional[Path]:
         start = time.perf_counter()
         bad = streak.detach().clone().float() if streak is not None else torch.zeros((), device=g.device)
         bad = bad + (~finite_state(g.model)).float()  # the loss was finite but the update may not have been
@@ -213,8 +222,9 @@ class Checkpointer:
             return None
         if not self.dist.is_main and not g.sharded:
             return None
-        weights = weights_of(g, which, step, self.facts, ema, metric)
-        return write_checkpoint(self.folder, weights, name=which) if self.dist.is_main else None
+        with self.clock.part("checkpoint"):
+            weights = weights_of(g, which, step, self.facts, ema, metric)
+            return write_checkpoint(self.folder, weights, name=which) if self.dist.is_main else None
 
     def past_the_end(self, pos: Position, total: int) -> "NothingToTrain":
         """A resume at or beyond this run's last step: nothing to train, which is not a failure."""

@@ -109,6 +109,10 @@ class Config:
         self.run_id: str = ""  # set by each launch: a record says which run wrote it
         self.dropped_keys: List[str] = []  # notes on keys of another group choice, dropped (config/keys.py)
         self.context = RunContext()  # the job's place, params and code, for its record and trackers (config/context.py)
+        self.started_at: float = 0.0  # when this job started (Unix time): the end-to-end clock's start
+        if self.report.objective == "time_to_target" and self.train.target is None:
+            raise ConfigError("report.objective=time_to_target ranks the jobs by when they reach train.target, which "
+                              "is not set: add train.target=VALUE and train.eval_every=N")
 
     @property
     def deprecations(self) -> List[str]:
@@ -133,6 +137,9 @@ class Config:
             raise ConfigError(f"task={self.choices.get('task', self.task.short_name)} trains on {' or '.join(wanted)} "
                               f"data, but dataset={self.choices.get('dataset', self.dataset.short_name)} gives "
                               f"{kind}; choose a matching dataset (e.g. task=lm dataset=tokens)")
+        if self.train.target is not None:
+            check_target(self.train.target, self.task.declared("primary"), self.task.declared("bounds"),
+                         self.choices.get("task", self.task.short_name))
         self._check_closed_choices()
         if self.precision.name == "fp8":
             self._check_fp8()
@@ -201,6 +208,17 @@ def default_choices() -> Dict[str, str]:
     """fastpipe's own choice of each group (conf/config.yaml's defaults list)."""
     defaults = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults") or []
     return {str(k): str(v) for entry in defaults if isinstance(entry, dict) for k, v in entry.items()}
+
+
+def check_target(target: float, metric, bounds, task: str) -> None:
+    """Refuse a ``train.target`` outside the range the task declares for its primary metric."""
+    if bounds is None:
+        return
+    low, high = (None if b is None else float(b) for b in bounds)
+    if (low is not None and target < low) or (high is not None and target > high):
+        span = f"[{'-inf' if low is None else format(low, 'g')}, {'inf' if high is None else format(high, 'g')}]"
+        raise ConfigError(f"train.target={target:g} lies outside {metric or 'the primary metric'}'s range {span} "
+                          f"(task={task} declares it): give a target inside it")
 
 
 def config_dir() -> str:

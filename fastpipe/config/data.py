@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Union
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.config.registry import register
@@ -13,10 +13,49 @@ def _pin(setting, device_type: str) -> bool:
     return device_type == "cuda" if setting == "auto" else bool(setting)
 
 
+MAX_RESIZE_SIZES = 4  # each size is one more compiled graph (compile.dynamic=false)
+
+
+def resize_schedule(value) -> Optional[List[tuple]]:
+    """``data.resize_schedule`` as ``[(fraction, size), ...]``, checked; None when unset."""
+    if value is None:
+        return None
+    example = "e.g. data.resize_schedule='[[0,24],[0.6,32]]'"
+    try:
+        pairs = [(float(f), s) for f, s in value]
+    except (TypeError, ValueError):
+        raise ConfigError(f"data.resize_schedule={value!r}: give a list of [fraction_of_run, image_size] pairs, "
+                          f"{example}") from None
+    fractions = [f for f, _ in pairs]
+    if not pairs or fractions[0] != 0.0 or any(b <= a for a, b in zip(fractions, fractions[1:])) \
+            or fractions[-1] >= 1.0:
+        raise ConfigError(f"data.resize_schedule={value!r}: the fractions must start at 0 and rise below 1 "
+                          f"(where in the run each size starts), {example}")
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 8 for _, s in pairs):
+        raise ConfigError(f"data.resize_schedule={value!r}: each image_size must be an integer >= 8, {example}")
+    if len({s for _, s in pairs}) > MAX_RESIZE_SIZES:
+        raise ConfigError(f"data.resize_schedule={value!r} has more than {MAX_RESIZE_SIZES} sizes: each is "
+                          "compiled apart (and cuDNN tunes each), so keep to a few")
+    return pairs
+
+
+@dataclass
+class LoaderCommon:
+    """What every loader takes: how batches are shaped on the device after it."""
+
+    # Progressive resizing: [[fraction_of_run, image_size], ...], from fraction f of the run's steps on,
+    # training images are resized on the device to that size (antialiased bilinear); the held-out
+    # evaluation runs at the last size. Image datasets only; null = the dataset's own size throughout.
+    resize_schedule: Optional[List[Any]] = None
+
+    def __post_init__(self) -> None:
+        resize_schedule(self.resize_schedule)
+
+
 @register("data", "default", builder="fastpipe.data.default:build_default_loader",
           reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True)
 @dataclass
-class DefaultLoaderConfig:
+class DefaultLoaderConfig(LoaderCommon):
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
 
     name: str = "default"
@@ -27,6 +66,7 @@ class DefaultLoaderConfig:
     drop_last: bool = True  # training: drop the short last batch (constant shape for compile / CUDA graphs)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         auto_or_int("data.num_workers", self.num_workers)
         auto_or_bool("data.pin_memory", self.pin_memory)
         if self.prefetch_factor < 1:
@@ -42,7 +82,7 @@ class DefaultLoaderConfig:
 
 @register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"))
 @dataclass
-class MmapLoaderConfig:
+class MmapLoaderConfig(LoaderCommon):
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
 
     name: str = "mmap"
@@ -66,6 +106,7 @@ class MmapLoaderConfig:
     shuffle_buffer: Any = "auto"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         size = self.stored_size
         sizes = [size] if isinstance(size, int) else list(size) if isinstance(size, (list, tuple)) else None
         if size is not None and (not sizes or len(sizes) > 2 or any(isinstance(s, bool) or not isinstance(s, int)
@@ -108,7 +149,7 @@ class MmapLoaderConfig:
 
 @register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",))
 @dataclass
-class DaliLoaderConfig:
+class DaliLoaderConfig(LoaderCommon):
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
 
     name: str = "dali"
@@ -123,6 +164,7 @@ class DaliLoaderConfig:
     drop_last: bool = True  # training: drop the short last batch (constant shape for compile / CUDA graphs)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         one_of("data.decoder", self.decoder, ("auto", "cpu", "mixed"))
         auto_or_int("data.num_threads", self.num_threads, minimum=1)
         if self.prefetch_queue_depth < 1:

@@ -6,6 +6,10 @@ from typing import Optional
 
 from fastpipe.errors import ConfigError
 
+OBJECTIVES = ("throughput", "primary_metric", "time_to_target")
+OBJECTIVE_CHOICES = ("report.objective={value} is not valid; use throughput (the fastest job wins), primary_metric "
+                     "(the best held-out primary metric wins) or time_to_target (the first to reach train.target wins)")
+
 
 @dataclass
 class ReportConfig:
@@ -16,10 +20,17 @@ class ReportConfig:
     # own units and direction: 0.01 = one point of accuracy (0..1), or 0.01 nats of an LM's loss.
     parity_tol: float = 0.01
     repeats: int = 1  # measure each combination this many times (repeat-K/ folders); median and spread
-    # What the sweep optimises: the report's winner is the fastest job (throughput) or the one with the
-    # best primary held-out metric in its direction (primary_metric); a sweeper that optimises a value
+    # What the sweep optimises: the report's winner is the fastest job (throughput), the one with the
+    # best primary held-out metric in its direction (primary_metric), or the one that reached
+    # train.target soonest (time_to_target, docs/time-to-target.md); a sweeper that optimises a value
     # (hydra/sweeper=optuna) gets this number as each job's return.
     objective: str = "throughput"
+    # time_to_target: which clock ranks the jobs: training (from the first training step: compilation,
+    # evaluations and checkpoints included) or end_to_end (from the job's start: data, model build too).
+    target_clock: str = "training"
+    # time_to_target under an optimising sweeper: a trial that did not reach the target returns its
+    # training seconds times this (> 1: worse than reaching it in the same time).
+    unreached_penalty: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.parity_tol >= 0.0:
@@ -27,9 +38,14 @@ class ReportConfig:
                               "baseline's the primary metric may be, in its own units)")
         if self.repeats < 1:
             raise ConfigError(f"report.repeats={self.repeats} must be >= 1")
-        if self.objective not in ("throughput", "primary_metric"):
-            raise ConfigError(f"report.objective={self.objective!r} is not valid; use throughput (the fastest job "
-                              "wins) or primary_metric (the best held-out primary metric wins)")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(OBJECTIVE_CHOICES.format(value=repr(self.objective)))
+        if self.target_clock not in ("training", "end_to_end"):
+            raise ConfigError(f"report.target_clock={self.target_clock!r} is not valid; use training (from the first "
+                              "training step) or end_to_end (from the job's start)")
+        if not self.unreached_penalty >= 1.0:
+            raise ConfigError(f"report.unreached_penalty={self.unreached_penalty} must be >= 1 (a trial that missed "
+                              "the target may not score better than one that reached it as late)")
 
 
 @dataclass

@@ -42,6 +42,22 @@ class TrainConfig:
     # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
     # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.
     overfit_batches: Optional[int] = None
+    # Time to target (docs/time-to-target.md): a value of the task's primary held-out metric, reached in
+    # its direction (accuracy >= 0.95, an LM's loss <= 1.6). The run evaluates every eval_every steps
+    # (required) and stops at the first evaluation that reaches it; metrics.json's target says when.
+    target: Optional[float] = None
+    # Those evaluations on the first N held-out samples (in split order) only; a subset that reaches
+    # the target is confirmed at once on the whole split, and only the confirmed evaluation counts.
+    target_eval_samples: Optional[int] = None
+    # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
+    # compilation included) passes this many seconds, checked at measurement-window edges and agreed
+    # by every rank: a final evaluation, a checkpoint (to resume from) and the results. null = no limit.
+    time_budget_s: Optional[float] = None
+    # MixUp / CutMix of each training batch on the device (torchvision.transforms.v2, Beta(alpha, alpha));
+    # classification of images only (the task's loss takes the soft labels); both set = one of the two
+    # per batch. null = off.
+    mixup_alpha: Optional[float] = None
+    cutmix_alpha: Optional[float] = None
     # Stop when the task's primary metric has not improved (by more than early_stop_min_delta, in its
     # direction) for this many evaluations in a row; null = never.
     early_stop_patience: Optional[int] = None
@@ -73,6 +89,7 @@ class TrainConfig:
             raise ConfigError(f"train.clip_grad_norm={self.clip_grad_norm} must be > 0 (or null: no clipping)")
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise ConfigError(f"train.ema_decay={self.ema_decay} must lie in (0, 1), e.g. 0.999 (or null: no EMA)")
+        self._check_target()
         for key in ("eval_every", "early_stop_patience", "eval_batches", "overfit_batches"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1 (or null)")
@@ -85,3 +102,23 @@ class TrainConfig:
             raise ConfigError("train.checkpoint_every must be >= 0 (steps; 0 or null = off)")
         if self.resume in ("", "null", "none", "off", "false"):
             self.resume = None
+
+    def _check_target(self) -> None:
+        """train.target and its companions: what a time-to-target run needs."""
+        if self.target is not None and not self.eval_every:
+            raise ConfigError(f"train.target={self.target:g} needs train.eval_every=N (the run checks the target "
+                              "every N optimizer steps): add e.g. train.eval_every=50")
+        if self.target_eval_samples is not None:
+            if self.target is None:
+                raise ConfigError(f"train.target_eval_samples={self.target_eval_samples} sizes the evaluations that "
+                                  "check train.target, which is not set: add train.target=VALUE, or drop it")
+            if self.target_eval_samples < 1:
+                raise ConfigError(f"train.target_eval_samples={self.target_eval_samples} must be >= 1 (held-out "
+                                  "samples), or null for the whole split")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ConfigError(f"train.time_budget_s={self.time_budget_s} must be > 0 (training-clock seconds), or "
+                              "null for no limit")
+        for key in ("mixup_alpha", "cutmix_alpha"):
+            if getattr(self, key) is not None and not getattr(self, key) > 0:
+                raise ConfigError(f"train.{key}={getattr(self, key)} must be > 0 (the Beta distribution's alpha, "
+                                  "e.g. 0.2 for MixUp, 1.0 for CutMix), or null: off")

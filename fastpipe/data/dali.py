@@ -111,15 +111,16 @@ class DaliLoader:
 
 
 def build_dali_loader(cfg: DaliLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int, seed: int,
-                      train: bool, channels_last: bool) -> DaliLoader:
-    """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader."""
+                      train: bool, channels_last: bool, limit=None) -> DaliLoader:
+    """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader (its first
+    ``limit`` files)."""
     if not splits.is_images:
         raise ConfigError(f"data=dali decodes image files, but dataset={splits.name} gives other samples; "
                           "use data=default or data=mmap")
     dali = import_dali()
     dist, device = runtime.dist, runtime.device
     images = splits.train if train else splits.val
-    files, labels = images.files, images.labels
+    files, labels = images.files[:limit], images.labels[:limit]  # limit None: all
     decoder = cfg.decoder_for(device.type)
     on_gpu = device.type == "cuda"
     threads = cfg.threads(runtime.cores_per_process)

@@ -133,8 +133,9 @@ class MmapLoader(DeviceLoader):
 
 
 def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int, seed: int,
-                      train: bool, channels_last: bool) -> MmapLoader:
-    """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader."""
+                      train: bool, channels_last: bool, limit=None) -> MmapLoader:
+    """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader (its first
+    ``limit`` samples)."""
     dist, device = runtime.dist, runtime.device
     pin = cfg.pin(device.type)
     if pin and not torch.cuda.is_available():
@@ -145,11 +146,11 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         raise ConfigError(f"data=mmap reads samples by index, but dataset={splits.name} is a stream (an "
                           "IterableDataset); use data=default")
     if hasattr(dataset, "read_batch") and not cfg.path:  # memory-mapped itself: no pack
-        source, indices, how = DatasetSource(dataset), np.arange(len(dataset)), "the dataset's own memory map"
+        source, indices, how = DatasetSource(dataset), np.arange(len(dataset))[:limit], "the dataset's own memory map"
         prepare, geometry, plan = MovePrep(device), "as read", None
     else:
         packs, found = resolve_pack(cfg, splits, runtime)
-        indices, how = packs.indices(TRAIN if train else VAL), f"pack={packs.path} ({found})"
+        indices, how = packs.indices(TRAIN if train else VAL)[:limit], f"pack={packs.path} ({found})"  # limit: held-out
         if splits.is_images:
             decoder = jpeg_decoder(cfg, packs, runtime, pin)
             source, augment = PackImages(packs, decoder), splits.train.augment and train

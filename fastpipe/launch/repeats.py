@@ -3,12 +3,17 @@
 With ``report.repeats=N`` (N > 1) the job trains N times, each in its own fresh process and
 sub-folder ``repeat-K/`` (a complete run folder), and the job's own ``metrics.json`` holds the
 median of every measurement plus a ``repeats`` record (each repeat's throughput, min, max, spread).
+Under ``report.objective=time_to_target`` repeat K trains with ``seed + K`` (time to a target depends
+on the seed; throughput does not), and ``target`` holds the median time over the repeats, a repeat
+that missed the target counting as slower than every one that reached it.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import statistics
+import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
@@ -44,15 +49,55 @@ def launch_repeats(launch: Callable, settings, run_dir: Path) -> dict:
     runs, names = [], []
     for k in range(n):
         names.append(f"repeat-{k}")
-        repeat = copy.copy(settings)  # each repeat is its own launch, and its trackers' own run
-        if getattr(settings, "context", None) is not None:
-            repeat.context = dataclasses.replace(settings.context, repeat=k)
-        runs.append(launch(repeat, run_dir / names[-1]))
+        runs.append(launch(repeat_settings(settings, k), run_dir / names[-1]))
         if runs[-1].get("status") != "ok":
             break  # a failed repeat (bad input, crash) would fail again: stop measuring
     combined = _combined(runs, names, n)
     results.write(run_dir, combined)
     return combined.to_dict()
+
+
+def repeat_settings(settings, k: int):
+    """Repeat ``k``'s settings: the job's own, each repeat its own launch and its trackers' own run, with
+    ``seed + k`` under time_to_target (and its own start)."""
+    repeat = copy.copy(settings)
+    if getattr(settings, "context", None) is not None:
+        repeat.context = dataclasses.replace(settings.context, repeat=k)
+    if k > 0 and getattr(settings.report, "objective", "throughput") == "time_to_target":
+        repeat.seed, repeat.started_at = settings.seed + k, time.time()
+    return repeat
+
+
+def _median_time(targets: List[dict], key: str) -> Optional[float]:
+    """The median of ``key`` over the repeats, a repeat that missed the target counting as infinitely
+    slow; None when the median is such a repeat."""
+    values = sorted(t[key] if t["reached"] else math.inf for t in targets)
+    middle = len(values) // 2
+    centre = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return None if math.isinf(centre) else centre
+
+
+def combine_targets(targets: List[Optional[dict]]) -> Optional[dict]:
+    """One ``target`` record for the repeats (module docstring): ``reached`` when the median repeat
+    reached it, ``seconds`` / ``seconds_end_to_end`` the medians, the steps and values of the repeat
+    closest to the median, and ``repeats``: each one's seconds and reached, and the min/max of those
+    that reached (the spread)."""
+    known = [t for t in targets if t]
+    if not known:
+        return None
+    seconds = _median_time(known, "seconds")
+    reached = [t["seconds"] for t in known if t["reached"]]
+    if seconds is None:  # most missed it: the slowest run's record, not reached
+        combined = dict(max((t for t in known if not t["reached"]), key=lambda t: t["seconds"]))
+        combined["reached"] = False
+    else:
+        combined = dict(min((t for t in known if t["reached"]), key=lambda t: abs(t["seconds"] - seconds)))
+        combined.update(seconds=seconds, seconds_end_to_end=_median_time(known, "seconds_end_to_end"))
+    combined["repeats"] = {"seconds": [t["seconds"] for t in known],
+                           "seconds_end_to_end": [t["seconds_end_to_end"] for t in known],
+                           "reached": [t["reached"] for t in known],
+                           "min": min(reached) if reached else None, "max": max(reached) if reached else None}
+    return combined
 
 
 def combine_repeats(runs: List[dict], names: List[str], n: int) -> dict:
@@ -79,6 +124,7 @@ def _combined(runs: List[dict], names: List[str], n: int) -> RunRecord:
     record.peak_mem_gb = max(peaks) if peaks else None
     record.warnings = list(dict.fromkeys(w for m in runs for w in m.get("warnings") or []))
     record.compile_fallback = next((m["compile_fallback"] for m in runs if m.get("compile_fallback")), None)
+    record.target = combine_targets([m.get("target") for m in runs])
     if measured:
         repeats.update(min=min(measured), max=max(measured), spread=(max(measured) - min(measured)) / centre)
     record.repeats = repeats

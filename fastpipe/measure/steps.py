@@ -17,6 +17,8 @@ from typing import List, Optional
 
 import torch
 
+from fastpipe.measure.clock import RunClock
+
 
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (CUDA); nothing on the CPU."""
@@ -89,6 +91,7 @@ class StepMeter:
     window: int
     gpu_util_interval_s: float = 0.1
     world_size: int = 1  # per-window TensorBoard throughput: this rank's rate x ranks (no collective)
+    run_clock: RunClock = field(default_factory=RunClock)  # the training clock starts at the first fetch
     steps: int = 0
     warmup_s: Optional[float] = None
     windows: List[Window] = field(default_factory=list)
@@ -125,6 +128,7 @@ class StepMeter:
         now = time.perf_counter()
         if self._start is None:
             self._start = now
+            self.run_clock.start(now)
         if self._open is None and not self.in_warmup:
             self._open, self._window_t0 = Window(), now
             self.util.resume()
@@ -185,6 +189,7 @@ class StepMeter:
             },
             "warmup_s": self.warmup_s,
             "measured_steps": sum(w.steps for w in self.windows),
+            "steps_run": self.steps,  # optimizer steps this process ran (a resume's: after the checkpoint)
             "data_wait_frac": sum(w.data_wait for w in self.windows) / seconds if seconds else None,
             "gpu_util": self.util.mean(),
             **peak_memory(self.device),
@@ -200,7 +205,7 @@ def peak_memory(device: torch.device) -> dict:
             "peak_mem_kind": "cpu_max_rss_process"}
 
 
-PER_RANK_KEYS = ("throughput", "data_wait_frac", "peak_mem_gb", "gpu_util", "warmup_s")
+PER_RANK_KEYS = ("throughput", "data_wait_frac", "peak_mem_gb", "gpu_util", "warmup_s", "steps_run")
 
 
 def combine_ranks(summaries: List[dict]) -> dict:
@@ -225,4 +230,5 @@ def combine_ranks(summaries: List[dict]) -> dict:
                gpu_util=round(statistics.fmean(utils), 1) if utils else None,
                step_time_ms=max(summaries, key=lambda s: s["step_time_ms"]["median"] or 0.0)["step_time_ms"],
                per_rank={key: values(key) for key in PER_RANK_KEYS})
+    job.pop("steps_run", None)  # per rank only: the job's steps are the loop's (a resume's included)
     return job

@@ -129,6 +129,10 @@ class RunRecord:
     val_metrics_raw: Optional[Dict[str, float]] = None
     best: Optional[Best] = None
     stopped_early: Optional[bool] = None
+    stopped_by: Optional[str] = None  # target | early_stop | time_budget; null: the run's full length
+    target: Optional[Dict[str, Any]] = None  # train.target: train/target.py's Target.record(), repeats combined
+    time_breakdown_s: Optional[Dict[str, float]] = None  # measure/clock.py's RunClock.breakdown()
+    compile_cache: Optional[Dict[str, Any]] = None  # measure/clock.py's compile_cache(); null without compile
     grad_norm: Optional[float] = None
     batch_size: Optional[int] = None
     batch_size_search: Optional[Dict[str, Any]] = None  # BatchSearch.record(): goal, cap, chosen, seconds, probes

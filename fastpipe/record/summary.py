@@ -18,6 +18,16 @@ def held_out_text(values: Optional[Dict[str, float]], primary: Optional[str]) ->
     return "  ".join(p + (" (primary)" if k == primary else "") for p, k in zip(parts, values))
 
 
+def target_text(t: dict) -> str:
+    """``accuracy >= 0.95 reached at step 240 in 63.60 s of training (...)``, or not reached and the best."""
+    sign = ">=" if t.get("higher_is_better", True) else "<="
+    if t.get("reached"):
+        return (f"{t['metric']} {sign} {t['value']:g} reached at step {t['steps']} in {t['seconds']:.2f} s of training "
+                f"({t['seconds_end_to_end']:.2f} s end to end), {t['samples']:,} samples: {t['reached_value']:.4g}")
+    best = "n/a" if t.get("best_value") is None else f"{t['best_value']:.4g}"
+    return f"{t['metric']} {sign} {t['value']:g} NOT reached in {t['seconds']:.2f} s ({t['steps']} steps): best {best}"
+
+
 def summary_text(r: RunRecord) -> str:
     """The run's summary: its steady-state numbers, held-out metrics, FLOPs and warnings."""
     if r.status != "ok":
@@ -41,6 +51,15 @@ def summary_text(r: RunRecord) -> str:
         lines.append(f"  best         step {r.best['step']}: {primary} {r.best['value']:.4g}"
                      + ("   (stopped early: no gain for train.early_stop_patience evaluations)" if r.stopped_early
                         else ""))
+    if r.target:
+        lines.append(f"  target       {target_text(r.target)}")
+    if r.time_breakdown_s:
+        t = r.time_breakdown_s
+        lines.append(f"  time         {t['wall_s']:.2f} s wall: "
+                     + "  ".join(f"{k} {t[k]:.2f}" for k in ("setup", "compile", "train", "eval", "checkpoint"))
+                     + (f"   compile cache {r.compile_cache['state']}" if r.compile_cache else ""))
+    if r.stopped_by == "time_budget":
+        lines.append("  stopped      train.time_budget_s: the training clock ran out (checkpointed; resume to go on)")
     if r.corpus_baselines:
         b = r.corpus_baselines
         lines.append(f"  baselines    corpus entropy per token: bigram {b['bigram']:.3f}  unigram {b['unigram']:.3f}  "

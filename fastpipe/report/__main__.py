@@ -1,7 +1,7 @@
 """``python -m fastpipe.report DIR [--save-best PATH]``: (re)write a sweep folder's report.
 
 The settings default to the sweep's own (``report.*`` in DIR/multirun.yaml); the flags override
-them. Exit code 0, or 2 with one line naming the problem.
+them (``--objective throughput`` ranks a time-to-target sweep's jobs by throughput instead). Exit code 0, or 2 with one line naming the problem.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from fastpipe.config.report import OBJECTIVES
 from fastpipe.errors import EXIT_CODE, FastpipeError
 
 
@@ -26,6 +27,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--parity-tol", type=float, metavar="TOL",
                         help="how much worse than the baseline's the primary metric may be (absolute, in its units); "
                              "default: the sweep's report.parity_tol")
+    parser.add_argument("--objective", choices=OBJECTIVES,
+                        help="what ranks the jobs and picks the winner; default: the sweep's report.objective")
+    parser.add_argument("--target-clock", choices=("training", "end_to_end"),
+                        help="time_to_target's clock; default: the sweep's report.target_clock")
     parser.add_argument("--quiet", action="store_true", help="do not print report.md")
     return parser.parse_args(argv)
 
@@ -45,6 +50,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not args.parity_tol >= 0.0:
                 raise FastpipeError(f"--parity-tol={args.parity_tol} must be >= 0 (in the primary metric's units)")
             spec.parity_tol = args.parity_tol
+        if spec is not None:
+            spec.objective = args.objective or spec.objective
+            spec.target_clock = args.target_clock or spec.target_clock
         result = write_report(args.sweep_dir, spec, save_best=args.save_best)
     except FastpipeError as exc:
         print(f"fastpipe.report: error: {exc}", file=sys.stderr, flush=True)

@@ -91,6 +91,7 @@ class SweepReport(Callback):
         self.trackers = None  # the sweep's own tracker runs (MLflow's parent): record/loggers/sweep.py
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from fastpipe.config.report import OBJECTIVE_CHOICES
         from fastpipe.errors import ConfigError, FastpipeError
         from fastpipe.record.loggers.sweep import start_sweep
         from fastpipe.record.provenance import code_provenance
@@ -98,13 +99,15 @@ class SweepReport(Callback):
 
         objective = str(OmegaConf.select(config, "report.objective", default="throughput"))
         if objective not in OBJECTIVES:  # before any job starts, for every sweeper
-            _refuse(ConfigError(f"report.objective={objective!r} is not valid; use throughput (the fastest job "
-                                "wins) or primary_metric (the best held-out primary metric wins)"))
+            _refuse(ConfigError(OBJECTIVE_CHOICES.format(value=repr(objective))))
         if wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
             direction = direction_name(OmegaConf.select(config, "hydra.sweeper.direction", default="maximize"))
             if objective == "throughput" and direction == "minimize":
                 _refuse(ConfigError("report.objective=throughput is higher-is-better but hydra.sweeper.direction="
                                     "minimize: add hydra.sweeper.direction=maximize"))
+            if objective == "time_to_target" and direction == "maximize":
+                _refuse(ConfigError("report.objective=time_to_target is lower-is-better (seconds to the target) but "
+                                    "hydra.sweeper.direction=maximize: add hydra.sweeper.direction=minimize"))
         try:  # last: nothing is made in a tracker for a sweep refused above
             self.trackers = start_sweep(config, code_provenance(Path.cwd(), [config.hydra.sweep.dir])[0])
         except FastpipeError as exc:

@@ -25,6 +25,8 @@ METRICS = {
     "peak_mem_gb": ("peak_mem_gb", "peak memory (GB)"),
     "accuracy": ("accuracy", "held-out top-1 (0..1), classification"),
     "primary_metric": ("metric_value", "the task's primary held-out metric (e.g. accuracy 0..1, an LM's loss)"),
+    "time_to_target_s": ("time_to_target_s", "seconds until train.target was reached (report.target_clock's clock)"),
+    "target_reached": ("target_reached", "1 when the run reached train.target, 0 when it did not"),
 }
 
 
@@ -37,6 +39,8 @@ def session_hparams(row: dict, result: SweepResult) -> Dict[str, object]:
         hparams["round"] = "full" if row.get("stage") == "full" else str(row.get("round") or "n/a")
     if row.get("gpus"):
         hparams["gpus"] = row["gpus"]
+    if row.get("target") is not None:  # the target every job was measured against
+        hparams["target"] = f"{row['target_metric']} {'>=' if row['target_higher'] else '<='} {row['target']:g}"
     return hparams
 
 

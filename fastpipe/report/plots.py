@@ -1,4 +1,5 @@
-"""report.png: throughput of every job as a bar, the speed-up written on it, failed jobs marked."""
+"""report.png: throughput of every job as a bar, the speed-up written on it, failed jobs marked; with a
+target (train.target), a second panel: each job's primary held-out metric against training seconds."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,7 +23,13 @@ def write_plot(result: SweepResult, path: Path) -> None:
 
     rows = result.rows
     top = max([r["throughput"] for r in rows if r["throughput"] is not None] or [1.0])
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(rows)))
+    curves = any(r.get("curve") for r in rows)
+    height = 1.2 + 0.45 * len(rows)
+    if curves:
+        fig, (ax, panel) = plt.subplots(2, 1, figsize=(9, height + 4.0), height_ratios=[height, 4.0])
+        target_panel(panel, result)
+    else:
+        fig, ax = plt.subplots(figsize=(9, height))
     for y, r in enumerate(rows):
         if r["throughput"] is None:  # failed / missing / unmeasured: a stub bar and the reason
             ax.barh(y, top * 0.02, color="white", edgecolor=COLOURS["failed"], hatch="///")
@@ -36,7 +43,7 @@ def write_plot(result: SweepResult, path: Path) -> None:
             err = [[r["throughput"] - r["throughput_min"]], [r["throughput_max"] - r["throughput"]]]
         ax.barh(y, r["throughput"], color=COLOURS[kind], xerr=err, capsize=3,
                 hatch=".." if kind == "pruned" else "//" if r["status"] != "ok" else None)
-        speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.2f}x" + (" sooner to target" if result.spec.objective == "time_to_target" else "")
         notes = ([f"pruned in round {r['round']} (probe)"] if kind == "pruned" else
                  [r["status"]] if r["status"] != "ok" else [])
         notes += [f"GPU {r['gpus']}"] if r.get("gpus") not in (None, "cpu") else []
@@ -52,3 +59,24 @@ def write_plot(result: SweepResult, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def target_panel(ax, result: SweepResult) -> None:
+    """The primary metric of every whole-split evaluation against the training clock, one line per job,
+    the target as a horizontal line, the winner thick and green, a job that missed the target dashed."""
+    target = next((r for r in result.rows if r.get("target") is not None), None)
+    for r in sorted(result.rows, key=lambda r: r["best"]):  # the winner drawn last, on top
+        points = [(c["seconds"], c["value"]) for c in r.get("curve") or [] if not c.get("subset") and c["value"] is not None]
+        if not points:
+            continue
+        xs, ys = zip(*points)
+        style = dict(color=COLOURS["best"], linewidth=2.5, zorder=3) if r["best"] else dict(linewidth=1.0, alpha=0.8)
+        ax.plot(xs, ys, marker=".", linestyle="-" if r.get("target_reached") else "--",
+                label=_label(r, result.columns) + (" (best)" if r["best"] else ""), **style)
+    if target is not None:
+        ax.axhline(target["target"], color="black", linewidth=0.8, linestyle=":",
+                   label=f"target {target['target_metric']} {target['target']:g}")
+    ax.set_xlabel("training seconds (from the first step: compilation, evaluations, checkpoints included)")
+    ax.set_ylabel(f"held-out {target['target_metric'] if target else 'metric'}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")

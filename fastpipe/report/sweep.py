@@ -28,6 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe.record import results
 from fastpipe.errors import ConfigError
 from fastpipe.record.overrides import measured_overrides, override_key
+from fastpipe.report import target as to_target
+from fastpipe.report.target import target_fields
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds, launcher_info
 
 
@@ -40,6 +42,7 @@ class SweepSpec:
     baseline: Optional[str] = None  # report.baseline
     parity_tol: float = 0.01  # report.parity_tol
     objective: str = "throughput"  # report.objective: what makes the winner
+    target_clock: str = "training"  # report.target_clock: the clock time_to_target ranks by
 
 
 @dataclass
@@ -76,7 +79,7 @@ def spec_from_config(cfg: DictConfig) -> SweepSpec:
     tol = report.get("parity_tol")
     return SweepSpec([str(o) for o in task], {str(k): str(v) for k, v in params.items()},
                      report.get("baseline"), 0.01 if tol is None else float(tol),
-                     str(report.get("objective") or "throughput"))
+                     str(report.get("objective") or "throughput"), str(report.get("target_clock") or "training"))
 
 
 def load_spec(sweep_dir: Path) -> SweepSpec:
@@ -209,6 +212,8 @@ def halving_jobs(sweep_dir: Path, record) -> List[Job]:
     last probe (``probe-R/N/``), marked pruned; a combination not reached yet is missing."""
     from fastpipe.sweeps.halving import probe_folder
 
+    if record.settings.get("mode") == "time_to_target":
+        return target_halving_jobs(sweep_dir, record)
     jobs = []
     for num, overrides in enumerate(record.combos):
         last = record.last_round(num)
@@ -227,7 +232,30 @@ def halving_jobs(sweep_dir: Path, record) -> List[Job]:
     return jobs
 
 
-def _row(job: Job, columns: List[str]) -> dict:
+def target_halving_jobs(sweep_dir: Path, record) -> List[Job]:
+    """A time-to-target halving sweep's jobs: every combination in its own folder ``N/``; one dropped
+    in a round is pruned, with the round's reason."""
+    jobs = []
+    for num, overrides in enumerate(record.combos):
+        metrics = results.read(sweep_dir / str(num))
+        dropped = next((r for r in record.rounds if num in (r.get("dropped") or [])), None)
+        if dropped is None:
+            jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, full=True))
+            continue
+        if dropped.get("reached"):
+            note = (f"dropped in round {dropped['round']}: still short of the target at {dropped['budget_s']:,.1f} s, "
+                    f"when job(s) {', '.join(map(str, dropped['reached']))} had reached it")
+        else:
+            value, cutoff = (dropped.get("values") or {}).get(str(num)), dropped.get("cutoff")
+            note = (f"dropped in round {dropped['round']} at {dropped['budget_s']:,.1f} s of training: best primary metric "
+                    f"{'n/a' if value is None else format(value, '.4g')}, below the {len(dropped.get('kept') or [])} "
+                    f"kept (worst kept {'n/a' if cutoff is None else format(cutoff, '.4g')})")
+        jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, pruned_round=dropped["round"],
+                        probe=metrics, note=note))
+    return jobs
+
+
+def _row(job: Job, columns: List[str], clock: str = "training") -> dict:
     m = job.metrics or {}
     status, reason = job_status(job.metrics)
     pruned = job.pruned_round is not None
@@ -262,6 +290,7 @@ def _row(job: Job, columns: List[str]) -> dict:
         "stage": None if job.probe is None and not job.full else ("full" if job.full else "probe"),
         "probe_throughput": (job.probe or {}).get("throughput"), "job_time_s": job_seconds(job.dir, info),
         "name": m.get("name"), "tags": list(m.get("tags") or []), "code": m.get("code"),
+        **target_fields(m, clock),
     }
 
 
@@ -280,14 +309,14 @@ class SweepResult:
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     """Rows with speed-ups and parity verdicts, the baseline row and the winner."""
     columns = swept_columns(jobs)
-    rows = [_row(j, columns) for j in jobs]
+    rows = [_row(j, columns, spec.target_clock) for j in jobs]
     base_job, notes = pick_baseline(jobs, spec), []
     base = next((r for r in rows if base_job is not None and r["job"] == base_job.num), None)
     if base is None:
         notes.append("no baseline job found (the first-value job is not in this folder): no speed-ups")
     else:
         base["baseline"] = True
-        if base["throughput"] is None:
+        if base["throughput"] is None and spec.objective != "time_to_target":
             notes.append(f"the baseline (job {base['job']}) has no throughput ({base['status']}): no speed-ups")
         if base["metric_value"] is None:
             notes.append("the baseline has no held-out metric (dataset=synthetic or not ok): parity is n/a")
@@ -301,11 +330,14 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         r["parity"] = parity(r["metric_value"], base_value, spec.parity_tol, r["higher_is_better"])
         if r is base and r["metric_value"] is not None:
             r["parity"] = "baseline"
-    best = pick_best(rows, spec.objective)
+    if spec.objective == "time_to_target":
+        best = to_target.rank(rows, base, notes)
+    else:
+        best = pick_best(rows, spec.objective)
+        if best is None:
+            notes.append("no job qualifies as best (none is ok with its primary metric held)")
     if best is not None:
         best["best"] = True
-    else:
-        notes.append("no job qualifies as best (none is ok with its primary metric held)")
     halving = None
     from fastpipe.report.timing import summarize
     from fastpipe.sweeps.halving import read
@@ -313,5 +345,6 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     record = read(sweep_dir)
     if record is not None:
         halving = summarize(Path(sweep_dir), record, jobs, rows)
-    rows.sort(key=lambda r: (r["throughput"] is None, -(r["throughput"] or 0.0), r["job"]))
+    rows.sort(key=to_target.sort_key if spec.objective == "time_to_target" else
+              lambda r: (r["throughput"] is None, -(r["throughput"] or 0.0), r["job"]))
     return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes, halving)

@@ -8,12 +8,16 @@ from importlib import metadata
 from typing import List, Optional
 
 from fastpipe.record.provenance import describe
+from fastpipe.report.formats import metric_text
 from fastpipe.report.sweep import SweepResult
+from fastpipe.report.target import header_lines as target_header
+from fastpipe.report.target import time_cell
 
 CSV_FIELDS = ("job", "status", "reason", "throughput", "throughput_min", "throughput_max", "repeats",
               "speedup", "epoch_time_s", "warmup_s", "data_wait_pct", "gpu_util_pct", "mfu_pct", "peak_mem_gb",
               "peak_mem_kind", "metric", "metric_value", "metric_delta", "accuracy", "parity", "step_time_median_ms",
-              "step_time_p90_ms", "final_loss", "baseline", "best", "batch_size", "gpus", "cpus", "stage", "round",
+              "step_time_p90_ms", "final_loss", "time_to_target_s", "target_reached", "target", "target_seconds",
+              "target_steps", "target_samples", "target_best", "compile_cache", "baseline", "best", "batch_size", "gpus", "cpus", "stage", "round",
               "probe_throughput", "job_time_s", "overrides", "dir")
 
 
@@ -91,15 +95,6 @@ def _throughput(r: dict) -> str:
     return text
 
 
-def metric_text(name: Optional[str], value: Optional[float], delta: bool = False) -> str:
-    """A held-out metric for a report cell: accuracy in % (a difference in pp), others in their units."""
-    if value is None:
-        return "n/a"
-    if name == "accuracy":
-        return f"{100 * value:+.1f} pp" if delta else f"{100 * value:.1f} %"
-    return f"{value:+.4g}" if delta else f"{value:.4g}"
-
-
 def primary_metric(result: SweepResult) -> Optional[str]:
     """The primary metric the rows share (the baseline's), e.g. ``accuracy`` or ``loss``."""
     names = [r["metric"] for r in ([result.baseline] if result.baseline else []) + result.rows if r.get("metric")]
@@ -123,8 +118,28 @@ def _duration(seconds: Optional[float]) -> str:
     return f"{seconds:,.0f} s" if minutes == 0 else f"{seconds:,.0f} s ({minutes} min {secs:02d} s)"
 
 
+def target_halving_lines(h: dict) -> List[str]:
+    """What a time-to-target halving sweep did, round by round, for report.md's header."""
+    s = h["settings"]
+    source = (f"round 1's budget hydra.sweeper.budget_s={s['budget_s']:g} s, x 1/keep each round" if s.get("budget_s")
+              else f"the last round's budget the baseline's (job {h['baseline']}) time, x keep for each earlier one")
+    steps = "; ".join(f"round {r['round']}: {r['probes']} to {r['budget_s']:,.1f} s, {r['reached']} reached the target, "
+                      f"{r['kept']} kept, {r['dropped']} dropped" + (f", {r['finished']} ended" if r["finished"] else "")
+                      + (f", {r['failed']} failed" if r["failed"] else "") for r in h["rounds"])
+    finals = [n for n in h["finals"] if n != h["baseline"]]
+    return [f"- halving by time to target: {h['combinations']} combinations (keep={s.get('keep')}, "
+            f"finalists={s.get('finalists')}; {source}); {steps or 'no round was needed'}; "
+            + (f"finalists {', '.join(map(str, finals))} trained on to the end of their runs; " if finals else "")
+            + ("a promoted combination resumed from its own checkpoint, its training clock continuing"
+               if any(r["kept"] for r in h["rounds"]) else "nobody needed promoting"),
+            f"- time: this sweep took {_duration(h['wall_s'])} of wall time"
+            + (f", {h['parallel']} jobs at a time" if h["parallel"] > 1 else "")]
+
+
 def halving_lines(h: dict) -> List[str]:
     """What a halving sweep did and what it saved against the full grid, for report.md's header."""
+    if h.get("mode") == "time_to_target":
+        return target_halving_lines(h)
     s = h["settings"]
     steps = "; ".join(f"round {r['round']}: {r['probes']} probe(s) of {r['steps']} steady-state steps, "
                       f"{r['kept']} kept" + (f", {r['failed']} failed" if r["failed"] else "") for r in h["rounds"])
@@ -165,10 +180,14 @@ def markdown(result: SweepResult) -> str:
     out.append(f"- baseline: job {base['job']} ({_label(base, cols)}), {how}" if base else "- baseline: none")
     metric = primary_metric(result)
     direction = "higher" if (result.baseline or {}).get("higher_is_better", True) else "lower"
-    out.append(f"- parity: the primary held-out metric ({metric or 'none'}, {direction} is better) may be at most "
-               f"report.parity_tol={result.spec.parity_tol:g} worse than the baseline's (absolute, in its own units); "
-               "n/a = nothing to compare")
-    if best:
+    to_target = result.spec.objective == "time_to_target"
+    if to_target:
+        out += target_header(result, result.spec.target_clock)
+    else:
+        out.append(f"- parity: the primary held-out metric ({metric or 'none'}, {direction} is better) may be at most "
+                   f"report.parity_tol={result.spec.parity_tol:g} worse than the baseline's (absolute, in its own "
+                   "units); n/a = nothing to compare")
+    if best and not to_target:
         speed = f", {best['speedup']:.2f}x the baseline" if best["speedup"] is not None else ""
         by = (f" (report.objective=primary_metric: the best {best['metric']}, "
               f"{metric_text(best['metric'], best['metric_value'])})" if result.spec.objective == "primary_metric"
@@ -184,29 +203,42 @@ def markdown(result: SweepResult) -> str:
     gpus = any(r.get("gpus") for r in rows)
     batch = any(r.get("batch_searched") for r in rows)  # train.batch_size=auto: the size each job trained at
     halving = result.halving is not None
-    head = ["job"] + cols + ["batch"] * batch + ["gpus"] * gpus + ["halving"] * halving + [
+    head = ["job"] + cols + ["batch"] * batch + ["gpus"] * gpus + ["halving"] * halving + ([
+        "time to target (s)", "speed-up", "steps", "samples", "reached", "compile cache", "throughput (samples/s)",
+        "warm-up/compile (s)", "data-wait", f"held-out {metric or 'metric'}", "status"] if to_target else [
         "throughput (samples/s)", "speed-up", "epoch (s)", "warm-up/compile (s)", "data-wait", "GPU util", "MFU",
-        "peak mem (GB)", f"held-out {metric or 'metric'}", "parity", "status"]
+        "peak mem (GB)", f"held-out {metric or 'metric'}", "parity", "status"])
     out += ["| " + " | ".join(_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         mark = " (best)" if r["best"] else " (baseline)" if r["baseline"] else ""
         stage = "full" if r.get("stage") == "full" else f"round {r['round']}" if r.get("round") else "n/a"
         cells = [f"{r['job']}{mark}"] + [_cell(r["swept"][k], 60) for k in cols] \
             + [_num(r.get("batch_size"), ".0f")] * batch + [r.get("gpus") or "n/a"] * gpus \
-            + [stage] * halving + [
+            + [stage] * halving + ([
+            time_cell(r), "–" if r["speedup"] is None else f"{r['speedup']:.2f}x", _num(r["target_steps"], ",.0f"),
+            _num(r["target_samples"], ",.0f"), r["parity"], r.get("compile_cache") or "off", _throughput(r),
+            _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"),
+            metric_text(r["metric"], r["metric_value"]), _status(r)] if to_target else [
             _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
             _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
-            _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)]
+            _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)])
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
-            "warm-up/compile); speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, the "
-            "model's own count or torch.utils.flop_counter: metrics.json's flops_method) x samples/s over the GPU's "
-            "dense datasheet peak for the precision. "
+    out += ["", ("Time to target: the clock when the first whole-split evaluation reached the target (> N s: not "
+                 "reached in the N s the job trained, with its best value); speed-up = the baseline's time / the row's "
+                 "(– when the baseline did not reach it); steps and samples up to that evaluation; compile cache = "
+                 "Inductor's FX-graph cache for the job's compilation (warm: every graph from the cache, cold: none, "
+                 "off: not compiled). " if to_target else "")
+            + "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
+            "warm-up/compile)" + (". " if to_target else "; speed-up = throughput / the baseline's. MFU = model FLOPs "
+                                  "(fwd+bwd, the model's own count or torch.utils.flop_counter: metrics.json's "
+                                  "flops_method) x samples/s over the GPU's dense datasheet peak for the precision. ")
             + ("batch = the batch size each job trained at (train.batch_size=auto found it: graph.txt says how). "
                if batch else "")
             + ("gpus = the GPU(s) that measured the job: those the gpus launcher gave it (its CUDA_VISIBLE_DEVICES; "
                "cpu = none), else its CUDA device. " if gpus else "")
-            + ("halving: full = trained at full length; round R = dropped after round R's probe (status pruned: the "
+            + ("halving: full = trained on to its end (or the target); round R = dropped after round R (status "
+               "pruned: its numbers are where it stopped). " if halving and to_target else
+               "halving: full = trained at full length; round R = dropped after round R's probe (status pruned: the "
                "throughput is the probe's; its held-out metric is not compared). " if halving else "")
             + "Every job's folder holds its "
             "metrics.json, graph.txt and TensorBoard scalars; the sweep's HParams are in `hparams/` "

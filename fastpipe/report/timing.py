@@ -77,10 +77,25 @@ def full_length_estimate(probe: Optional[dict], probe_s: Optional[float], ref: O
     return probe_s + max(0.0, steps - float(probe["steps"])) * step_ms / 1000.0
 
 
+def summarize_to_target(record) -> dict:
+    """A time-to-target halving sweep's rounds (budget, who ran, reached, kept, dropped) and wall times."""
+    rounds = [{"round": r["round"], "budget_s": r.get("budget_s"), "probes": len(r.get("jobs") or []),
+               "reached": len(r.get("reached") or []), "kept": len(r.get("kept") or []),
+               "dropped": len(r.get("dropped") or []), "finished": len(r.get("finished") or []),
+               "failed": len(r.get("failed") or []), "wall_s": _span(r.get("started"), r.get("ended"))}
+              for r in record.rounds]
+    return {"mode": "time_to_target", "combinations": len(record.combos), "baseline": record.baseline,
+            "finals": list(record.finals), "rounds": rounds, "settings": dict(record.settings),
+            "parallel": record.parallel, "wall_s": _span(record.started, record.ended),
+            "finals_wall_s": _span(record.finals_started, record.finals_ended)}
+
+
 def summarize(sweep_dir: Path, record, jobs: List, rows: List[dict]) -> dict:
     """A halving sweep's rounds and times, for report.md and report.csv."""
     from fastpipe.sweeps.halving import probe_folder
 
+    if record.settings.get("mode") == "time_to_target":
+        return summarize_to_target(record)
     sweep_dir = Path(sweep_dir)
     probe_time: Dict[tuple, Optional[float]] = {}
     probes: Dict[tuple, Optional[dict]] = {}

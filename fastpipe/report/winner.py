@@ -79,13 +79,31 @@ def experiment_hint(path: Path) -> str:
             "--save-best conf/experiment/NAME.yaml), then: python -m fastpipe --config-dir conf +experiment=NAME")
 
 
+def target_overrides(best: dict) -> List[str]:
+    """The job's target settings, kept in best.yaml even where a config file (not the command line) set them."""
+    if best.get("target") is None:
+        return []
+    keys = {"train.target": best["target"], "train.eval_every": best.get("target_eval_every"),
+            "train.target_eval_samples": best.get("target_eval_samples")}
+    given = {override_key(o) for o in best["overrides"]}
+    return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in keys.items() if v is not None and k not in given]
+
+
 def winner_text(best: dict, result, path: Path) -> str:
     """best.yaml / --save-best content for the winning row at ``path``, with where it came from."""
     speed = "" if best["speedup"] is None else f", {best['speedup']:.2f}x the baseline (job {result.baseline['job']})"
     held = f"{best['metric']} {metric_text(best['metric'], best['metric_value'])}" if best["metric"] else "no held-out metric"
-    comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}",
-                f"{best['throughput']:,.1f} samples/s{speed}; {held} (parity {best['parity']})",
+    if result.spec.objective == "time_to_target":
+        sooner = (", the baseline itself" if best["baseline"] else "" if best["speedup"] is None else
+                  f", {best['speedup']:.2f}x sooner than the baseline (job {result.baseline['job']})")
+        line = (f"reached {best['target_metric']} {'>=' if best['target_higher'] else '<='} {best['target']:g} in "
+                f"{best['time_to_target_s']:,.1f} s ({result.spec.target_clock} clock){sooner}; "
+                f"{best['throughput'] or 0:,.1f} samples/s; {held}")
+    else:
+        line = f"{best['throughput']:,.1f} samples/s{speed}; {held} (parity {best['parity']})"
+    overrides = list(best["overrides"]) + target_overrides(best)
+    comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}", line,
                 f"code: {describe(best.get('code'))}",
                 f"run it:  {experiment_hint(path)}",
-                f"same as: {command_line(best['overrides'], best['choices'])}", ""]
-    return winner_yaml(best["overrides"], best["choices"], comments)
+                f"same as: {command_line(overrides, best['choices'])}", ""]
+    return winner_yaml(overrides, best["choices"], comments)

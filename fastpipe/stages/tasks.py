@@ -11,7 +11,9 @@
 fastpipe sums ``metrics`` over the held-out split and all ranks and divides by the number of
 held-out samples; an optional ``summarize(means) -> dict`` derives more (perplexity from loss).
 An optional ``dataset_kinds`` (e.g. ``("tokens",)``) lets fastpipe refuse a dataset that declares
-another kind before anything is built.
+another kind before anything is built; an optional ``bounds = (low, high)`` (None: unbounded) is the
+range the primary metric can take, so that a ``train.target`` outside it is refused; an optional
+``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix).
 """
 from __future__ import annotations
 
@@ -37,10 +39,14 @@ class Task(Protocol):
 
 
 class Classification:
-    """Cross-entropy over class logits (N x C) and integer labels (N); held-out top-1 accuracy."""
+    """Cross-entropy over class logits (N x C) and integer labels (N), or class probabilities (N x C,
+    soft targets: MixUp / CutMix); held-out top-1 accuracy. ``label_smoothing``: the share of each
+    training target spread evenly over the classes."""
 
     primary = "accuracy"
     higher_is_better = True
+    bounds = (0.0, 1.0)  # what accuracy can be: a train.target outside is refused
+    soft_targets = True  # the loss takes class probabilities (train.mixup_alpha / cutmix_alpha)
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         self.label_smoothing = label_smoothing
@@ -61,6 +67,7 @@ class LanguageModelling:
 
     primary = "loss"
     higher_is_better = False
+    bounds = (0.0, None)  # a cross-entropy is never negative
     dataset_kinds = ("tokens",)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from fastpipe.errors import ConfigError
 
-OBJECTIVES = ("throughput", "primary_metric")
+from fastpipe.config.report import OBJECTIVES
 
 # Sweepers that read fastpipe's results from the job folders: their jobs return the metrics dict.
 READS_FOLDERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
@@ -22,15 +22,21 @@ def wants_objective(sweeper_target: Optional[str]) -> bool:
     return bool(sweeper_target) and str(sweeper_target) not in READS_FOLDERS
 
 
-def objective_value(metrics: Any, objective: str) -> Optional[float]:
-    """The job's objective: its throughput or its primary held-out metric; None when the job is not
-    ok or did not measure it (the sweeper then records the trial as failed)."""
+def objective_value(metrics: Any, objective: str, clock: str = "training", penalty: float = 2.0) -> Optional[float]:
+    """The job's objective: its throughput, its primary held-out metric, or its time to the target
+    (on ``clock``; a job that did not reach it: the seconds it trained times ``penalty``); None when
+    the job is not ok or did not measure it (the sweeper then records the trial as failed)."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"report.objective={objective!r}: choose one of {', '.join(OBJECTIVES)}")
     if not isinstance(metrics, dict) or metrics.get("status") != "ok":
         return None
     if objective == "throughput":
         value = metrics.get("throughput")
+    elif objective == "time_to_target":
+        target = metrics.get("target") or {}
+        value = target.get("seconds_end_to_end" if clock == "end_to_end" else "seconds")
+        if value is not None and not target.get("reached"):
+            value *= penalty
     else:
         value = (metrics.get("primary_metric") or {}).get("value")
     return None if value is None else float(value)
@@ -40,6 +46,8 @@ def higher_is_better(metrics: Any, objective: str) -> Optional[bool]:
     """The objective's direction: throughput is higher-is-better; a primary metric says its own."""
     if objective == "throughput":
         return True
+    if objective == "time_to_target":
+        return False
     if isinstance(metrics, dict):
         return (metrics.get("primary_metric") or {}).get("higher_is_better")
     return None
@@ -59,4 +67,6 @@ def job_return_value(metrics: Any, config) -> Any:
 
     if not wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
         return metrics
-    return objective_value(metrics, str(OmegaConf.select(config, "report.objective", default="throughput")))
+    return objective_value(metrics, str(OmegaConf.select(config, "report.objective", default="throughput")),
+                           str(OmegaConf.select(config, "report.target_clock", default="training")),
+                           float(OmegaConf.select(config, "report.unreached_penalty", default=2.0)))

@@ -33,7 +33,9 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("optimizer", describe_optimization(g.optimizer, train, world)),
         ("schedule", f"{g.schedule.describe()} over {total_steps(train, per_epoch)} steps"
                      + (f"  {g.ema.describe()}" if g.ema is not None else "")),
-        ("loop", describe_loop(train, per_epoch, g.dataset.val)),
+        ("loop", describe_loop(train, per_epoch, g.dataset.val,
+                               f"{g.task.primary} {'>=' if g.task.higher_is_better else '<='}")),
+        *([("batches", g.batch_recipe.describe())] if g.batch_recipe is not None else []),
         ("measure", describe_measurement(settings.measure.warmup_steps, settings.measure.window)),
     ]
 

@@ -1,5 +1,5 @@
 """Held-out evaluation: the task's metrics over the split, when to evaluate, the best weights so far,
-and early stopping on the task's primary metric."""
+early stopping on the task's primary metric, and ``train.target`` (train/target.py)."""
 from __future__ import annotations
 
 import itertools
@@ -8,7 +8,9 @@ from typing import Dict, Optional
 import torch
 
 from fastpipe.config import TrainConfig
+from fastpipe.measure.clock import RunClock
 from fastpipe.train.graph import HeldOut
+from fastpipe.train.target import Target
 
 
 def batch_length(target) -> int:
@@ -22,7 +24,8 @@ def batch_length(target) -> int:
 def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None) -> Optional[Dict[str, float]]:
     """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
     split (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce,
-    divided by the number of held-out samples; then ``summarize``."""
+    divided by the number of held-out samples; then ``summarize``. Images go to a resize schedule's
+    last size first (``held.resize``)."""
     if held.loader is None:
         return None
     was_training = model.training
@@ -31,6 +34,8 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
     batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
                                        else ((batch, True) for batch in batches)):
+        if held.resize is not None:
+            inputs = held.resize(inputs)
         with held.precision.autocast():
             outputs = model(inputs)
             if not counted:
@@ -84,21 +89,35 @@ class Evaluator:
     """Evaluates at each epoch's end and every ``train.eval_every`` steps; keeps the best weights by the
     task's primary metric (``checkpoints/best.pt``, never rotated) and counts evaluations without
     improvement for ``train.early_stop_patience``. With an EMA, the average's weights are the ones
-    that count; the raw weights' metrics are kept beside them."""
+    that count; the raw weights' metrics are kept beside them. With ``train.target`` each evaluation
+    is checked against it (``target``); its time is the ``eval`` part of the run's clock."""
 
-    def __init__(self, g, cfg: TrainConfig, ckpt, ema=None, resumed: Optional[dict] = None) -> None:
+    def __init__(self, g, cfg: TrainConfig, ckpt, ema=None, resumed: Optional[dict] = None,
+                 clock: Optional[RunClock] = None, samples=lambda step: 0) -> None:
         self.g, self.cfg, self.ckpt, self.ema = g, cfg, ckpt, ema
-        self.held = g.held_out
+        self.held, self.screen = g.held_out, getattr(g, "target_held_out", None)
+        self.clock, self.samples = clock or RunClock(), samples  # samples(step): trained on by then, all ranks
         self.latest: Optional[Dict[str, float]] = None
         self.raw: Optional[Dict[str, float]] = None
+        self.scalars: Dict[str, float] = {}  # the last evaluation's, for TensorBoard
         resumed = resumed or {}  # a checkpoint's state(): best.pt is replaced only by a better result
         self.best: Optional[dict] = resumed.get("best")  # {"step", "value", "metrics"}
         self.since_best = int(resumed.get("since_best", 0))
         self.history = []
+        self.clock.resume(resumed.get("clock"))
+        target = getattr(cfg, "target", None)
+        self.target = None if target is None else Target(
+            target, g.task.primary, g.task.higher_is_better, self.clock, cfg.eval_every, cfg.target_eval_samples,
+            resumed.get("target"))
 
     def state(self) -> Optional[dict]:
-        """What a checkpoint keeps of this Evaluator (Position.evaluation)."""
-        return None if self.best is None else {"best": self.best, "since_best": self.since_best}
+        """What a checkpoint keeps of this Evaluator (Position.evaluation), the run's clock with it."""
+        state = {"clock": self.clock.state()}
+        if self.best is not None:
+            state.update(best=self.best, since_best=self.since_best)
+        if self.target is not None:
+            state["target"] = self.target.state()
+        return state
 
     def due(self, step: int) -> bool:
         return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0
@@ -107,14 +126,31 @@ class Evaluator:
     def weights(self) -> str:
         return "ema" if self.ema is not None else "raw"
 
-    def run(self, step: int) -> Optional[Dict[str, float]]:
-        """Evaluate now; returns the metrics that count (the EMA's when there is one)."""
+    def run(self, step: int, periodic: bool = False) -> Optional[Dict[str, float]]:
+        """Evaluate now (``periodic``: an every-``eval_every`` evaluation, which a target's subset may
+        screen); returns the metrics that count (the EMA's when there is one), None when none did."""
+        with self.clock.part("eval"):
+            return self._run(step, periodic)
+
+    def _run(self, step: int, periodic: bool) -> Optional[Dict[str, float]]:
+        primary = self.g.task.primary
+        self.scalars = {}
+        if periodic and self.target is not None and self.screen is not None:
+            screened = evaluate(self.screen, self.ema.module if self.ema is not None else self.g.model)
+            value = (screened or {}).get(primary)
+            self.scalars[f"val_subset/{primary}"] = value
+            if not self.target.note(step, self.samples(step), value, subset=True):
+                return None  # short of the target on the subset: nothing that counts
         limit = self.cfg.eval_batches
         self.raw = evaluate(self.held, self.g.model, limit)
         self.latest = evaluate(self.held, self.ema.module, limit) if self.ema is not None else self.raw
         if self.latest is not None:
             self.history.append({"step": step, **self.latest})
+            if self.target is not None:
+                self.target.note(step, self.samples(step), self.latest.get(primary))
             self._track_best(step)
+        self.scalars.update({f"val/{k}": v for k, v in (self.latest or {}).items()})
+        self.scalars.update({f"val_raw/{k}": v for k, v in (self.raw or {}).items() if self.ema is not None})
         return self.latest
 
     def _track_best(self, step: int) -> None:
@@ -134,6 +170,11 @@ class Evaluator:
             self.since_best += 1
 
     @property
-    def stop(self) -> bool:
+    def stopped_early(self) -> bool:
         """Early stopping: the primary metric has not improved for ``early_stop_patience`` evaluations."""
         return self.cfg.early_stop_patience is not None and self.since_best >= self.cfg.early_stop_patience
+
+    @property
+    def stop(self) -> bool:
+        """Training should end: early stopping, or the target was reached."""
+        return self.stopped_early or (self.target is not None and self.target.reached is not None)

@@ -13,17 +13,19 @@ import copy
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
 
 from fastpipe.config import Config, DefaultLoaderConfig, LoaderConfig, TrainConfig
+from fastpipe.config.data import resize_schedule
 from fastpipe.config.registry import choice
 from fastpipe.data import Loader, build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, FastpipeWarning
 from fastpipe.runtime import Dist, Runtime
+from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
 from fastpipe.stages.ema import DeviceEMA, build_ema
 from fastpipe.stages.optim import build_optimizer, lr_factor
@@ -31,6 +33,7 @@ from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.stages.schedules import Schedule, build_schedule
 from fastpipe.stages.tasks import Task, build_task
 from fastpipe.train.parallel import ModelSpec, Parallel
+from fastpipe.train.target import check_target_run
 
 # The batch-size search feeds its probes from the dataset in this process: no worker processes to
 # start, no pack to build for a size that is tried once.
@@ -48,6 +51,7 @@ class HeldOut:
     device: torch.device
     dist: Dist = Dist()
     lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
+    resize: Optional[Callable] = None  # data.resize_schedule: images to its last size (BatchRecipe.held_out)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class TrainingGraph:
     train_loader: Loader
     eval_loader: Optional[Loader]  # None: the dataset holds nothing out
     schedule: Schedule
+    batch_recipe: Optional[BatchRecipe] = None  # MixUp / CutMix and the resize schedule (stages/batch_recipe.py)
+    target_loader: Optional[Loader] = None  # train.target_eval_samples: the held-out split's first N samples
 
     @property
     def model(self) -> nn.Module:
@@ -82,7 +88,13 @@ class TrainingGraph:
 
     @property
     def held_out(self) -> HeldOut:
-        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded)
+        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded,
+                       self.batch_recipe.held_out if self.batch_recipe is not None else None)
+
+    @property
+    def target_held_out(self) -> Optional[HeldOut]:
+        """The held-out split's first ``train.target_eval_samples`` samples, or None."""
+        return None if self.target_loader is None else dataclasses.replace(self.held_out, loader=self.target_loader)
 
 
 def steps_per_epoch(g: TrainingGraph, cfg: TrainConfig) -> int:
@@ -150,6 +162,8 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     for group in ("launcher", "precision", "compile"):  # data: where its loader is built (build_loader)
         choice(group, getattr(settings, group).name).refuse_unsupported(device_type=device.type)
     task = build_task(settings.task)
+    if train.target is not None and not probe:
+        check_target_run(settings, splits, task)
     launcher = choice("launcher", settings.launcher.name)
     if launcher.shards and train.ema_decay is not None:
         raise ConfigError(f"train.ema_decay with launcher={launcher.name}: the average would be a second sharded "
@@ -172,5 +186,11 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
                           "batches of an epoch; lower it or train.batch_size")
     steps = total_steps(train, max(1, len(train_loader) // train.grad_accum))
     schedule = build_schedule(settings.lr_schedule, optimizer, steps, factor)
+    images = True if splits.is_images or splits.fact("image_size") else False if splits.fact("vocab_size") else None
+    recipe = None if probe else build_batch_recipe(
+        train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
+        settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
+    target_loader = None if probe or train.target_eval_samples is None else build_loader(
+        *loader_args, train=False, channels_last=parallel.channels_last, limit=train.target_eval_samples)
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
-                         eval_loader, schedule)
+                         eval_loader, schedule, recipe, target_loader)

@@ -18,6 +18,7 @@ from fastpipe.config.registry import choice
 from fastpipe.errors import EnvironmentProblem, FastpipeError, FastpipeWarning, OutOfMemory, memory_fixes
 from fastpipe.train.description import describe
 from fastpipe.train.loop import train
+from fastpipe.measure.clock import RunClock, cache_counts, compile_cache
 from fastpipe.measure.steps import StepMeter, combine_ranks
 from fastpipe.stages.profiling import build_profiler
 from fastpipe.record.recorder import RunRecorder
@@ -41,7 +42,9 @@ def run_training(settings: Config, run_dir: Path) -> dict:
         record.warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
-    ckpt = Checkpointer(settings.train, run_dir, dist, RunFacts.of(settings), on_written=recorder.checkpoint)
+    clock = RunClock(settings.started_at, settings.train.time_budget_s)  # from the job's start
+    ckpt = Checkpointer(settings.train, run_dir, dist, RunFacts.of(settings), clock=clock,
+                        on_written=recorder.checkpoint)
     try:  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training); each FastpipeWarning is recorded
         with stop_on_signals(), collect_warnings(record.warnings):
             _train_and_record(settings, run_dir, dist, recorder, record, ckpt)
@@ -79,7 +82,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
         print(description, flush=True)
     recorder.write_text("graph.txt", description)
     meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
-                      settings.measure.gpu_util_interval_s, world_size=dist.world_size)
+                      settings.measure.gpu_util_interval_s, world_size=dist.world_size, run_clock=ckpt.clock)
     profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main)
     with training(), profile as profiler:  # a stop signal now: checkpoint at the next step boundary
         result = train(g, settings.train, meter, recorder, show, ckpt=ckpt, profiler=profiler)
@@ -94,8 +97,10 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
     record.set(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
                checkpoint_stall_s=ckpt.stall_summary())
+    record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
     recorder.write_text("graph.txt", describe(g, settings, search))  # again: a compile fall-back is noted there
+    record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
     if dist.is_main:
         print(summary_text(record), flush=True)
 
@@ -153,7 +158,8 @@ def outcome(g, result) -> dict:
               "weights": "ema" if g.ema is not None else "raw",
               "val_metrics_raw": result.val_metrics_raw if g.ema is not None else None,
               "best": result.best and {"step": result.best["step"], "value": result.best["value"]},
-              "stopped_early": result.stopped_early, "grad_norm": result.grad_norm,
+              "stopped_early": result.stopped_early, "stopped_by": result.stopped_by, "target": result.target,
+              "grad_norm": result.grad_norm,
               "task": type(g.task).__name__, "nonfinite_steps": result.nonfinite_steps,
               "epoch_times_s": result.epoch_times_s,
               "epoch_time_s": result.epoch_times_s[-1] if result.epoch_times_s else None,

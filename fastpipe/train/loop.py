@@ -35,6 +35,8 @@ class LoopResult:
     epoch_times_s: List[float] = field(default_factory=list)
     loss_history: List[tuple] = field(default_factory=list)  # (step, loss) at window edges
     grad_norm: Optional[float] = None  # the last pre-clip gradient norm read at a window edge
+    stopped_by: Optional[str] = None  # target | early_stop | time_budget; None: the run's full length
+    target: Optional[dict] = None  # train.target: metrics.json's target record
 
 
 def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, ckpt=None,
@@ -49,7 +51,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
         raise ckpt.past_the_end(start, total)
     res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
     step_samples = global_batch(cfg, g.runtime.dist.world_size)  # all processes'
-    evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation)
+    evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock,
+                          samples=lambda step: start.samples_seen + (step - start.step) * step_samples)
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
     bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
@@ -63,13 +66,14 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
         if res.sample_inputs is None:  # for counting FLOPs after training: a small copy, no sync
             res.sample_inputs = head(inputs, 2)
             res.tokens_per_sample = g.task.tokens(targets) if hasattr(g.task, "tokens") else None
+        if g.batch_recipe is not None:  # MixUp/CutMix, the resize schedule: device work
+            inputs, targets = g.batch_recipe.train(inputs, targets, res.steps)
         return inputs, targets
 
-    def evaluate_now():  # outside the timing windows
+    def evaluate_now(periodic=False):  # outside the timing windows
         meter.close_window()
-        metrics = evaluator.run(res.steps)
-        recorder.evaluation(res.steps, {**{f"val/{k}": v for k, v in (metrics or {}).items()},
-                                        **{f"val_raw/{k}": v for k, v in (evaluator.raw or {}).items() if g.ema}})
+        evaluator.run(res.steps, periodic)
+        recorder.evaluation(res.steps, evaluator.scalars)
         return evaluator.stop
 
     for epoch in range(start.epoch, cfg.epochs):
@@ -97,36 +101,53 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
                 if worst.item() >= cfg.max_nonfinite_steps:
                     ckpt.settle(g=g)
                     raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
+                if cfg.time_budget_s and g.runtime.dist.any_rank(torch.tensor(meter.run_clock.over_budget(),
+                                                                               device=g.device)):
+                    res.stopped_by = "time_budget"  # every rank agrees, at the same edge
             pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise ckpt.preempted(pos, g)
-            if evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total and evaluate_now():
-                break  # early stopping (the epoch's end, and the run's, evaluates anyway)
+            if res.stopped_by or (evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total
+                                  and evaluate_now(True)):
+                break  # the time budget, the target or early stopping (the epoch's end, and the run's, evaluates anyway)
         meter.close_window()
         res.epoch_times_s.append(meter.clock() - epoch_start)
         res.final_loss = res.final_loss if loss is None else loss.item()
         recorder.scalars(res.steps, {"train/epoch_time_s": res.epoch_times_s[-1]})
-        res.stopped_early = evaluator.stop or evaluate_now()
-        if res.steps >= total or res.stopped_early:
+        if evaluator.stop or evaluate_now() or res.stopped_by or res.steps >= total:
             break
     bar.close()
     res.val_metrics, res.val_metrics_raw, res.best = evaluator.latest, evaluator.raw, evaluator.best
-    res.nonfinite_steps = int(bad_total.item())
-    ckpt.finish(g, pos, streak)
+    res.stopped_early, res.nonfinite_steps = evaluator.stopped_early, int(bad_total.item())
+    target = evaluator.target
+    res.stopped_by = ("target" if target is not None and target.reached else res.stopped_by
+                      or ("early_stop" if res.stopped_early else None))
+    paused = res.stopped_by == "time_budget"
+    if paused and pos is not None:  # resumed from: it keeps the stop's evaluation and the clock after it
+        pos.evaluation = evaluator.state()
+    ckpt.finish(g, pos, streak, always=paused)
+    meter.run_clock.stop()
+    res.target = target and target.record(res.steps, evaluator.samples(res.steps))
     if worst.item() >= cfg.max_nonfinite_steps:
         raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
     return res
 
 
-def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out) -> str:
+def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out, direction: str = "") -> str:
     """graph.txt's loop line: the run's length, when it evaluates on how many held-out samples
-    (``held_out``: the split, or None), and early stopping."""
+    (``held_out``: the split, or None), early stopping, and the target (``direction``: e.g.
+    ``accuracy >=``) and time budget."""
     samples = "no" if held_out is None else len(held_out) if hasattr(held_out, "__len__") else "a stream of"
     every = f" and every {cfg.eval_every} steps" if cfg.eval_every else ""
     stop = f"  early stop after {cfg.early_stop_patience} without gain" if cfg.early_stop_patience else ""
     first = f" (the first {cfg.eval_batches} batches)" if cfg.eval_batches else ""
     overfit = (f"  overfit: the same first {cfg.overfit_batches} batches every epoch (held out too)"
                if cfg.overfit_batches else "")
+    if cfg.target is not None:
+        screen = f" (screened on the first {cfg.target_eval_samples} held-out samples)" if cfg.target_eval_samples else ""
+        stop += f"  target {direction} {cfg.target:g}{screen}"
+    if cfg.time_budget_s:
+        stop += f"  time budget {cfg.time_budget_s:g} s"
     return (f"epochs={cfg.epochs}  steps/epoch={steps_per_epoch}  max_steps={cfg.max_steps}  "
             f"eval each epoch{every} on {samples} held-out samples{first}{overfit}{stop}")

@@ -32,6 +32,10 @@ class HalvingSweeperConf:
     # the jobs can reach, e.g. '${hydra.sweep.dir}/inductor-cache', when jobs run on different machines.
     inductor_cache: Optional[str] = None
     params: Optional[Dict[str, str]] = None  # hydra.sweeper.params, as for the basic sweeper (+sweep= presets)
+    # report.objective=time_to_target: round 1's training-clock budget in seconds (each next round's is
+    # 1/keep times longer); null = from the baseline, which trains first: the last round's budget is its
+    # time to the target, each earlier one keep times the next (docs/sweeps.md).
+    budget_s: Optional[float] = None
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="fastpipe")

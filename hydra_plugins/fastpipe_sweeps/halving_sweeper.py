@@ -1,4 +1,5 @@
-"""``hydra/sweeper=halving``: successive halving of a grid on measured throughput.
+"""``hydra/sweeper=halving``: successive halving of a grid on measured throughput, or with
+``report.objective=time_to_target`` by time to the target (fastpipe.sweeps.halving_target).
 
 The grid is the basic sweeper's (command-line lists and ``hydra.sweeper.params``, so ``+sweep=``
 presets work), each combination numbered by its grid position. The plan (probes, rounds, who is
@@ -33,9 +34,10 @@ def _quote(value: str) -> str:
 
 class HalvingSweeper(Sweeper):
     def __init__(self, probe_steps: int = 30, keep: float = 0.5, finalists: int = 2,
-                 inductor_cache: Optional[str] = None, params: Optional[Dict[str, str]] = None) -> None:
+                 inductor_cache: Optional[str] = None, params: Optional[Dict[str, str]] = None,
+                 budget_s: Optional[float] = None) -> None:
         super().__init__()
-        self.probe_steps, self.keep, self.finalists = probe_steps, keep, finalists
+        self.probe_steps, self.keep, self.finalists, self.budget_s = probe_steps, keep, finalists, budget_s
         self.inductor_cache = inductor_cache
         self.params = params or {}
         self.config: Optional[DictConfig] = None
@@ -113,6 +115,8 @@ class HalvingSweeper(Sweeper):
         if self.inductor_cache:
             cache = Path(str(self.inductor_cache)).absolute()
             extra = [f"++hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR={_quote(str(cache))}"]
+        if str(OmegaConf.select(self.config, "report.objective", default="")) == "time_to_target":
+            return self._sweep_to_target(plan, combos, configs, base, sweep_dir, extra)
         record = HalvingRecord(settings={"probe_steps": plan.probe_steps, "keep": plan.keep,
                                          "finalists": plan.finalists, "inductor_cache": self.inductor_cache},
                                combos=combos, baseline=base, probe_keys=["train.max_steps", "report.repeats"],
@@ -157,3 +161,81 @@ class HalvingSweeper(Sweeper):
         record.finals_ended = record.ended = time.time()
         record.write(sweep_dir)
         return returns
+
+    # ------------------------------------------------------------------ time to target
+    def _sweep_to_target(self, plan, combos, configs, base: int, sweep_dir: Path, extra: List[str]) -> list:
+        """Rounds by training-clock budget, each combination in its own folder, resumed from its own
+        checkpoint when promoted (fastpipe.sweeps.halving_target)."""
+        from fastpipe.record import results
+        from fastpipe.sweeps.halving import HalvingRecord
+        from fastpipe.sweeps.halving_target import budgets, judge, rounds_needed
+
+        if self.budget_s is not None and not float(self.budget_s) > 0:
+            from fastpipe.errors import ConfigError
+            from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse
+
+            refuse(ConfigError(f"hydra.sweeper.budget_s={self.budget_s} must be > 0 (training-clock seconds of "
+                               "round 1), or null: from the baseline's time to the target"))
+        alive = [n for n in range(len(combos)) if n != base]
+        record = HalvingRecord(settings={"mode": "time_to_target", "keep": plan.keep, "finalists": plan.finalists,
+                                         "budget_s": self.budget_s, "inductor_cache": self.inductor_cache},
+                               combos=combos, baseline=base, probe_keys=["train.time_budget_s", "train.resume"],
+                               parallel=len(getattr(self.launcher, "slots", None) or [None]))
+        record.write(sweep_dir)
+        job = {n: combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in range(len(combos))}
+        returns: List[list] = []
+        rounds = rounds_needed(len(alive), plan.keep, plan.finalists)
+        first = [job[base]] if self.budget_s is not None or not rounds else []  # the baseline beside round 1
+        if not first:
+            log.info(f"Time to target: the baseline #{base} trains first; its time sets the rounds' budgets")
+            returns.append(self._launch([job[base]], "the baseline's run"))
+        base_metrics = results.read(sweep_dir / str(base)) or {}
+        reference = (base_metrics.get("target") or {}).get("seconds")
+        if rounds and self.budget_s is None and not reference:
+            from fastpipe.errors import ConfigError
+            from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse
+
+            refuse(ConfigError(f"the baseline (job {base}) has no training time to set the budgets from (status "
+                               f"{base_metrics.get('status')}: {base_metrics.get('reason')}); give "
+                               "hydra.sweeper.budget_s=SECONDS"))
+        record.settings["budgets_s"] = plan_budgets = budgets(len(alive), plan.keep, plan.finalists, self.budget_s,
+                                                              reference) if rounds else []
+        done = False
+        for round_no, budget in enumerate(plan_budgets, start=1):
+            resume = ["train.resume=auto"] if round_no > 1 else []
+            batch = first + [job[n] + [f"train.time_budget_s={budget:.6g}"] + resume for n in alive]
+            entry = {"round": round_no, "budget_s": budget, "jobs": list(alive), "started": time.time()}
+            log.info(f"Round {round_no}: {len(alive)} combination(s) train to {budget:.1f} s on the training clock")
+            returns.append(self._launch(batch, f"round {round_no} (to {budget:.1f} s of training)"))
+            first = []
+            ran = {n: results.read(sweep_dir / str(n)) for n in alive}
+            outcome = judge(ran, plan.keep, plan.finalists, _higher_is_better(ran.values()))
+            entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, reached=outcome.reached,
+                         finished=outcome.finished, failed=outcome.failed, values=outcome.values,
+                         cutoff=outcome.cutoff)
+            record.rounds.append(entry)
+            record.write(sweep_dir)
+            log.info(f"Round {round_no}: reached {outcome.reached}, kept {outcome.kept}, dropped {outcome.dropped}")
+            alive, done = outcome.kept, outcome.done
+            if done or len(alive) <= plan.finalists:
+                break
+        record.finals = [base] + sorted(alive)
+        record.finals_started = time.time()
+        record.write(sweep_dir)
+        finals = first + ([job[n] + (["train.resume=auto"] if record.rounds else []) for n in sorted(alive)]
+                          if not done else [])
+        if finals:  # the finalists train on to the end of their runs (with the baseline, if no round ran)
+            log.info(f"Finalists {sorted(alive) if not done else []} train on to the end of their runs")
+            returns.append(self._launch(finals, "the finalists' runs"))
+        record.finals_ended = record.ended = time.time()
+        record.write(sweep_dir)
+        return returns
+
+
+def _higher_is_better(records) -> bool:
+    """The primary metric's direction, from the first record that names it (accuracy: higher)."""
+    for m in records:
+        primary = (m or {}).get("primary_metric") or {}
+        if "higher_is_better" in primary:
+            return bool(primary["higher_is_better"])
+    return True

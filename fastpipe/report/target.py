@@ -1,0 +1,115 @@
+"""A sweep ranked by time to target (``report.objective=time_to_target``, docs/time-to-target.md).
+
+- Each row's time is its ``target.seconds`` (``report.target_clock=training``: from the first
+  training step) or ``target.seconds_end_to_end`` (``end_to_end``: from the job's start). Rows that
+  reached the target come first, soonest first; rows that did not come after, shown as "> N s" (the
+  clock when they ended) with their best value; rows without a target record last.
+- Speed-up = the baseline's time / the row's; "–" when the baseline did not reach the target. The
+  winner is the soonest row that reached it, among those that may win (ok, not a compile fall-back);
+  a job too short for a steady-state throughput (``unmeasured``) may still win: it reached the target.
+- With ``report.repeats`` the time is the median over the repeats (seeds ``seed``, ``seed+1``, ...)
+  and the spread their min..max; when the winner's median lies within the runner-up's spread, the
+  report calls it a tie.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from fastpipe.report.formats import metric_text
+
+WINNABLE = ("ok", "unmeasured")  # a reached target needs no steady-state throughput
+
+
+def target_fields(m: dict, clock: str) -> dict:
+    """A report row's time-to-target fields from a job's metrics.json."""
+    t = m.get("target") or {}
+    key = "seconds_end_to_end" if clock == "end_to_end" else "seconds"
+    seconds, reached = t.get(key), bool(t.get("reached"))
+    repeats = t.get("repeats") or {}
+    spread = [s for s, hit in zip(repeats.get(key) or [], repeats.get("reached") or []) if hit]
+    return {"target": t.get("value"), "target_metric": t.get("metric"), "target_reached": t.get("reached"),
+            "time_to_target_s": seconds if reached else None, "target_seconds": seconds,
+            "target_steps": t.get("steps"), "target_samples": t.get("samples"), "target_best": t.get("best_value"),
+            "target_higher": t.get("higher_is_better", True), "target_eval_every": t.get("eval_every"),
+            "target_eval_samples": t.get("eval_samples"),
+            "target_min": min(spread) if len(spread) > 1 else None, "target_max": max(spread) if len(spread) > 1 else None,
+            "target_repeats": len(repeats.get("reached") or []) or 1,
+            "compile_cache": (m.get("compile_cache") or {}).get("state"), "curve": t.get("curve") or []}
+
+
+def sort_key(r: dict):
+    """Reached first (soonest first), then not reached (longest tried first), then no target at all."""
+    if r["target_reached"]:
+        return (0, r["time_to_target_s"], r["job"])
+    if r["target_seconds"] is not None:
+        return (1, -r["target_seconds"], r["job"])
+    return (2, 0.0, r["job"])
+
+
+def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[dict]:
+    """Speed-ups against the baseline's time, ``parity`` = reached / not reached, and the winner."""
+    base_s = base["time_to_target_s"] if base is not None else None
+    if base is not None and base_s is None:
+        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
+                     "soonest job that did")
+    for r in rows:
+        r["speedup"] = base_s / r["time_to_target_s"] if base_s and r["time_to_target_s"] else None
+        r["parity"] = "n/a" if r["target_reached"] is None else "reached" if r["target_reached"] else "not reached"
+    eligible = sorted((r for r in rows if r["status"] in WINNABLE and r["target_reached"]), key=sort_key)
+    if not eligible:
+        notes.append("no job reached the target: nothing to rank by time; raise train.epochs / train.max_steps, or "
+                     "lower train.target")
+        return None
+    best = eligible[0]
+    if len(eligible) > 1:
+        runner = eligible[1]
+        if runner["target_min"] is not None and runner["target_min"] <= best["time_to_target_s"] <= runner["target_max"]:
+            best["tie"] = runner["job"]
+            notes.append(f"tie: job {best['job']}'s median ({best['time_to_target_s']:,.1f} s) lies within job "
+                         f"{runner['job']}'s spread ({runner['target_min']:,.1f}-{runner['target_max']:,.1f} s over "
+                         f"{runner['target_repeats']} seeds): the two are not told apart; raise report.repeats")
+    return best
+
+
+def time_cell(r: dict) -> str:
+    """``63.6``, ``63.6 (58.1-70.2, n=3)`` with repeats, ``> 120.4 (best 93.1 %)`` when not reached."""
+    if r["target_reached"]:
+        text = f"{r['time_to_target_s']:,.1f}"
+        if r["target_min"] is not None:
+            text += f" ({r['target_min']:,.1f}-{r['target_max']:,.1f}, n={r['target_repeats']})"
+        return text + (" tie" if r.get("tie") is not None else "")
+    if r["target_seconds"] is None:
+        return "n/a"
+    return f"> {r['target_seconds']:,.1f} (best {metric_text(r['target_metric'], r['target_best'])})"
+
+
+def header_lines(result, clock: str) -> List[str]:
+    """report.md's lines on the target and the clock."""
+    rows = [r for r in result.rows if r["target"] is not None]
+    if not rows:
+        return ["- target: no job recorded one (train.target): nothing to rank by time"]
+    r = rows[0]
+    sign = ">=" if r["target_higher"] else "<="
+    subset = (f", screened on the first {r['target_eval_samples']} held-out samples and confirmed on the whole split"
+              if r["target_eval_samples"] else "")
+    what = ("training clock: from the first training step, with compilation, every evaluation and checkpoint"
+            if clock == "training" else "end-to-end clock: from the job's start (imports, data, model build, then "
+                                        "training)")
+    lines = [f"- target: held-out {r['target_metric']} {sign} {metric_text(r['target_metric'], r['target'])} "
+             f"(train.target={r['target']:g}), checked every {r['target_eval_every']} steps{subset}; ranked by the "
+             f"{what} (report.target_clock={clock}); reached = the first whole-split evaluation at the target"]
+    best = result.best
+    if best is not None:
+        speed = (" (the baseline itself)" if best["baseline"] else
+                 f", {best['speedup']:.2f}x sooner than the baseline" if best["speedup"] else "")
+        lines.append(f"- best: job {best['job']}: reached the target in {best['time_to_target_s']:,.1f} s{speed}, at "
+                     f"step {best['target_steps']} ({best['target_samples']:,} samples) → `best.yaml`")
+        fastest = max((x for x in result.rows if x["throughput"] is not None and x["status"] in WINNABLE),
+                      key=lambda x: x["throughput"], default=None)
+        if fastest is not None and fastest is not best:
+            lines.append(f"- throughput ranking: job {fastest['job']} trains fastest per sample "
+                         f"({fastest['throughput']:,.1f} samples/s against the winner's "
+                         f"{best['throughput'] or 0:,.1f}) but reaches the target "
+                         + (f"in {fastest['time_to_target_s']:,.1f} s" if fastest["target_reached"] else "not at all")
+                         + ": the two rankings disagree")
+    return lines

@@ -1,0 +1,72 @@
+"""``train.target``: when the run's primary held-out metric first reached the target (docs/time-to-target.md).
+
+The evaluator reports every evaluation here (``note``); the first whole-split evaluation whose
+primary metric reaches the target in the task's direction stops the run. An evaluation on the
+``train.target_eval_samples`` subset only decides whether to confirm on the whole split at once;
+its value is kept on the curve (marked ``subset``) but never counts. The record survives a resume
+(``state``), so a continued run's curve and clock go on where they stopped.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from fastpipe.errors import ConfigError
+from fastpipe.measure.clock import RunClock
+
+
+def check_target_run(settings, dataset, task) -> None:
+    """``train.target`` needs a held-out split, and a value in the range the task's metric can take."""
+    from fastpipe.config import check_target
+
+    if dataset.val is None:
+        raise ConfigError(f"train.target={settings.train.target:g} is checked on the held-out split, and "
+                          f"dataset={dataset.name} has none: drop train.target, or use a dataset with one")
+    check_target(settings.train.target, task.primary, getattr(task, "bounds", None),
+                 settings.choices.get("task") or settings.task.short_name)
+
+
+class Target:
+    """The target of one run and what its evaluations showed."""
+
+    def __init__(self, value: float, metric: str, higher_is_better: bool, clock: RunClock,
+                 eval_every: int, subset: Optional[int] = None, resumed: Optional[dict] = None) -> None:
+        self.value, self.metric, self.higher = float(value), metric, higher_is_better
+        self.clock, self.eval_every, self.subset = clock, eval_every, subset
+        resumed = resumed or {}
+        self.reached: Optional[dict] = resumed.get("reached")  # {step, seconds, samples, value}
+        self.best: Optional[float] = resumed.get("best_value")
+        self.curve: List[dict] = list(resumed.get("curve") or [])  # one entry per evaluation
+
+    def hit(self, value: Optional[float]) -> bool:
+        """True when ``value`` reaches the target in the metric's direction."""
+        if value is None:
+            return False
+        return value >= self.value if self.higher else value <= self.value
+
+    def note(self, step: int, samples: int, value: Optional[float], subset: bool = False) -> bool:
+        """An evaluation ended now with primary metric ``value``; True when it reached the target (a
+        whole-split evaluation: the run stops; a subset one: confirm on the whole split)."""
+        seconds = self.clock.elapsed()
+        self.curve.append({"step": step, "seconds": seconds, "value": value, "subset": subset})
+        if value is None or subset:
+            return self.hit(value)
+        if self.best is None or (value > self.best if self.higher else value < self.best):
+            self.best = value
+        if self.reached is None and self.hit(value):
+            self.reached = {"step": step, "seconds": seconds, "samples": samples, "value": value}
+            return True
+        return False
+
+    def state(self) -> dict:
+        """What a checkpoint keeps of it."""
+        return {"reached": self.reached, "best_value": self.best, "curve": self.curve}
+
+    def record(self, steps: int, samples: int) -> dict:
+        """metrics.json's ``target``: when it was reached, or (not reached) the clock when the run ended."""
+        reached = self.reached
+        seconds = reached["seconds"] if reached else self.clock.elapsed()
+        return {"metric": self.metric, "value": self.value, "higher_is_better": self.higher,
+                "reached": reached is not None, "seconds": seconds, "seconds_end_to_end": self.clock.end_to_end(seconds),
+                "steps": reached["step"] if reached else steps, "samples": reached["samples"] if reached else samples,
+                "reached_value": reached["value"] if reached else None, "best_value": self.best,
+                "eval_every": self.eval_every, "eval_samples": self.subset, "curve": self.curve}

@@ -1,0 +1,101 @@
+"""report.objective=time_to_target: ranking, not-reached rows, a baseline that missed, ties, files (issue 22)."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from fastpipe.report.publish import write_report
+from fastpipe.report.sweep import SweepSpec
+
+LRS = ["0.001", "0.003", "0.01", "0.03"]
+
+
+def target(seconds, reached, best=0.9, steps=100, repeats=None):
+    t = {"metric": "accuracy", "value": 0.95, "higher_is_better": True, "reached": reached, "seconds": seconds,
+         "seconds_end_to_end": seconds + 10.0, "steps": steps, "samples": steps * 64,
+         "reached_value": 0.951 if reached else None, "best_value": 0.951 if reached else best, "eval_every": 10,
+         "eval_samples": None, "curve": [{"step": 10, "seconds": seconds / 2, "value": 0.5, "subset": False},
+                                         {"step": steps, "seconds": seconds, "value": 0.951 if reached else best,
+                                          "subset": False}]}
+    if repeats:
+        t["repeats"] = {"seconds": [r for r, _ in repeats], "seconds_end_to_end": [r + 10.0 for r, _ in repeats],
+                        "reached": [hit for _, hit in repeats]}
+    return t
+
+
+def job(folder: Path, num: int, throughput: float, t: dict) -> None:
+    overrides = [f"optimizer.lr={LRS[num]}", "train.target=0.95", "train.eval_every=10"]
+    (folder / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(overrides), folder / ".hydra" / "overrides.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}}}), folder / ".hydra" / "hydra.yaml")
+    m = {"status": "ok", "throughput": throughput, "overrides": overrides, "choices": {"compile": "off"},
+         "primary_metric": {"name": "accuracy", "value": t["best_value"], "higher_is_better": True},
+         "accuracy": t["best_value"], "steps": t["steps"], "warnings": [], "env": {"host": "h", "device": "cpu"},
+         "compile_cache": None, "target": t}
+    (folder / "metrics.json").write_text(json.dumps(m))
+
+
+def sweep(tmp_path, jobs, clock="training"):
+    for num, (throughput, t) in enumerate(jobs):
+        job(tmp_path / str(num), num, throughput, t)
+    spec = SweepSpec(task_overrides=[f"optimizer.lr={','.join(LRS[:len(jobs)])}"], objective="time_to_target",
+                     target_clock=clock)
+    return write_report(tmp_path, spec)
+
+
+def rows(result):
+    return [r["job"] for r in result.rows]
+
+
+def test_the_soonest_to_reach_the_target_wins_and_unreached_rows_come_last(tmp_path):
+    result = sweep(tmp_path, [(100.0, target(60.0, True)), (300.0, target(50.0, False, best=0.93)),
+                              (150.0, target(40.0, True, steps=80)), (120.0, target(45.0, True))])
+    assert rows(result) == [2, 3, 0, 1] and result.best["job"] == 2  # the fastest per sample (job 1) never got there
+    assert result.best["speedup"] == 60.0 / 40.0 and result.rows[3]["speedup"] is None
+    md = (tmp_path / "report.md").read_text()
+    assert "| 2 (best) | 0.01 | 40.0 | 1.50x | 80 | 5,120 | reached | off |" in md
+    assert "| 1 | 0.003 | > 50.0 (best 93.0 %) | – |" in md and "not reached" in md
+    assert "job 1 trains fastest per sample (300.0 samples/s" in md and "the two rankings disagree" in md
+    with open(tmp_path / "report.csv") as fh:
+        csv_rows = {int(r["job"]): r for r in csv.DictReader(fh)}
+    assert float(csv_rows[2]["time_to_target_s"]) == 40.0 and csv_rows[2]["target_reached"] == "True"
+    assert csv_rows[1]["time_to_target_s"] == "" and csv_rows[1]["target_reached"] == "False"
+    best = (tmp_path / "best.yaml").read_text()
+    assert "target: 0.95" in best and "eval_every: 10" in best and "in 40.0 s (training clock), 1.50x sooner" in best
+    assert (tmp_path / "report.png").stat().st_size > 0
+    by_end_to_end = sweep(tmp_path / "e2e", [(100.0, target(60.0, True)), (150.0, target(40.0, True))], "end_to_end")
+    assert by_end_to_end.best["time_to_target_s"] == 50.0  # 40 s + the 10 s before the first step
+
+
+def test_a_baseline_that_missed_gives_no_speed_ups_and_the_fastest_that_reached_wins(tmp_path):
+    result = sweep(tmp_path, [(100.0, target(90.0, False)), (100.0, target(70.0, True)), (100.0, target(55.0, True))])
+    assert result.best["job"] == 2 and all(r["speedup"] is None for r in result.rows)
+    md = (tmp_path / "report.md").read_text()
+    assert "the baseline (job 0) did not reach the target: no speed-ups" in md
+    assert "| 2 (best) | 0.01 | 55.0 | – |" in md
+
+
+def test_repeats_show_median_and_spread_and_a_close_call_is_a_tie(tmp_path):
+    close = sweep(tmp_path / "close", [(100.0, target(50.0, True, repeats=[(44.0, True), (50.0, True), (58.0, True)])),
+                                       (100.0, target(48.0, True, repeats=[(47.0, True), (48.0, True), (49.0, True)]))])
+    md = (tmp_path / "close" / "report.md").read_text()
+    assert close.best["job"] == 1 and close.best["tie"] == 0  # 48 s lies within job 0's 44-58 s
+    assert "tie: job 1's median (48.0 s) lies within job 0's spread (44.0-58.0 s over 3 seeds)" in md
+    assert "48.0 (47.0-49.0, n=3) tie" in md
+    apart = sweep(tmp_path / "apart", [(100.0, target(60.0, True, repeats=[(58.0, True), (60.0, True), (61.0, True)])),
+                                       (100.0, target(48.0, True, repeats=[(47.0, True), (48.0, True), (49.0, True)]))])
+    assert apart.best["job"] == 1 and "tie" not in apart.best and "tie:" not in (tmp_path / "apart" / "report.md").read_text()
+
+
+def test_hparams_carry_the_target(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sweep(tmp_path, [(100.0, target(60.0, True)), (150.0, target(40.0, False))])
+    events = EventAccumulator(str(tmp_path / "hparams" / "job-0"))
+    events.Reload()
+    assert events.Scalars("time_to_target_s")[0].value == 60.0 and events.Scalars("target_reached")[0].value == 1.0
+    session = (tmp_path / "hparams" / "job-1")
+    assert any(b"accuracy >= 0.95" in f.read_bytes() for f in session.glob("events.out.tfevents.*"))

@@ -1,0 +1,74 @@
+"""train.target, train.target_eval_samples and train.time_budget_s on real in-process runs (issue 22)."""
+from __future__ import annotations
+
+import pytest
+from conftest import TINY, cpu_runtime, make_settings, run_in_process, shapes_splits
+
+TARGET = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.target_eval_samples=24"]
+
+
+def parts_add_up(breakdown: dict) -> None:
+    parts = [breakdown[k] for k in ("setup", "compile", "train", "eval", "checkpoint")]
+    assert min(parts) >= 0.0, breakdown
+    assert sum(parts) == pytest.approx(breakdown["wall_s"], rel=0.02), breakdown
+
+
+def test_a_reached_target_stops_the_run_at_the_confirming_evaluation(tmp_path):
+    m = run_in_process(tmp_path, TARGET)
+    t = m["target"]
+    assert m["status"] == "ok" and m["schema_version"] == 3 and m["stopped_by"] == "target", m.get("reason")
+    assert t["reached"] and t["reached_value"] >= 0.6 and t["metric"] == "accuracy" and t["eval_samples"] == 24
+    assert m["steps"] == t["steps"] < 60 and t["samples"] == t["steps"] * 16  # stopped at that evaluation
+    assert t["seconds_end_to_end"] > t["seconds"] > 0
+    full = [c for c in t["curve"] if not c["subset"]]
+    assert full[-1] == {"step": t["steps"], "seconds": t["seconds"], "value": t["reached_value"], "subset": False}
+    assert all(c["value"] < 0.6 for c in full[:-1])  # the first whole-split evaluation at the target counts
+    steps_per_epoch = (240 - len_val()) // 16
+    for c in t["curve"]:
+        if c["subset"]:  # a subset hit is confirmed on the whole split at once, a miss never is
+            confirmed = any(f["step"] == c["step"] for f in full)
+            assert confirmed == (c["value"] >= 0.6) or c["step"] % steps_per_epoch == 0, t["curve"]
+    assert [c["seconds"] for c in t["curve"]] == sorted(c["seconds"] for c in t["curve"])
+    assert m["val_metrics"]["accuracy"] == t["reached_value"] and m["compile_cache"] is None
+    parts_add_up(m["time_breakdown_s"])
+    assert m["time_breakdown_s"]["eval"] > 0 and m["time_breakdown_s"]["checkpoint"] > 0  # best.pt
+
+
+def len_val() -> int:
+    return len(shapes_splits(num_images=240, image_size=16).val)
+
+
+def test_the_target_subset_is_the_first_held_out_samples_in_split_order():
+    from fastpipe.data import build_loader
+
+    settings = make_settings(TINY)
+    splits = shapes_splits(num_images=240, image_size=16)
+    loader = build_loader(settings.data, splits, cpu_runtime(), 16, 0, train=False, channels_last=False, limit=20)
+    labels = [int(y) for _, ys in loader for y in ys]
+    assert labels == [splits.val[i][1] for i in range(20)]
+
+
+def test_an_unreached_target_records_its_best_and_a_time_budget_stops_and_resumes(tmp_path):
+    args = TINY + ["train.max_steps=200", "train.epochs=30", "train.eval_every=3", "train.target=1.0",
+                   "optimizer.lr=0.0001"]  # far from 100 % in a few seconds
+    first = run_in_process(tmp_path, args + ["train.time_budget_s=1.0"])
+    t = first["target"]
+    assert first["status"] == "ok" and first["stopped_by"] == "time_budget", first.get("reason")
+    assert not t["reached"] and t["reached_value"] is None and t["seconds"] >= 1.0 and first["steps"] < 200
+    assert t["best_value"] == max(c["value"] for c in t["curve"] if not c["subset"]) == first["best"]["value"]
+    assert (tmp_path / "checkpoints" / f"step-{first['steps']:08d}.pt").is_file()  # to resume from
+    parts_add_up(first["time_breakdown_s"])
+
+    second = run_in_process(tmp_path, args + ["train.time_budget_s=2.0", "train.resume=auto"])
+    t2 = second["target"]
+    assert second["status"] == "ok" and second["stopped_by"] == "time_budget"
+    assert any(f"at step {first['steps']} " in w for w in second["warnings"])
+    assert second["per_rank"]["steps_run"] == [second["steps"] - first["steps"]]  # no step ran twice
+    assert t2["curve"][:len(t["curve"])] == t["curve"]  # the curve goes on
+    new = t2["curve"][len(t["curve"])]
+    run = second["time_breakdown_s"]
+    # The clock continued from the first launch's; this launch's start-up is not on it.
+    assert t["seconds"] < new["seconds"] <= t["seconds"] + run["wall_s"] - run["setup"] + 0.05
+    assert t2["seconds"] >= 2.0 and t2["seconds_end_to_end"] - t2["seconds"] == pytest.approx(
+        t["seconds_end_to_end"] - t["seconds"])
+    parts_add_up(run)
