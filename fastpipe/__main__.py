@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import hydra
@@ -14,7 +15,7 @@ from fastpipe.cli.help import register_help_resolver
 from fastpipe.record.run_record import failed
 from fastpipe.config import config_dir, job_choices, register_configs, to_settings
 from fastpipe.record import results
-from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted
+from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
@@ -32,7 +33,7 @@ def run(cfg: DictConfig):
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
     from fastpipe.runtime import process_started_at
-    from fastpipe.signals import stop_while_launching
+    from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
@@ -42,6 +43,7 @@ def run(cfg: DictConfig):
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
+    earlier = (results.read(run_dir) or {}).get("run_id")  # an earlier run's record in this folder
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices)
@@ -58,9 +60,21 @@ def run(cfg: DictConfig):
             settings.context = run_context(cfg, choices, overrides, job_place(hc), run_dir)
             metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
     except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
-        metrics = refused(run_dir, exc, choices, overrides)
+        from fastpipe.runtime import full_errors
+
+        if full_errors():
+            traceback.print_exc()
+        metrics = refused(run_dir, stopped_before_training() or exc, choices, overrides)
+    except OSError as exc:  # the run folder's disk filled up or became read-only while launching
+        if unwritable(exc) is None:
+            raise
+        metrics = refused(run_dir, cannot_write(unwritable(exc), run_dir), choices, overrides)
     except KeyboardInterrupt:
-        metrics = interrupted(run_dir, choices, overrides)
+        metrics = interrupted(run_dir, choices, overrides, earlier)
+        if metrics.get("status") == "ok":  # Ctrl-C after the results were written: they stay; the sweep stops
+            print(f"fastpipe: interrupted (Ctrl-C) after the run finished; its results are kept in "
+                  f"{run_dir / results.FILE}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
     status = metrics.get("status")
     if status != "ok":
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
@@ -76,22 +90,27 @@ def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -
     from fastpipe.runtime import environment
 
     record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
-    results.write(run_dir, record)
+    results.write_if_possible(run_dir, record)
     return record.to_dict()
 
 
-def interrupted(run_dir: Path, choices: dict, overrides: list) -> dict:
-    """Ctrl-C: the trainer's own record when it wrote one, else one naming the newest good checkpoint."""
+def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = None) -> dict:
+    """Ctrl-C: the trainer's own record when it wrote one (``ok`` when it came after the results were
+    written: they are kept), else one naming the newest good checkpoint. ``earlier``: the run id of
+    the record the folder held before this job (an earlier run's is kept as metrics.previous.json)."""
     from fastpipe.checkpoint.files import newest_good
 
     kept = results.read(run_dir)
-    if kept is not None and kept.get("status") == "interrupted":
+    ours = kept is not None and (earlier is None or kept.get("run_id") != earlier)
+    if ours and kept.get("status") in ("interrupted", "ok"):
         return kept
+    if kept is not None and not ours:
+        results.begin(run_dir, choices, overrides, None)  # before the job launched: the earlier record moves aside
     latest = newest_good(run_dir / "checkpoints")
     record = failed("interrupted (Ctrl-C); " + (f"the newest good checkpoint is {latest}" if latest else
                                                  "no checkpoint was written"),
                     choices, overrides, status="interrupted", checkpoint=latest and str(latest))
-    results.write(run_dir, record)
+    results.write_if_possible(run_dir, record)
     return record.to_dict()
 
 

@@ -2,6 +2,9 @@
 
 The entry point prints them as one line (no traceback) and exits with ``EXIT_CODE``.
 """
+import errno
+from pathlib import Path
+from typing import Optional
 
 EXIT_CODE = 2
 
@@ -24,8 +27,54 @@ def no_full_batch(samples: int, batch_size: int, world_size: int) -> DataError:
                      "process(es); lower train.batch_size or set data.drop_last=false")
 
 
+class ProjectError(FastpipeError):
+    """A project's dataset, collate_fn, model or task gives what training cannot use (samples of
+    different shapes, a tuple where the task takes logits, token ids past the model's vocabulary);
+    the message names the part at fault and the split. ``metrics``: merged into the failed
+    metrics.json (the project code's own traceback, when it raised)."""
+
+    def __init__(self, message: str, metrics: dict = None) -> None:
+        super().__init__(message)
+        self.metrics = metrics or {}
+
+
 class EnvironmentProblem(FastpipeError):
     """Something the run needs from the machine is absent (CUDA, DALI, a module)."""
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # no room: a full disk, or the user's quota
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)  # a read-only file system, or a folder this user cannot write
+
+
+def unwritable(exc: BaseException) -> Optional[OSError]:
+    """The OSError in ``exc`` or its causes that says a file could not be written (a full disk, a
+    read-only or forbidden folder), or None. torch.save reports a full disk as a RuntimeError
+    ("unexpected pos") whose context is that OSError."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in FULL + READ_ONLY:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class Unwritable(EnvironmentProblem):
+    """A file fastpipe writes cannot be written: a full disk, a read-only or forbidden folder."""
+
+
+def cannot_write(error: OSError, run_dir: Optional[Path] = None, key: str = "hydra.run.dir") -> Unwritable:
+    """The one line for ``error`` (from ``unwritable``): the file, why, and the fix; ``run_dir``: the
+    folder ``key`` chose, when the file is in it."""
+    where = error.filename or "a file"
+    inside = run_dir is not None and error.filename and Path(error.filename).resolve().is_relative_to(
+        Path(run_dir).resolve())
+    if error.errno in FULL:
+        fix = (f"free space on its disk, or give {key} a folder on a disk with room" if inside else
+               "free space on its disk")
+        return Unwritable(f"no space left on the disk of {where} ({error.strerror}); {fix}")
+    fix = f"give {key} a folder you can write" if inside else "make it writable"
+    return Unwritable(f"cannot write {where} ({error.strerror}); {fix}")
 
 
 class TrainingError(FastpipeError):

@@ -86,6 +86,12 @@ def started_by_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+def full_errors() -> bool:
+    """``HYDRA_FULL_ERROR=1`` (Hydra's own switch): also print the traceback of an error fastpipe
+    recognises, which it otherwise reports as one line."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 def cache_root() -> Path:
     """Where generated datasets and packs live: $FASTPIPE_CACHE, else ~/.cache/fastpipe."""
     base = os.environ.get("FASTPIPE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastpipe"
@@ -194,6 +200,39 @@ def process_started_at() -> float:
 def cpu_cores() -> int:
     """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_bf16() -> dict:
+    """Whether this CPU computes bf16 natively (x86: AVX512-BF16 or AMX-BF16; Arm: its BF16 extension).
+    Without it, bf16 autocast on the CPU (precision=amp) runs emulated kernels, many times slower than
+    fp32 (the doctor says so; precision=amp warns). ``native`` is None where it cannot be told;
+    ``isa``: what was found; ``source``: torch's own CPU probes, or the kernel's /proc/cpuinfo flags."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64", "i686", "x86"):
+        probes = {"AVX512-BF16": "_is_avx512_bf16_supported", "AMX-BF16": "_is_amx_tile_supported"}
+        if all(hasattr(torch.cpu, probe) for probe in probes.values()):  # AMX tiles come with AMX-BF16
+            found = [isa for isa, probe in probes.items() if getattr(torch.cpu, probe)()]
+            return {"native": bool(found), "isa": found, "looked_for": list(probes), "source": "torch.cpu"}
+        flags = _cpuinfo_words()
+        if flags is not None:
+            found = [isa for isa, flag in (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16")) if flag in flags]
+            return {"native": bool(found), "isa": found, "looked_for": list(probes), "source": "/proc/cpuinfo"}
+    elif machine in ("aarch64", "arm64"):
+        flags = _cpuinfo_words()
+        if flags is not None:
+            found = ["BF16"] if "bf16" in flags else []
+            return {"native": bool(found), "isa": found, "looked_for": ["BF16"], "source": "/proc/cpuinfo"}
+    return {"native": None, "isa": [], "looked_for": [], "source": None}
+
+
+def _cpuinfo_words() -> Optional[set]:
+    """The words of /proc/cpuinfo's ``flags`` / ``Features`` lines (Linux), or None."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return {word for line in text.splitlines() if line.lower().startswith(("flags", "features"))
+            for word in line.split(":", 1)[-1].split()}
 
 
 def visible_gpus(requested_device: str) -> int:

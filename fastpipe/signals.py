@@ -19,13 +19,16 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
-from fastpipe.errors import Preempted
+from fastpipe.errors import EXIT_CODE, Preempted
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _received: Optional[int] = None
 _phase = "starting"  # starting | training | finishing
+_before_training: Optional[tuple] = None  # (signal, where) of a stop signal before training began
+_owner: Optional[int] = None  # the process whose handlers these are (a forked child inherits them)
+_deferring = 0  # inside ``deferred()``: a start-up stop waits for ``check()``
 
 
 def exit_reason(code: int) -> str:
@@ -37,6 +40,10 @@ def exit_reason(code: int) -> str:
             name = f"signal {-code}"
         hint = " (the out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
         return f"training process killed by {name}{hint}"
+    if code == 130:
+        return "training process interrupted (Ctrl-C: exit code 130)"
+    if code == EXIT_CODE:  # a failure it recognised, whose record it could not write (a full disk): it said it
+        return f"training process failed (exit code {code}) without writing its record; its own error line is above"
     return f"training process exited with code {code}"
 
 
@@ -46,17 +53,64 @@ def received() -> Optional[str]:
 
 
 def _stop_now(signum, what: str) -> Preempted:
+    global _before_training
+    _before_training = (signum, what)
     name = signal.Signals(signum).name
     return Preempted(f"stopped by {name} while {what}, before training began: nothing to checkpoint; run the "
                      "same command again", metrics={"status": "preempted"})
 
 
+def stopped_before_training() -> Optional[Preempted]:
+    """The ``Preempted`` of a stop signal that came before training began in this job, or None.
+
+    The signal raises ``Preempted`` wherever the process is; code there may turn it into its own
+    error (an image that "cannot be read", a compile fall-back, a settings error) or swallow it. The
+    job still stopped because of the signal: its record says so, with exit code 75."""
+    return None if _before_training is None else _stop_now(*_before_training)
+
+
+def _in_forked_child(signum) -> bool:
+    """A process forked from the one that set the handlers (a pool's worker, a DataLoader worker): while
+    starting up it ends quietly (a pool's terminate() signals its workers), later the signal is left to
+    the training process, which checkpoints."""
+    if _owner is None or os.getpid() == _owner:
+        return False
+    if _phase == "starting":
+        os._exit(128 + signum)
+    return True
+
+
 def _note(signum, _frame) -> None:
     global _received
+    if _in_forked_child(signum):
+        return
     _received = signum
     if _phase == "starting":
+        if _deferring:
+            _stop_now(signum, "starting up")  # noted; ``check()`` raises it where it is safe
+            return
         raise _stop_now(signum, "starting up")
     # training: the loop acts on the note at a step boundary; finishing: the run completes
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Around a fork pool while starting up (generating, packing): a stop signal does not raise inside
+    the pool's own machinery (its fork hooks, its queues' locks), where the exception is lost or leaves
+    a lock held and the pool hung; it raises at the next ``check()``, or as the block ends."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    check()
+
+
+def check() -> None:
+    """Raise the ``Preempted`` of a stop signal that ``deferred()`` held back (between units of work)."""
+    if _phase == "starting" and _before_training is not None and _received is not None:
+        raise stopped_before_training()
 
 
 @contextlib.contextmanager
@@ -74,22 +128,36 @@ def _handlers(handler) -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """In the training process, for the whole run: see the module docstring."""
-    global _received, _phase
-    _received, _phase = None, "starting"
+    """In the training process, for the whole run: see the module docstring. A stop signal that
+    arrived while the process was still importing (``started_with_signals_held``) is acted on here."""
+    global _received, _phase, _before_training, _owner
+    _received, _phase, _before_training, _owner = None, "starting", None, os.getpid()
     with _handlers(_note):
+        if threading.current_thread() is threading.main_thread():
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a pending one raises Preempted now
         yield
 
 
 @contextlib.contextmanager
 def training() -> Iterator[None]:
-    """The training loop: a stop signal is noted and acted on at the next step boundary."""
+    """The training loop: a stop signal is noted and acted on at the next step boundary. One that came
+    while starting up and was swallowed where it landed stops the run here, before the first step."""
     global _phase
+    stopped = stopped_before_training()
+    if stopped is not None:
+        raise stopped
     _phase = "training"
     try:
         yield
     finally:
         _phase = "finishing"
+
+
+def outside_a_job(signum: int) -> str:
+    """What a stop signal outside any job (composing the config, between a sweep's jobs) did, and what to do."""
+    return (f"stopped by {signal.Signals(signum).name} outside a job (composing the config, or between a sweep's "
+            "jobs): run the same command again; a sweep run again into the same hydra.sweep.dir with "
+            "sweep.resume=true skips the jobs that finished")
 
 
 def exit_on_stop_signals() -> None:
@@ -100,7 +168,7 @@ def exit_on_stop_signals() -> None:
     def stop(signum, _frame):
         import sys
 
-        print(f"fastpipe: error: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        print(f"fastpipe: error: {outside_a_job(signum)}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_PREEMPTED)
 
     for sig in STOP_SIGNALS:
@@ -108,26 +176,53 @@ def exit_on_stop_signals() -> None:
 
 
 def _launching(signum, _frame) -> None:
-    raise _stop_now(signum, "launching")
+    if not _in_forked_child(signum):
+        raise _stop_now(signum, "launching")
 
 
 @contextlib.contextmanager
 def stop_while_launching() -> Iterator[None]:
     """In the Hydra process, around a job: a stop signal before the trainer runs stops the job (and
-    the sweep) with exit code 75; while the trainer runs, ``forwarded_to`` passes signals on."""
+    the sweep) with exit code 75; from the moment the trainer starts, ``started_with_signals_held`` passes
+    signals on."""
+    global _before_training, _owner
+    _before_training, _owner = None, os.getpid()
     with _handlers(_launching):
         yield
 
 
 @contextlib.contextmanager
-def forwarded_to(pid: int) -> Iterator[None]:
-    """In the launching process: pass SIGTERM/SIGUSR1 on to the training process ``pid``."""
+def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
+    """Start the training process (``start()`` returns its pid) and pass SIGTERM/SIGUSR1 on to it,
+    with no moment where a stop signal is lost or kills it unrecorded: the trainer starts with them
+    blocked, so one sent to it while it imports stays pending until ``stop_on_signals`` records it
+    (preempted, exit 75); one that reaches this process while it starts is forwarded once it has."""
+    state = {"pid": None, "pending": []}
+
     def forward(signum, _frame):
+        if state["pid"] is None:
+            state["pending"].append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
+            os.kill(state["pid"], signum)
 
     with _handlers(forward):
-        yield
+        if threading.current_thread() is not threading.main_thread():
+            state["pid"] = start()
+        else:
+            from multiprocessing import resource_tracker
+
+            # multiprocessing starts its resource tracker with the first process it spawns, and
+            # unblocks SIGTERM after doing so: started first, it leaves the block below alone
+            resource_tracker.ensure_running()
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
+            try:
+                state["pid"] = start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum in list(state["pending"]):
+            forward(signum, None)
+        yield state["pid"]
 
 
 def die_with_parent(parent: int) -> None:

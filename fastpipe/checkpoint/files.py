@@ -18,7 +18,7 @@ from typing import List, Optional
 
 import torch
 
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, unwritable
 
 FORMAT = 1
 NAME = re.compile(r"^step-(\d{8})\.(pt|dcp)$")
@@ -29,14 +29,23 @@ def _before_publish(tmp: Path) -> None:
 
 
 def _write_durably(path: Path, write) -> None:
+    """``write(fh)`` into a temporary file, fsync, rename to ``path``. A failed write (a full disk, a
+    signal) leaves nothing behind and raises, for a full or read-only disk, that OSError naming ``path``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if path.suffix == ".pt":
-        _before_publish(tmp)
-    os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.suffix == ".pt":
+            _before_publish(tmp)
+        os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        cause = unwritable(exc)  # also inside torch.save's RuntimeError ("unexpected pos")
+        if cause is not None:
+            raise OSError(cause.errno, cause.strerror, str(path)) from exc  # the file it was to become
+        raise
 
 
 def sha256(path: Path) -> str:
@@ -55,7 +64,11 @@ def write_checkpoint(folder: Path, state: dict, name: Optional[str] = None) -> P
     _write_durably(path, lambda fh: torch.save(state, fh))
     sidecar = {"format": FORMAT, "file": path.name, "bytes": path.stat().st_size, "sha256": sha256(path),
                "position": state.get("position")}
-    write_sidecar(path, sidecar)
+    try:
+        write_sidecar(path, sidecar)
+    except BaseException:
+        path.unlink(missing_ok=True)  # without its sidecar it is never loaded: not worth its space
+        raise
     return path
 
 

@@ -152,6 +152,20 @@ def load_optimizer_state(g, path: Path, saved: dict, cfg: TrainConfig) -> None:
                         "group of their own): resume with the train.no_decay the checkpoint was written with "
                         "(train.no_decay=false: one group), or start a new run")
     g.optimizer.load_state_dict(saved)
+    _match_parameter_layouts(g.optimizer)
+
+
+def _match_parameter_layouts(optimizer: torch.optim.Optimizer) -> None:
+    """Give each state tensor its parameter's strides: torch's load_state_dict keeps the file's, and CUDA's
+    fused optimizers (fastpipe's default) refuse a momentum or moment buffer laid out otherwise than its
+    parameter (a channels_last model resumed from a checkpoint with contiguous buffers)."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param, {})
+            for key, value in state.items():
+                if (type(value) is torch.Tensor and type(param.data) is torch.Tensor and value.shape == param.shape
+                        and value.stride() != param.stride()):
+                    state[key] = torch.empty_like(param, dtype=value.dtype).copy_(value)
 
 
 def apply_state(g, path: Path, state: dict, steps_per_epoch: int, cfg: TrainConfig, facts: RunFacts) -> Position:

@@ -35,16 +35,36 @@ class Trained:
 
 
 
-def weights_path(run_dir: Path, which: str) -> Path:
+def weights_path(run_dir: Path, which: str, option: str = "which='{}'") -> Path:
+    """``run_dir``'s weights file ``which``; missing, a DataError that says why from the run's state (still
+    running, stopped, finished without it). ``option``: how the caller spells the choice (``--weights {}``)."""
     if which not in WHICH:
-        raise ConfigError(f"which={which!r}: use one of {', '.join(WHICH)}")
+        raise ConfigError(f"{option.format(which)}: use one of {', '.join(WHICH)}")
     path = Path(run_dir) / "checkpoints" / f"{which}.pt"
     if not path.is_file():
-        why = ("the run had no held-out split, or train.save_weights=false" if which == "best" else
-               "the run did not finish, or train.save_weights=false")
-        raise DataError(f"{path} does not exist ({why}); " + ("try which='last'" if which == "best" else
-                                                             "resume the run, or load a step-*.pt checkpoint"))
+        raise DataError(f"{path} does not exist ({_why_missing(Path(run_dir), which, option)})")
     return path
+
+
+def _why_missing(run_dir: Path, which: str, option: str) -> str:
+    """Why a run has no ``which`` weights file, and what to load instead."""
+    from fastpipe.record.results import read
+    from fastpipe.record.runlock import holder
+
+    other = "last" if which == "best" else "best"
+    written = ("at the run's first evaluation with a new best" if which == "best" else "when the run ends")
+    running = holder(run_dir)
+    if running is not None:
+        return (f"the run is still going ({running}): {which}.pt is written {written}; load it once the run has "
+                f"{'evaluated' if which == 'best' else 'finished'}, or a step-*.pt checkpoint")
+    status = (read(run_dir) or {}).get("status")
+    if status in ("failed", "preempted", "interrupted", "running"):
+        ended = "its process died" if status == "running" else f"it ended {status}"
+        return (f"the run did not finish ({ended}): {which}.pt is written {written}; resume the run with "
+                f"train.resume=auto, or load a step-*.pt checkpoint")
+    if which == "best":
+        return f"the run had no held-out split, or train.save_weights=false; try {option.format(other)}"
+    return "train.save_weights=false; load a step-*.pt checkpoint"
 
 
 def load(run_dir, which: str = "best", device="cpu") -> Trained:

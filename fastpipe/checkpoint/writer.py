@@ -40,10 +40,12 @@ class HostSnapshot:
             if alias in seen:
                 return seen[alias]
             buffer = self.buffers.get(path)
-            if buffer is None or buffer.shape != state.shape or buffer.dtype != state.dtype:
+            if (buffer is None or buffer.shape != state.shape or buffer.dtype != state.dtype
+                    or buffer.stride() != _layout(state)):
                 pin = state.is_cuda and torch.cuda.is_available()
-                buffer = self.buffers[path] = torch.empty(state.shape, dtype=state.dtype, device="cpu",
-                                                          pin_memory=pin)
+                # the tensor's own strides (channels_last weights and their optimizer state stay NHWC)
+                buffer = self.buffers[path] = torch.empty_strided(state.shape, _layout(state), dtype=state.dtype,
+                                                                  device="cpu", pin_memory=pin)
             seen[alias] = buffer.copy_(state.detach(), non_blocking=state.is_cuda)
             return seen[alias]
         if isinstance(state, dict):
@@ -51,6 +53,17 @@ class HostSnapshot:
         if isinstance(state, (list, tuple)):
             return type(state)(self._take(v, path + (i,), seen) for i, v in enumerate(state))
         return state
+
+
+def _layout(tensor: torch.Tensor) -> tuple:
+    """The strides a host copy of ``tensor`` gets: its own when it is channels_last, else contiguous ones."""
+    if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last) and not tensor.is_contiguous():
+        return tuple(tensor.stride())
+    strides, step = [], 1
+    for size in reversed(tensor.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 class BackgroundWriter:

@@ -15,22 +15,29 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 from fastpipe.errors import EXIT_CODE, ConfigError, DataError, FastpipeError
 
 
-def sharded_checkpoint(path: Path) -> Path:
-    """``path`` itself when it is a complete sharded checkpoint; a run folder's newest complete one."""
+def say(text: str) -> None:
+    print(f"fastpipe.consolidate: {text}", file=sys.stderr, flush=True)
+
+
+def sharded_checkpoint(path: Path, log: Callable[[str], None] = say) -> Path:
+    """``path`` itself when it is a complete sharded checkpoint; a run folder's newest complete one
+    (``log`` says which newer ones it passed over, and why)."""
     from fastpipe.checkpoint.files import NAME, checkpoints_in, verify
 
     if path.is_dir() and not NAME.match(path.name):
         found = [p for p in checkpoints_in(path / "checkpoints") or checkpoints_in(path) if p.is_dir()]
-        good = next((p for p in found if verify(p) is None), None)
-        if good is None:
-            raise DataError(f"{path} holds no complete sharded checkpoint (step-*.dcp folder with a matching "
-                            "sidecar); give a run of launcher=fsdp with train.checkpoint_every set")
-        return good
+        for candidate in found:
+            problem = verify(candidate)
+            if problem is None:
+                return candidate
+            log(f"{candidate} is not a complete checkpoint ({problem}); passing over it to an older one")
+        raise DataError(f"{path} holds no complete sharded checkpoint (step-*.dcp folder with a matching "
+                        "sidecar); give a run of launcher=fsdp with train.checkpoint_every set")
     if not path.is_dir():
         raise ConfigError(f"{path} is not a sharded checkpoint folder (step-*.dcp) or a run folder"
                           + ("; a .pt checkpoint is one file already: torch.load it" if path.is_file() else ""))
@@ -40,21 +47,27 @@ def sharded_checkpoint(path: Path) -> Path:
     return path
 
 
-def consolidate(checkpoint: Path, out: Path) -> Path:
-    """Write the model weights of the sharded ``checkpoint`` to ``out`` (a weights file); returns its path."""
+class Consolidated(NamedTuple):
+    path: Path  # the weights file written
+    source: Path  # the sharded checkpoint it came from
+    step: int  # the training step of those weights
+
+
+def consolidate(checkpoint: Path, out: Path, log: Callable[[str], None] = say) -> Consolidated:
+    """Write the model weights of the sharded ``checkpoint`` to ``out`` (a weights file)."""
     from fastpipe.checkpoint.dcp import read_weights
     from fastpipe.checkpoint.files import load_state, write_checkpoint
 
     if out.suffix != ".pt":
         raise ConfigError(f"{out}: the output must be a .pt file")
-    source = sharded_checkpoint(checkpoint)
+    source = sharded_checkpoint(checkpoint, log)
     train_state = load_state(source)
     meta = train_state.get("meta", {})
     weights = {"format": "weights", "which": "consolidated", "step": train_state["position"]["step"],
                "metric": None, "model": read_weights(source), "raw_model": None, "weights": "raw",
                "source": str(source), "meta": {k: meta.get(k) for k in ("model", "model_kwargs", "dataset", "task")}}
     out.parent.mkdir(parents=True, exist_ok=True)
-    return write_checkpoint(out.parent, weights, name=out.stem)
+    return Consolidated(write_checkpoint(out.parent, weights, name=out.stem), source, weights["step"])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -65,11 +78,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("out", type=Path, help="the .pt file to write")
     args = p.parse_args(argv)
     try:
-        path = consolidate(args.checkpoint, args.out)
+        done = consolidate(args.checkpoint, args.out)
     except FastpipeError as exc:
         print(f"fastpipe.consolidate: error: {exc}", file=sys.stderr)
         return EXIT_CODE
-    print(f"fastpipe.consolidate: wrote {path} (and its sidecar {path.with_suffix('.json').name})")
+    print(f"fastpipe.consolidate: wrote {done.path} (and its sidecar {done.path.with_suffix('.json').name}) from "
+          f"{done.source}, the weights of step {done.step}")
     return 0
 
 

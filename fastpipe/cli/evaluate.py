@@ -23,12 +23,13 @@ from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 def evaluate_run(run_dir: Path, overrides: List[str], weights: str = "best", split: str = "val",
                  device: str = "auto") -> dict:
     """The task's metrics of the run's ``weights`` on ``split``; also written to eval.json by ``main``."""
-    from fastpipe.checkpoint.trained import load
+    from fastpipe.checkpoint.trained import load, weights_path
     from fastpipe.config.reload import run_settings
     from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores, resolve_device
     from fastpipe.train.evaluation import evaluate
     from fastpipe.train.graph import build_held_out, build_splits
 
+    weights_path(run_dir, weights, option="--weights {}")  # missing: the hint names this command's flag
     settings = run_settings(run_dir, overrides)
     settings.dataset.check()
     dev = resolve_device(device, Dist())

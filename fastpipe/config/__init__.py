@@ -41,7 +41,7 @@ from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.report import ReportConfig, SweepConfig
 from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.train import TrainConfig
-from fastpipe.errors import ConfigError, EnvironmentProblem
+from fastpipe.errors import ConfigError, EnvironmentProblem, FastpipeError
 
 __all__ = ["Config", "GROUPS", "SCHEMAS", "group_schemas", "config_dir", "default_choices", "job_choices",
            "register_configs", "to_settings", "CompileConfig",
@@ -259,7 +259,7 @@ def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check
     keys.refuse_added_keys(cfg)
     try:
         settings = OmegaConf.to_object(cfg)
-    except ConfigError:
+    except FastpipeError:  # a schema's own message, or a stop signal (Preempted) that landed here
         raise
     except Exception as exc:  # OmegaConf's own messages name the key; keep them
         raise ConfigError(str(exc).splitlines()[0]) from exc

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from fastpipe.config import DefaultLoaderConfig
+from fastpipe.data.collate import NamedCollate
 from fastpipe.data.device import DeviceLoader, ImagePrep, MovePrep, Normalizer
 from fastpipe.data.sampler import EpochSampler
 from fastpipe.data.splits import DataSplits
@@ -40,12 +41,13 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
     elif dist.world_size > 1:
         dataset = Subset(dataset, range(dist.rank, len(dataset), dist.world_size))  # each sample once
     pin = cfg.pin(device.type)
+    collate = NamedCollate(splits.collate_fn, splits.name, "training" if train else "held-out")
     # The training process is itself spawned, so its default start method is spawn, which re-imports
     # torch in every worker (seconds per epoch start). Workers never touch CUDA: fork is safe.
     context = "fork" if workers > 0 and "fork" in multiprocessing.get_all_start_methods() else None
     loader = DataLoader(
         dataset, batch_size=batch_size, sampler=None if isinstance(dataset, Shard) else sampler, num_workers=workers,
-        pin_memory=pin, drop_last=cfg.drop_last and train, collate_fn=splits.collate_fn,
+        pin_memory=pin, drop_last=cfg.drop_last and train, collate_fn=collate,
         generator=torch.Generator().manual_seed(seed), persistent_workers=persistent and workers > 0,
         prefetch_factor=cfg.prefetch_factor if workers > 0 else None, multiprocessing_context=context)
     if train and len(loader) == 0:

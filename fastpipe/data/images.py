@@ -19,7 +19,7 @@ from torchvision import transforms
 
 from fastpipe.data import shapes as shapes_generator
 from fastpipe.data.cachedir import CACHE_FIX
-from fastpipe.errors import ConfigError, DataError
+from fastpipe.errors import ConfigError, DataError, FastpipeError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 HIGH_BIT_MODES = ("I;16", "I;16B", "I;16L", "I", "F")  # PIL's convert("RGB") clips these to 0..255
@@ -80,6 +80,8 @@ class ImageFiles(Dataset):
         path = self.files[index]
         try:
             image = decode_rgb(path)
+        except FastpipeError:  # a stop signal (Preempted) that landed here: the file is fine
+            raise
         except Exception as exc:  # name the file: "cannot identify image" alone is no help
             raise DataError(f"cannot read image {path}: {exc}; remove or replace the file") from exc
         return self.transform(image), self.labels[index]

@@ -21,6 +21,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from fastpipe import signals
 from fastpipe.data.packformat import DTYPE_JPEG, DTYPE_UINT8, TRAIN
 from fastpipe.data.packjournal import build_lock, partial_path
 from fastpipe.data.packparts import Part, PartWriter, complete_file, plan_parts
@@ -213,6 +214,11 @@ def _build(job: ImagesJob, out: Path, workers: int, progress: bool) -> int:
     """Write every part not already complete; returns the images found already packed."""
     order = job.order()
     groups = -(-len(order) // job.chunk_images)
+    with signals.deferred():  # a stop signal raises between groups (signals.check), never inside the fork pool
+        return _build_with(job, out, order, groups, workers, progress)
+
+
+def _build_with(job: ImagesJob, out: Path, order: np.ndarray, groups: int, workers: int, progress: bool) -> int:
     pool = _Pool(job, order, max(1, min(workers, groups)))
     try:
         parts = _layout(job, out, order, pool)
@@ -224,6 +230,7 @@ def _build(job: ImagesJob, out: Path, workers: int, progress: bool) -> int:
                  for i, w in enumerate(writers) for g, start, stop in w.todo()]
         bar = _bar(out, len(order), already, progress)
         for part, group, crc, data, sizes in pool.map("encode_group", tasks, ordered=job.codec == "jpeg"):
+            signals.check()
             w = writers[part]
             w.add(group, crc, data, sizes)
             bar.update(w.group_size(group))

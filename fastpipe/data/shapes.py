@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 import numpy as np
 from PIL import Image, ImageDraw
 
+from fastpipe import signals
 from fastpipe.data.cachedir import remove_dead_tmp, tmp_sibling, writing_into
 from fastpipe.errors import ConfigError, DataError
 
@@ -137,7 +138,7 @@ def _write(tmp: Path, expected: dict, size: Tuple[int, int], seed: int, progress
             from tqdm import tqdm
             done = tqdm(done, total=count, desc=desc, leave=False)
         for _ in done:  # also raises the first error of any image
-            pass
+            signals.check()  # a stop signal, held back while the pool works
     (tmp / MANIFEST).write_text(json.dumps(expected, indent=1))  # inside the folder before the rename
 
 
@@ -150,7 +151,9 @@ def _pool(threads: int, count: int):
     if threads > 1 and count >= PROCESSES_FROM and "fork" in multiprocessing.get_all_start_methods():
         from fastpipe.runtime import die_with_parent
 
-        with multiprocessing.get_context("fork").Pool(threads, die_with_parent, (os.getpid(),)) as pool:
+        # a stop signal raises between images (signals.check), never inside the pool's fork or locks
+        with signals.deferred(), multiprocessing.get_context("fork").Pool(threads, die_with_parent,
+                                                                          (os.getpid(),)) as pool:
             yield lambda fn, items: pool.imap_unordered(fn, items, chunksize=16)
         return
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:

@@ -5,9 +5,11 @@ process, both before the lost-peer errors its death causes in the others).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
+import traceback
 import uuid
 from pathlib import Path
 from typing import Optional
@@ -15,23 +17,48 @@ from typing import Optional
 from fastpipe.record import results
 from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config, ProcessGroupLauncherConfig
-from fastpipe.errors import ConfigError
-from fastpipe.runtime import die_with_parent, environment, init_distributed, shutdown_distributed, visible_gpus
+from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, ConfigError, FastpipeError
+from fastpipe.launch.handoff import read_settings, settings_file
+from fastpipe.runtime import (die_with_parent, environment, full_errors, init_distributed, shutdown_distributed,
+                              visible_gpus)
 from fastpipe.signals import exit_reason
 
 
-def _worker(settings: Config, run_dir: str, parent: int) -> Optional[dict]:
+def _worker(settings_path: str, run_dir: str, parent: int) -> Optional[dict]:
     """Entry point of each elastic worker: join the group, train, leave. Rank 0 returns the metrics.
 
-    Exceptions propagate: the agent records each in the rank's error file and stops the other ranks.
+    Exceptions propagate: the agent records each in the rank's error file and stops the other ranks;
+    one fastpipe recognises is written to the error file here and the rank exits without a traceback.
     """
     from fastpipe.train.job import run_training
 
     die_with_parent(parent)
+    settings = read_settings(settings_path)
     dist = init_distributed(settings)
-    metrics = run_training(settings, Path(run_dir))
+    try:
+        metrics = run_training(settings, Path(run_dir))
+    except FastpipeError as exc:  # recognised: its one line reaches the launcher in the error file, no traceback
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        if full_errors():
+            traceback.print_exc()
+        get_error_handler().record_exception(exc)
+        sys.exit(getattr(exc, "exit_code", EXIT_CODE))  # EXIT_PREEMPTED after a stop signal
     shutdown_distributed()  # after success only: a failing rank just exits (a dead peer could block it)
     return metrics if dist.is_main else None
+
+
+class _QuietOnRecognisedExit(logging.Filter):
+    """Drops the elastic agent's log of a worker that exited with fastpipe's own code (EXIT_CODE: an
+    error fastpipe recognised; EXIT_PREEMPTED: a stop signal): that record is the agent's own stack
+    trace, and fastpipe prints the rank's one line from its error file. Other exits keep their log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return getattr(exc, "exit_code", None) not in (EXIT_CODE, EXIT_PREEMPTED)
+
+
+AGENT_LOG = "torch.distributed.elastic.multiprocessing.api"
 
 
 def elastic_config(cfg: ProcessGroupLauncherConfig, nproc: int):
@@ -97,16 +124,27 @@ def failure_reason(failures: dict, world_size: int, timeout_s: Optional[int] = N
     return f"rank {rank} of {world_size} failed: {text}{also}", trace
 
 
-def _failed(run_dir: Path, settings: Config, reason: str, trace: Optional[str], world_size: int) -> dict:
-    """Write the job's failed metrics.json (keeping what rank 0 recorded of this run) and return it."""
+def _stopped_starting(signal_name: str, launcher: str, world: int, run_dir: Path) -> str:
+    """A stop signal that ended the ranks before any of them recorded it (they were still starting)."""
+    from fastpipe.checkpoint.files import newest_good
+
+    latest = newest_good(run_dir / "checkpoints")
+    again = (f"continue from {latest} with train.resume=auto hydra.run.dir={run_dir}" if latest else
+             "nothing to checkpoint; run the same command again")
+    return f"stopped by {signal_name} while launcher={launcher} started its {world} ranks, before training began: {again}"
+
+
+def _failed(run_dir: Path, settings: Config, reason: str, trace: Optional[str], world_size: int,
+            status: str = "failed") -> dict:
+    """Write the job's failed (or ``status``) metrics.json, keeping what rank 0 recorded of this run; return it."""
     kept = results.own(run_dir, settings.run_id)
     extra = {"traceback": trace} if trace else {}
     if kept is None or kept.get("status") in ("ok", "running"):
         record = failed(reason, settings.choices, settings.overrides, environment(None, world_size), settings.run_id,
-                        **extra)
+                        status=status, **extra)
     else:  # rank 0 recorded its own failure: keep its measurements, name the rank that caused it
-        record = RunRecord.from_dict(kept).fail(reason, **extra)
-    results.write(run_dir, record)
+        record = RunRecord.from_dict(kept).fail(reason, status=status, **extra)
+    results.write_if_possible(run_dir, record)
     return record.to_dict()
 
 
@@ -129,8 +167,11 @@ def launch_workers(settings: Config, run_dir: Path) -> dict:
           f"{f' (node {cfg.node_rank} of {cfg.nnodes})' if cfg.nnodes > 1 else ''}, "
           f"{cfg.backend_for('cuda' if gpus else 'cpu')} backend, rendezvous at {cfg.rdzv_endpoint or 'localhost'}",
           file=sys.stderr, flush=True)
+    quiet = _QuietOnRecognisedExit()
+    logging.getLogger(AGENT_LOG).addFilter(quiet)
     try:
-        elastic_launch(elastic_config(cfg, nproc), _worker)(settings, str(run_dir), os.getpid())
+        with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
+            elastic_launch(elastic_config(cfg, nproc), _worker)(path, str(run_dir), os.getpid())
     except (ChildFailedError, SignalException) as exc:
         recorded = results.own(run_dir, settings.run_id)
         if recorded is not None and recorded.get("status") == "preempted":  # a stop signal: rank 0 checkpointed
@@ -139,11 +180,13 @@ def launch_workers(settings: Config, run_dir: Path) -> dict:
             return _failed(run_dir, settings, *failure_reason(exc.failures, world, cfg.timeout_s), world)
         if exc.sigval == signal.SIGINT:
             raise KeyboardInterrupt from exc  # Ctrl-C ends a sweep, as it does with launcher=single
-        return _failed(run_dir, settings, f"launcher=ddp stopped by {exc.sigval.name} before the ranks "
-                       "checkpointed", None, world)
+        return _failed(run_dir, settings, _stopped_starting(exc.sigval.name, cfg.name, world, run_dir), None, world,
+                       status="preempted")
     except RendezvousError as exc:
         return _failed(run_dir, settings, f"launcher=ddp: rendezvous at {cfg.rdzv_endpoint or 'localhost'} failed "
                        f"within launcher.timeout_s={cfg.timeout_s}: {type(exc).__name__}: {exc}", None, world)
+    finally:
+        logging.getLogger(AGENT_LOG).removeFilter(quiet)
     metrics = results.own(run_dir, settings.run_id)
     if metrics is None:  # rank 0 ran on another node: its run folder holds the job's metrics.json
         return RunRecord.start(settings.choices, settings.overrides, run_id=settings.run_id).set(

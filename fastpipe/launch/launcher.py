@@ -26,19 +26,22 @@ from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
-from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, init_distributed,
-                              shutdown_distributed, started_by_torchrun)
-from fastpipe.signals import exit_reason, forwarded_to
+from fastpipe.launch.handoff import read_settings, settings_file
+from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, full_errors,
+                              init_distributed, shutdown_distributed, started_by_torchrun)
+from fastpipe.signals import exit_reason, started_with_signals_held
 
 
-def _single_worker(settings: Config, run_dir: str, parent: int) -> None:
+def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     """Entry point of the spawned process: exit code 0 ok, EXIT_CODE bad input, 1 crash."""
     from fastpipe.train.job import run_training
 
     die_with_parent(parent)
     try:
-        run_training(settings, Path(run_dir))
+        run_training(read_settings(settings_path), Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
+        if full_errors():
+            traceback.print_exc()
         sys.exit(getattr(exc, "exit_code", EXIT_CODE))  # EXIT_PREEMPTED after a stop signal
     except KeyboardInterrupt:  # Ctrl-C reached the whole process group: recorded; the parent says it
         sys.exit(130)
@@ -59,13 +62,13 @@ def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
     if metrics is None or metrics.get("status") == "running":  # it died before writing its outcome
         record = failed(exit_reason(exitcode), settings.choices, settings.overrides, environment(None, 1),
                         run_id=settings.run_id)
-        results.write(run_dir, record)
+        results.write_if_possible(run_dir, record)
     else:
         record = RunRecord.from_dict(metrics)
         if record.status == "ok":
             record.warnings.append(f"{exit_reason(exitcode)} after it had finished and written these results")
             record.exitcode = exitcode
-            results.write(run_dir, record)
+            results.write_if_possible(run_dir, record)
     record.exitcode = exitcode
     return record.to_dict()
 
@@ -91,15 +94,21 @@ def _join_torchrun(settings: Config, run_dir: Path) -> dict:
 
 def _spawn_single(settings: Config, run_dir: Path) -> dict:
     """One fresh training process; signals reach it, Ctrl-C waits for its record."""
-    process = multiprocessing.get_context("spawn").Process(
-        target=_single_worker, args=(settings, str(run_dir), os.getpid()), name="fastpipe-train")
-    process.start()
-    with forwarded_to(process.pid):  # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints
-        try:
-            process.join()
-        except KeyboardInterrupt:  # the trainer got Ctrl-C too (one process group): let it record why
-            process.join(timeout=30)
-            raise
+    with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
+        process = multiprocessing.get_context("spawn").Process(
+            target=_single_worker, args=(path, str(run_dir), os.getpid()), name="fastpipe-train")
+
+        def start() -> int:
+            process.start()
+            return process.pid
+
+        # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints; also while it starts
+        with started_with_signals_held(start):
+            try:
+                process.join()
+            except KeyboardInterrupt:  # the trainer got Ctrl-C too (one process group): let it record why
+                process.join(timeout=30)
+                raise
     return collect(run_dir, process.exitcode, settings)
 
 

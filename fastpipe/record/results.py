@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
@@ -33,11 +34,15 @@ def write_json_atomic(path: Path, payload: dict) -> None:
     """Write via a temporary file, fsync and rename, so a reader never sees half a file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(_finite_or_none(payload), fh, indent=2, default=str, allow_nan=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(_finite_or_none(payload), fh, indent=2, default=str, allow_nan=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a signal: no temporary file left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write(run_dir: Path, record: RunRecord) -> None:
@@ -45,6 +50,18 @@ def write(run_dir: Path, record: RunRecord) -> None:
     if not isinstance(record, RunRecord):  # a dict's keys are unchecked: RunRecord.from_dict checks them
         raise TypeError(f"results.write takes a RunRecord, not {type(record).__name__}")
     write_json_atomic(Path(run_dir) / FILE, record.to_dict())
+
+
+def write_if_possible(run_dir: Path, record: RunRecord) -> bool:
+    """Write the record of a run that did not finish where it can be written: on a full or read-only
+    disk, one line on stderr instead of a second error over the first (the reason is printed anyway)."""
+    try:
+        write(run_dir, record)
+        return True
+    except OSError as exc:
+        print(f"fastpipe: warning: {Path(run_dir) / FILE} not written ({exc.strerror or exc})", file=sys.stderr,
+              flush=True)
+        return False
 
 
 def begin(run_dir: Path, choices: Dict[str, str], overrides: Iterable[str], run_id: str) -> None:

@@ -18,6 +18,18 @@ def _refuse(exc: Exception) -> None:
     sys.exit(EXIT_CODE)
 
 
+def _writable_or_refuse(folder: Path, key: str) -> None:
+    """One line and exit 2 for a folder that cannot be written (read-only, a full disk), before Hydra's
+    job log or anything else is written into it (record/writable.py)."""
+    from fastpipe.errors import Unwritable
+    from fastpipe.record.writable import check_writable
+
+    try:
+        check_writable(folder, key)
+    except Unwritable as exc:
+        _refuse(exc)
+
+
 def save_hydra_record(config: DictConfig, folder: Path) -> None:
     """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, as Hydra itself writes them."""
     task_cfg = copy.deepcopy(config)
@@ -33,7 +45,8 @@ class RunGuard(Callback):
     """One writer per run and sweep folder: the job's owner (this process; under torchrun, rank 0)
     locks the folder before anything is written into it, then writes Hydra's ``.hydra/`` record
     itself (fastpipe's config sets ``hydra.output_subdir`` to null so that Hydra does not write it
-    first, over a running job's). The lock goes with the job, or with the process if it dies."""
+    first, over a running job's). The lock goes with the job, or with the process if it dies. Before
+    that, as the run or sweep starts, a folder that cannot be written is one line (record/writable.py)."""
 
     def __init__(self) -> None:
         self.locks = {}
@@ -54,6 +67,9 @@ class RunGuard(Callback):
         if lock is not None:
             lock.release()
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _writable_or_refuse(Path(str(config.hydra.run.dir)), "hydra.run.dir")
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError
         from fastpipe.sweeps.check import check_sweep
@@ -62,6 +78,7 @@ class RunGuard(Callback):
             check_sweep(config)  # a value no job could train with refuses the sweep before any job runs
         except ConfigError as exc:
             _refuse(exc)
+        _writable_or_refuse(Path(str(config.hydra.sweep.dir)), "hydra.sweep.dir")
         self._lock(Path(str(config.hydra.sweep.dir)), "sweep")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

@@ -171,6 +171,9 @@ def parity(value: Optional[float], base_value: Optional[float], tol: float, high
     return "ok" if worse_by <= tol + 1e-12 else "FAIL"
 
 
+FINISHED = ("ok", "fallback", "unmeasured")  # job_status of a job that finished (fallback: compile ran eager)
+
+
 def job_status(metrics: Optional[dict]):
     """(status, reason): ok | failed (or the run's own status) | fallback (compile ran eager) | unmeasured | missing."""
     if metrics is None:
@@ -316,14 +319,19 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         notes.append("no baseline job found (the first-value job is not in this folder): no speed-ups")
     else:
         base["baseline"] = True
-        if base["throughput"] is None and spec.objective != "time_to_target":
+        if base["status"] not in FINISHED:  # a run still going, or one that did not finish: not a baseline
+            notes.append(f"the baseline (job {base['job']}) is {base['status']}"
+                         f"{' (still going, or its process died)' if base['status'] == 'running' else ''}: "
+                         "no speed-ups")
+        elif base["throughput"] is None and spec.objective != "time_to_target":
             notes.append(f"the baseline (job {base['job']}) has no throughput ({base['status']}): no speed-ups")
-        if base["metric_value"] is None:
+        if base["metric_value"] is None and base["status"] in FINISHED:
             notes.append("the baseline has no held-out metric (dataset=synthetic or not ok): parity is n/a")
     for r in rows:
-        if base is not None and base["throughput"] and r["throughput"] is not None:
+        if base is not None and base["status"] in FINISHED and base["throughput"] and r["throughput"] is not None:
             r["speedup"] = r["throughput"] / base["throughput"]
-        comparable = base is not None and base["metric_value"] is not None and r["metric"] == base["metric"]
+        comparable = (base is not None and base["status"] in FINISHED and base["metric_value"] is not None
+                      and r["metric"] == base["metric"])
         base_value = base["metric_value"] if comparable else None
         if r["metric_value"] is not None and base_value is not None:
             r["metric_delta"] = r["metric_value"] - base_value

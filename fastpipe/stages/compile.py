@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fastpipe.config import CompileConfig
-from fastpipe.errors import FastpipeWarning
+from fastpipe.errors import FastpipeError, FastpipeWarning
 
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._subclasses")
 
@@ -116,5 +116,7 @@ def compile_model(cfg: CompileConfig, result: CompiledModel, units: Optional[Lis
             return
         result.module = torch.compile(result.eager, mode=cfg.mode, backend=cfg.backend, fullgraph=cfg.fullgraph,
                                       dynamic=cfg.dynamic)
+    except FastpipeError:  # a stop signal (Preempted) that landed here is no compile failure
+        raise
     except Exception as exc:  # e.g. an unknown backend name
         result.fall_back(exc)

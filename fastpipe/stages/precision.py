@@ -3,6 +3,7 @@ matmuls on the Linear layers with bf16 autocast around the rest (fp8.py)."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from fastpipe.config import Fp8PrecisionConfig, PrecisionConfig
+from fastpipe.errors import FastpipeWarning
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -25,6 +27,7 @@ class Precision:
     scaler: torch.amp.GradScaler
     tf32: bool = False
     by_fsdp: bool = False  # launcher=fsdp: FSDP2's MixedPrecisionPolicy casts, not autocast
+    note: str = ""  # what graph.txt should say about it on this machine (emulated bf16)
     fp8_config: Optional[Fp8PrecisionConfig] = None  # precision=fp8: which layers, which recipe
     fp8: object = None  # precision=fp8: the Fp8Layers ``prepare`` converted (fp8.py); None before
 
@@ -50,7 +53,8 @@ class Precision:
         if self.by_fsdp:
             return (f"amp  {dtype} by FSDP2's MixedPrecisionPolicy (no autocast)  GradScaler "
                     f"{'on (sharded)' if self.scaler.is_enabled() else 'off'}")
-        return f"amp  {dtype} autocast on {self.device_type}  GradScaler {'on' if self.scaler.is_enabled() else 'off'}"
+        return (f"amp  {dtype} autocast on {self.device_type}  GradScaler {'on' if self.scaler.is_enabled() else 'off'}"
+                + (f"  ({self.note})" if self.note else ""))
 
 
 def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
@@ -78,7 +82,20 @@ def build_amp(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False)
         scaler = ShardedGradScaler(device.type, enabled=dtype is torch.float16)
     else:
         scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
-    return Precision("amp", dtype, device.type, scaler, by_fsdp=by_fsdp)
+    return Precision("amp", dtype, device.type, scaler, by_fsdp=by_fsdp, note=_emulated_bf16(device, dtype))
+
+
+def _emulated_bf16(device: torch.device, dtype: torch.dtype) -> str:
+    """Warn (and say, for graph.txt) when bf16 on this CPU is emulated: many times slower than fp32."""
+    from fastpipe.runtime import cpu_bf16
+
+    cpu = cpu_bf16() if device.type == "cpu" and dtype is torch.bfloat16 else {"native": None}
+    if cpu["native"] is not False:
+        return ""
+    warnings.warn(f"precision=amp trains in bf16, which this CPU computes only in emulation (it has no "
+                  f"{' or '.join(cpu['looked_for'])}), many times slower than fp32; use precision=fp32 on this "
+                  "machine", FastpipeWarning)
+    return "emulated on this CPU: precision=fp32 is faster here"
 
 
 def build_fp8(cfg: Fp8PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:

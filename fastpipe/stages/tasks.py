@@ -13,12 +13,14 @@ held-out samples; an optional ``summarize(means) -> dict`` derives more (perplex
 An optional ``dataset_kinds`` (e.g. ``("tokens",)``) lets fastpipe refuse a dataset that declares
 another kind before anything is built; an optional ``bounds = (low, high)`` (None: unbounded) is the
 range the primary metric can take, so that a ``train.target`` outside it is refused; an optional
-``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix).
+``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix). Optional ``check_batch(inputs, target)`` and
+``check_output(output, target)`` say, for a first batch of each split (train/first_batch.py),
+what the task cannot train on (a sentence naming it and the fix; None: fine), before the first step.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict, Protocol
+from typing import Dict, Optional, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +60,25 @@ class Classification:
         return {"accuracy": (output.argmax(1) == target).sum(),
                 "loss": F.cross_entropy(output.float(), target, reduction="sum")}
 
+    def check_batch(self, inputs, target) -> Optional[str]:
+        if not _is_int_tensor(target) or target.dim() != 1:
+            return (f"its targets are {_shape(target)}, but the task takes integer class labels [N] "
+                    "(a sample's target is an int); give labels, or choose a task for these targets")
+        return None
+
+    def check_output(self, output, target) -> Optional[str]:
+        if not isinstance(output, torch.Tensor):
+            return (f"the model returns {_shape(output)}, but the task takes one tensor of class logits "
+                    "[N, C]; return the logits alone from forward() (or use a task whose loss takes that output)")
+        if output.dim() != 2 or not output.is_floating_point() or output.shape[0] != target.shape[0]:
+            return (f"the model returns {_shape(output)} for {target.shape[0]} samples, but the task takes "
+                    f"class logits [N, C] (N={target.shape[0]}); return one row of logits per sample")
+        top = int(target.max()) if target.numel() else -1
+        if top >= output.shape[1] or (target.numel() and int(target.min()) < 0):
+            return (f"the labels reach {top} (and must be >= 0), but the model gives {output.shape[1]} class logits; "
+                    f"give the model num_classes={top + 1} or more (model.num_classes), or relabel the dataset 0..C-1")
+        return None
+
 
 class LanguageModelling:
     """Next-token cross-entropy over logits (B x T x V) and targets (B x T, the input shifted by one).
@@ -80,10 +101,38 @@ class LanguageModelling:
     def summarize(self, means: Dict[str, float]) -> Dict[str, float]:
         return {"perplexity": math.exp(min(means["loss"], 700.0))}
 
+    def check_batch(self, inputs, target) -> Optional[str]:
+        if not _is_int_tensor(target) or target.dim() != 2:
+            return (f"its targets are {_shape(target)}, but the task trains on token sequences: integer token ids "
+                    "[B, T], the inputs shifted by one; choose a token dataset (e.g. dataset=tokens), or a task "
+                    "for this data (e.g. task=classification)")
+        return None
+
+    def check_output(self, output, target) -> Optional[str]:
+        if not isinstance(output, torch.Tensor) or output.dim() != 3 or tuple(output.shape[:2]) != tuple(target.shape):
+            return (f"the model returns {_shape(output)} for targets {_shape(target)}, but the task takes next-token "
+                    "logits [B, T, V]; return the logits alone from forward()")
+        top = int(target.max()) if target.numel() else -1
+        if top >= output.shape[-1]:
+            return (f"the target token ids reach {top}, but the model gives logits over {output.shape[-1]} tokens; give the "
+                    f"model a vocabulary of {top + 1} or more (model.vocab_size)")
+        return None
+
     @staticmethod
     def tokens(target: torch.Tensor) -> int:
         """Tokens a sample trains on (metrics.json's tokens_per_s)."""
         return int(target[0].numel())
+
+
+def _is_int_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex() \
+        and value.dtype != torch.bool
+
+
+def _shape(value) -> str:
+    from fastpipe.data.splits import describe_value  # stages sit beside data: a leaf helper, no cycle
+
+    return describe_value(value)
 
 
 REQUIRED = ("loss", "metrics", "primary", "higher_is_better")

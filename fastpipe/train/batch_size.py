@@ -29,6 +29,7 @@ from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 from fastpipe.measure.steps import synchronize
 from fastpipe.runtime import Runtime
 from fastpipe.train import graph
+from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.step import train_step
 
 CPU_START, GPU_START = 32, 256  # train.batch_size_start=null
@@ -117,8 +118,13 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
     start = start_for(cfg, device, on_grid(bound, cfg.batch_size_round))
     timed = steps_for(cfg.batch_size_goal)[1]
 
+    tried = []  # the first probe checks a first batch of each split (train/first_batch.py)
+
     def probe(size: int) -> Probe:
-        return _probe(size, device, size * cfg.grad_accum * timed, lambda: _run_steps(settings, runtime, splits, size))
+        check = not tried
+        tried.append(size)
+        return _probe(size, device, size * cfg.grad_accum * timed,
+                      lambda: _run_steps(settings, runtime, splits, size, check=check))
 
     probes = _search(probe, runtime.dist, bound, start, cfg.batch_size_round)
     if limit is not None and limit < cap and all(p.fits for p in probes):
@@ -220,10 +226,13 @@ def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[]
                  None if peak is None else round(peak, 3))
 
 
-def _run_steps(settings: Config, runtime: Runtime, splits, size: int) -> float:
+def _run_steps(settings: Config, runtime: Runtime, splits, size: int, check: bool = False) -> float:
     """The run's graph built for batch ``size`` (graph.build_probe), then ``steps_for(goal)`` of the
-    training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds."""
+    training step itself (accumulation, clipping, EMA) on one batch; returns the timed steps' seconds.
+    ``check``: first, a first batch of each split through the project's parts (train/first_batch.py)."""
     g = graph.build_probe(settings, runtime, splits, size)
+    if check:
+        check_first_batches(g, settings)
     g.train_loader.set_epoch(0)
     batch = next(iter(g.train_loader))
     untimed, timed = steps_for(settings.train.batch_size_goal)

@@ -1,9 +1,7 @@
 """One training job inside a worker process: runtime -> graph -> loop -> metrics and files."""
 from __future__ import annotations
 
-import re
 import sys
-import traceback
 import warnings
 from pathlib import Path
 
@@ -14,9 +12,10 @@ from fastpipe.record.notes import collect_warnings
 from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
-from fastpipe.config.registry import choice
-from fastpipe.errors import EnvironmentProblem, FastpipeError, FastpipeWarning, OutOfMemory, memory_fixes
+from fastpipe.errors import FastpipeWarning, TrainingError
 from fastpipe.train.description import describe
+from fastpipe.train.failures import fixable_failure, record_failure, write_record
+from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.loop import train
 from fastpipe.measure.clock import RunClock, cache_counts, compile_cache
 from fastpipe.measure.steps import StepMeter, combine_ranks
@@ -25,7 +24,7 @@ from fastpipe.record.recorder import RunRecorder
 from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
 from fastpipe.runtime import dist_from_env, environment, setup_runtime
-from fastpipe.signals import stop_on_signals, training
+from fastpipe.signals import stop_on_signals, stopped_before_training, training
 
 
 def run_training(settings: Config, run_dir: Path) -> dict:
@@ -55,13 +54,18 @@ def run_training(settings: Config, run_dir: Path) -> dict:
             print(f"fastpipe: {exc}", file=sys.stderr, flush=True)
         return record.to_dict()
     except BaseException as exc:
-        failure = _fixable_failure(settings, exc)
-        _record_failure(failure, record, ckpt)
+        if isinstance(exc, KeyboardInterrupt) and record.status == "ok":  # Ctrl-C once the results were in
+            record.warnings.append("interrupted (Ctrl-C) after the results were written; they are kept")
+            raise
+        # a stop signal before training began wins over the error it became where it landed
+        failure = (None if isinstance(exc, KeyboardInterrupt) else stopped_before_training()) or \
+            fixable_failure(settings, exc, run_dir)
+        record_failure(failure, record, ckpt)
         if failure is not exc:
             raise failure from exc
         raise
     finally:
-        recorder.finish(record)  # metrics.json, then the loggers' ends
+        write_record(recorder, record, run_dir)  # metrics.json, then the loggers' ends
 
 
 def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: RunRecord, ckpt: Checkpointer) -> None:
@@ -77,6 +81,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     g = training_graph.build(settings, runtime, progress=show)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
+    check_first_batches(g, settings)  # the project's parts on a first batch of each split, before any step
     description = describe(g, settings, search)
     if dist.is_main:
         print(description, flush=True)
@@ -95,9 +100,11 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.set(**outcome(g, result))
     primary = record.primary_metric
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
-    record.set(status="ok", checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
+    record.set(checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
                checkpoint_stall_s=ckpt.stall_summary())
     record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
+    _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
+    record.set(status="ok")
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
     recorder.write_text("graph.txt", describe(g, settings, search))  # again: a compile fall-back is noted there
     record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
@@ -116,36 +123,28 @@ def _with_found_batch_size(settings: Config, runtime) -> tuple:
     return training_graph.with_batch_size(settings, search.chosen), search
 
 
-def _fixable_failure(settings: Config, exc: BaseException) -> BaseException:
-    """The error a user can act on for a known failure (out of memory, a dead DataLoader worker), else ``exc``."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return _out_of_memory(settings, exc)
-    text = (str(exc).strip().splitlines() or [""])[0]
-    if isinstance(exc, RuntimeError) and "DataLoader worker" in text and ("killed" in text or "exited" in text):
-        return EnvironmentProblem(f"a DataLoader worker process died ({text}); the out-of-memory killer is the "
-                                  "usual cause: lower data.num_workers or train.batch_size, or read a pack with "
-                                  "data=mmap")
-    return exc
+def _require_primary(g, result, settings: Config) -> None:
+    """A run evaluated on a held-out split must end with a finite primary metric: without one, the
+    run's parity, target and rank in a sweep mean nothing. Runs without a held-out split (dataset=
+    synthetic) report a null metric and stay ok."""
+    import math
 
-
-def _record_failure(failure: BaseException, record: RunRecord, ckpt) -> None:
-    """Fill ``record`` for a run that did not finish: one line of reason, the newest good checkpoint."""
-    try:
-        ckpt.settle(barrier=False)  # a write in flight completes first: it may be the newest good one
-    except Exception as exc:  # its own failure (a full disk) is worth a line, not a second crash
-        record.warnings.append(f"the checkpoint being written failed: {type(exc).__name__}: {exc}")
-    latest = None if ckpt.latest is None else str(ckpt.latest)
-    if isinstance(failure, KeyboardInterrupt):
-        step = ckpt.position.step if ckpt.position is not None else 0
-        record.fail(f"interrupted (Ctrl-C) at step {step}; " + (
-                    f"the newest good checkpoint is {latest}" if latest else "no checkpoint was written"),
-                    status="interrupted", checkpoint=latest, steps=step)
+    val, name = result.val_metrics, g.task.primary
+    if g.eval_loader is None or val is None:
         return
-    known = {"status": "failed", "checkpoint": latest,
-             **(getattr(failure, "metrics", None) or {})}  # e.g. status=preempted, steps so far
-    if not isinstance(failure, FastpipeError):
-        known["traceback"] = traceback.format_exc()
-    record.fail(_fixable(failure) if isinstance(failure, FastpipeError) else _short(failure), **known)
+    from fastpipe.train.first_batch import part
+
+    task = part(settings, "task")
+    if name not in val:
+        raise TrainingError(f"{task}'s primary metric {name!r} is missing from the held-out metrics "
+                            f"({', '.join(sorted(val)) or 'none'}) after step {result.steps}: the run has no result; "
+                            f"return {name!r} from metrics() on every batch, or set primary to one of those names")
+    value = val[name]
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TrainingError(f"{task}'s primary metric {name} is {value} on the held-out split after step "
+                            f"{result.steps}: the run has no result; the model's outputs or metrics()' sums are "
+                            "non-finite (look at final_loss and val_metrics: lower optimizer.lr, or use "
+                            "precision=fp32 to rule out overflow, or fix metrics())")
 
 
 def outcome(g, result) -> dict:
@@ -178,26 +177,3 @@ def model_flops(g, result, throughput, world_size: int) -> dict:
     tokens = throughput * result.tokens_per_sample if throughput and result.tokens_per_sample else None
     return {"flops_per_sample": per_sample, "flops_method": method, "peak_tflops": peak,
             "mfu": flops.utilisation(per_sample, throughput, peak, world_size), "tokens_per_s": tokens}
-
-
-def _fixable(exc: FastpipeError) -> str:
-    """The message; raised in a DataLoader worker, the original one (the last line of the wrapper's)."""
-    text = str(exc)
-    if text.startswith("Caught ") and "Original Traceback" in text:
-        text = re.sub(r"^[\w.]+: ", "", text.strip().splitlines()[-1])  # drop "fastpipe.errors.DataError: "
-    return text
-
-
-def _out_of_memory(settings, exc: BaseException) -> OutOfMemory:
-    first = (str(exc).strip().splitlines() or [""])[0][:200]
-    fixes = memory_fixes(settings.train.batch_size, settings.precision.name, settings.model.activation_checkpointing,
-                         choice("launcher", settings.launcher.name).shards)
-    return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
-                       f"(precision={settings.precision.name}, model={settings.model.target}, "
-                       f"launcher={settings.launcher.name}): {'; or '.join(fixes)} [{first}]")
-
-
-def _short(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {text}"[:500]
-

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fastpipe.measure.cpu import cpu_bf16
+from fastpipe.runtime import cpu_bf16
 
 
 @pytest.mark.slow

@@ -107,3 +107,17 @@ class KilledAt(TinyCNN):
                     time.sleep(0.1)
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().forward(x)
+
+
+class CrashesInForward(TinyCNN):
+    """TinyCNN whose forward has a bug: an error fastpipe cannot know the cause of."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a bug in the project's forward")
+
+
+class ReturnsTuple(TinyCNN):
+    """TinyCNN that returns (logits, features): not what task=classification takes."""
+
+    def forward(self, x: torch.Tensor):
+        return super().forward(x), x

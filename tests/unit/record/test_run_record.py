@@ -157,7 +157,7 @@ class FakeCheckpointer:
 
 def trainer(failure: BaseException, latest=None):
     """The trainer's failure path: its own record so far, filled by _record_failure, written."""
-    from fastpipe.train.job import _record_failure
+    from fastpipe.train.failures import record_failure as _record_failure
 
     def path(run_dir):
         record = RunRecord.start(CHOICES, OVERRIDES, {"torch": "x"}, "r1").set(steps=3, warmup_s=0.5)

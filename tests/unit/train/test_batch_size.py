@@ -21,7 +21,7 @@ def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
     """Replace the real step: sizes above ``fits_up_to`` run out of memory; ``rate`` gives samples/s."""
     tried = []
 
-    def run_steps(settings, runtime, splits, size):
+    def run_steps(settings, runtime, splits, size, check=False):  # check: the first-batch check (not faked)
         tried.append(size)
         if size > fits_up_to:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -65,7 +65,7 @@ def test_out_of_memory_names_the_fixes(tmp_path):
 
 
 def test_out_of_memory_offers_only_the_fixes_not_yet_applied():
-    from fastpipe.train.job import _out_of_memory
+    from fastpipe.train.failures import out_of_memory as _out_of_memory
 
     settings = make_settings(["task=lm", "dataset=tokens", "model=gpt_tiny", "precision=amp",
                               "model.activation_checkpointing=true", "launcher=fsdp", "train.batch_size=1"])
