@@ -3,6 +3,7 @@ settings, runs that several tests read, and the two tiers (tests/unit fast, test
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,16 +98,18 @@ def run_cli(args, cwd=None, timeout=300):
                           text=True, timeout=timeout)
 
 
-def run_clis(commands, cwd=None, timeout=300):
-    """Independent ``python -m fastpipe ARGS`` commands side by side ({name: args} -> {name: CompletedProcess}):
-    most of a short command is its interpreter's start-up, which two cores overlap."""
+def run_side_by_side(commands, timeout=300):
+    """Independent commands started together, each in its own process group ({name: argv, or (argv, Popen
+    keyword arguments)} -> {name: CompletedProcess}): a test process uses one core of two, and most of a
+    short command is its interpreter's start-up. Past ``timeout`` every group still running is killed."""
     started = {}
-    for name, args in commands.items():
-        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
-        started[name] = (subprocess.Popen([sys.executable, "-m", "fastpipe", *args], cwd=cwd or REPO, stdout=out,
-                                          stderr=err, text=True), out, err)
-    deadline, done = time.monotonic() + timeout, {}
     try:
+        for name, command in commands.items():
+            argv, options = command if isinstance(command, tuple) else (command, {})
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            started[name] = (subprocess.Popen(argv, **{"cwd": REPO, **options}, stdout=out, stderr=err, text=True,
+                                              start_new_session=True), out, err)
+        deadline, done = time.monotonic() + timeout, {}
         for name, (process, out, err) in started.items():
             process.wait(timeout=max(1.0, deadline - time.monotonic()))
             out.seek(0), err.seek(0)
@@ -114,10 +117,16 @@ def run_clis(commands, cwd=None, timeout=300):
     finally:
         for process, out, err in started.values():
             if process.poll() is None:
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
             out.close(), err.close()
     return done
+
+
+def run_clis(commands, cwd=None, timeout=300):
+    """Independent ``python -m fastpipe ARGS`` commands side by side ({name: args} -> {name: CompletedProcess})."""
+    return run_side_by_side({name: ([sys.executable, "-m", "fastpipe", *args], {"cwd": cwd or REPO})
+                             for name, args in commands.items()}, timeout)
 
 
 def fastpipe_env(*paths, **variables):

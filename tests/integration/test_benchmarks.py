@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_side_by_side
 
 
 def _check_overhead(out):
@@ -179,8 +179,47 @@ def _script(name, *args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_lm_handloop_smoke():
-    proc = _script("lm_handloop.py", "--device", "cpu", "--smoke")
+try:
+    import nvidia.dali  # noqa: F401
+    HAVE_DALI = True
+except ImportError:  # e.g. macOS has no DALI wheel; the missing-DALI error is still tested
+    HAVE_DALI = False
+
+
+needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
+
+
+@pytest.fixture(scope="module")
+def smokes(tmp_path_factory):
+    """The scripts' smoke modes, independent of each other, started side by side once: {name: (its output
+    folder, CompletedProcess)}. Each test below reads its own."""
+    import os
+
+    root = tmp_path_factory.mktemp("smokes")
+
+    def script(name, *args):
+        return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
+
+    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop")}
+    for folder in out.values():
+        folder.mkdir()
+    commands = {
+        "phase1": (["bash", str(REPO / "benchmarks" / "h200_handloops_checkpoints_jpeg512.sh"), "1"],
+                   {"env": dict(os.environ, SMOKE="1", WORK=str(out["phase1"] / "work"),
+                                OUT=str(out["phase1"] / "out"), PY=sys.executable)}),
+        "ddp": script("ddp.py", "--smoke", "--out", out["ddp"], "--profile", "--variant",
+                      "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1"),
+        "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
+                                 "dali:data.no_such_key=1"),
+        "lm-handloop": script("lm_handloop.py", "--device", "cpu", "--smoke"),
+    }
+    if HAVE_DALI:
+        commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
+    return {name: (out[name], proc) for name, proc in run_side_by_side(commands, timeout=400).items()}
+
+
+def test_lm_handloop_smoke(smokes):
+    _, proc = smokes["lm-handloop"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["tokens_per_s"] > 0 and result["step_ms_median"] > 0 and result["mfu"] is None  # no peak for a CPU
@@ -232,17 +271,14 @@ def test_checkpoint_stall_refuses_a_checkpoint_on_a_window_edge(tmp_path):
     assert bad.returncode == 2 and "window edge" in bad.stderr
 
 
-def test_h200_handloops_script_phase1_smoke(tmp_path):
+def test_h200_handloops_script_phase1_smoke(smokes):
     """SMOKE=1 phase 1 on this CPU: every table and the archive land in OUT/p1, at most 8 files; the
     smoke modes of overhead.py, checkpoint_stall.py and lm.py it ran give their full results."""
-    import os
     import tarfile
 
-    env = dict(os.environ, SMOKE="1", WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), PY=sys.executable)
-    script = REPO / "benchmarks" / "h200_handloops_checkpoints_jpeg512.sh"
-    proc = subprocess.run(["bash", str(script), "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    folder, proc = smokes["phase1"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = tmp_path / "out" / "p1"
+    out = folder / "out" / "p1"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint_stall.md", "gpu.txt", "lm.md", "overhead.md",
                                                      "phase1.tgz"]
     for table, first in (("overhead.md", "resnet18"), ("lm.md", "fastpipe"), ("checkpoint_stall.md", "every 6")):
@@ -252,72 +288,56 @@ def test_h200_handloops_script_phase1_smoke(tmp_path):
     assert "logs-p1/runs.jsonl" in names and "lm/lm.jsonl" in names and "overhead/overhead.log" in names
     assert not [n for n in names if n.endswith(".pt")]  # checkpoints stay behind
     assert "== lm.md" in proc.stdout  # the phase ends with its tables
-    work = tmp_path / "work"
+    work = folder / "work"
     _check_overhead(work / "overhead")
     _check_checkpoint_stall(work / "ckpt")
     _check_lm(work / "lm")
 
 
-def test_benchmark_script_smoke_mode(tmp_path):
-    proc = _script("ddp.py", "--smoke", "--out", tmp_path, "--profile", "--variant",
-                   "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1", timeout=400)
+def test_benchmark_script_smoke_mode(smokes):
+    out, proc = smokes["ddp"]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    table = (tmp_path / "ddp.md").read_text()
+    table = (out / "ddp.md").read_text()
     assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table
     assert "| ddp bf16 | 2 |" in table and "| profile=on ddp | 2 |" in table
     assert table.count("| ok |") == 4 and "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
     assert "profile=on ddp / single: " in table and "(profiled: timing distorted)" in table
-    log = (tmp_path / "ddp.log").read_text()
+    log = (out / "ddp.log").read_text()
     assert "launcher=ddp" in log and "fastpipe run summary" in log and "launcher.comm_hook=bf16" in log
-    ddp = json.loads((tmp_path / "runs" / "ddp" / "metrics.json").read_text())
+    ddp = json.loads((out / "runs" / "ddp" / "metrics.json").read_text())
     assert ddp["env"]["world_size"] == 2 and ddp["throughput"] > 0
-    graph = (tmp_path / "runs" / "bf16" / "graph.txt").read_text()
+    graph = (out / "runs" / "bf16" / "graph.txt").read_text()
     assert "bucket_cap_mb=1  comm_hook=bf16" in graph
-    traces = list((tmp_path / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
+    traces = list((out / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
     assert len(traces) == 1  # rank 0 only
     summary = _script("trace_summary.py", traces[0])
     assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
 
 
-try:
-    import nvidia.dali  # noqa: F401
-    HAVE_DALI = True
-except ImportError:  # e.g. macOS has no DALI wheel; the missing-DALI error is still tested
-    HAVE_DALI = False
-
-
-needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
-
-
-def _bench(tmp_path, *args):
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "loaders.py"), "--out", str(tmp_path),
-                           "--smoke", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
-
-
-def _rows(tmp_path) -> dict:
-    table = (tmp_path / "loaders.md").read_text()
+def _rows(out) -> dict:
+    table = (out / "loaders.md").read_text()
     assert "| loader | img/s | data-wait % | warm-up s | status |" in table
     return {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
                               for line in table.splitlines() if line.startswith("| ") and "---" not in line)}
 
 
 @needs_dali
-def test_loader_benchmark_smoke(tmp_path):
+def test_loader_benchmark_smoke(smokes):
     """benchmarks/loaders.py --smoke: all three loaders, tiny, on the CPU; the table has a row each."""
-    proc = _bench(tmp_path)
+    out, proc = smokes["loaders"]
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = _rows(tmp_path)
+    rows = _rows(out)
     for name in ("default", "mmap", "dali"):
         assert rows[name][-1] == "ok" and float(rows[name][1].replace(",", "")) > 0, rows[name]
         assert 0 <= float(rows[name][2]) <= 100 and float(rows[name][3]) >= 0  # the table rounds to 0.1 s
-        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        metrics = json.loads((out / name / "metrics.json").read_text())
         assert metrics["choices"]["data"] == name and metrics["warmup_s"] > 0
-    assert len((tmp_path / "loaders.jsonl").read_text().splitlines()) == 3
+    assert len((out / "loaders.jsonl").read_text().splitlines()) == 3
 
 
-def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path):
-    proc = _bench(tmp_path, "--loaders", "dali", "dali:data.no_such_key=1")
+def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(smokes):
+    out, proc = smokes["loaders-failed"]
     assert proc.returncode == 1
-    reason = _rows(tmp_path)["dali"][-1]
+    reason = _rows(out)["dali"][-1]
     assert reason.startswith("failed: data.no_such_key is not a key of DaliLoaderConfig (its keys: "), reason
     assert "num_threads" in reason and reason.endswith("; fix the spelling"), reason
