@@ -188,7 +188,8 @@ SLOW_MODEL = ["model._target_=fault_models.Slow", "+model.sleep_s=0.15"]  # time
 
 def held_model(hold: Path) -> list:
     """Overrides for a TinyCNN that waits after its 6th training step while the file ``hold`` exists
-    (fault_models.Held): a run that stays mid-training until the test removes the file."""
+    (fault_models.Held): a run that stays mid-training until the test removes the file or sends it a stop
+    signal (then it checkpoints at the end of step 7)."""
     hold.touch()
     return ["model._target_=fault_models.Held", f"+model.hold={hold}"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, fastpipe_env
+from conftest import REPO, TINY, fastpipe_env, held_model
 from fastpipe.errors import EXIT_PREEMPTED
 
 PARALLEL = ["hydra/launcher=gpus", "hydra.launcher.max_parallel=2"]
@@ -55,13 +55,13 @@ def test_two_jobs_run_at_once_each_on_its_own_core(parallel_sweep):
     assert not (sweep_dir / ".launcher").exists()  # the job files are cleaned up
 
 
-def test_parallel_report_has_the_serial_columns_plus_gpus(parallel_sweep, tmp_path):
+def test_parallel_report_has_the_serial_columns_plus_gpus(parallel_sweep, grid_sweep):
+    """Against the serial grid sweep of conftest (precision x compile over TINY): the same columns but
+    for compile, which only the grid sweeps."""
     sweep_dir, _ = parallel_sweep
-    serial_dir = tmp_path / "serial"
-    serial = sweep(serial_dir, ["precision=fp32,amp", "launcher.fresh_process=false"] + TINY)  # the same columns
-    assert serial.returncode == 0, serial.stderr[-3000:]
+    serial_dir, _ = grid_sweep
     par_rows, ser_rows = read_csv(sweep_dir / "report.csv"), read_csv(serial_dir / "report.csv")
-    assert list(par_rows[0]) == list(ser_rows[0])  # the same CSV columns, gpus among them
+    assert list(par_rows[0]) == [c for c in ser_rows[0] if c != "compile"]  # the same CSV columns, gpus among them
     assert all(r["status"] == "ok" for r in par_rows + ser_rows) and len(par_rows) == 2
     assert {r["gpus"] for r in par_rows} == {"cpu"} and {r["gpus"] for r in ser_rows} == {""}
     assert {r["precision"] for r in par_rows} == {"fp32", "amp"}
@@ -70,14 +70,16 @@ def test_parallel_report_has_the_serial_columns_plus_gpus(parallel_sweep, tmp_pa
     def header(folder):
         return next(line for line in (folder / "report.md").read_text().splitlines() if line.startswith("| job"))
 
-    par_head, ser_head = header(sweep_dir).split(" | "), header(serial_dir).split(" | ")
+    par_head = header(sweep_dir).split(" | ")
+    ser_head = [cell for cell in header(serial_dir).split(" | ") if cell != "compile"]
     assert par_head == ser_head[:2] + ["gpus"] + ser_head[2:]
     assert (sweep_dir / "best.yaml").is_file() and (sweep_dir / "hparams").is_dir()
 
 
 def test_a_stop_signal_ends_a_parallel_sweep_with_75_and_resume_finishes_it(tmp_path):
-    slow = ["model._target_=fault_models.Slow", "+model.sleep_s=0.3", "launcher.fresh_process=false"]
-    args = PARALLEL + ["precision=fp32,amp"] + [t for t in TINY if not t.startswith("train.max_steps")] + slow + \
+    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # both jobs wait in step 7 until the signal reaches them
+    held = [*held_model(hold), "launcher.fresh_process=false"]
+    args = PARALLEL + ["precision=fp32,amp"] + [t for t in TINY if not t.startswith("train.max_steps")] + held + \
         ["train.max_steps=30", "train.checkpoint_every=0"]
     proc = subprocess.Popen([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={tmp_path}"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -85,7 +87,6 @@ def test_a_stop_signal_ends_a_parallel_sweep_with_75_and_resume_finishes_it(tmp_
     while not all((tmp_path / str(n) / "tb").is_dir() for n in (0, 1)):  # both jobs are training
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read().decode()[-3000:]
         time.sleep(0.2)
-    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_PREEMPTED, stderr.decode()[-3000:]
@@ -94,6 +95,7 @@ def test_a_stop_signal_ends_a_parallel_sweep_with_75_and_resume_finishes_it(tmp_
         m = json.loads((tmp_path / str(n) / "metrics.json").read_text())
         assert m["status"] == "preempted" and m["steps"] < 30, m["reason"]
     assert not (tmp_path / "report.md").exists()  # as in a serial sweep: stopped, not reported
+    hold.unlink()  # the resumed jobs train straight through
     resumed = sweep(tmp_path, args + ["sweep.resume=true"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = read_csv(tmp_path / "report.csv")

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from conftest import RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, run_in_process, start_run, wait_for
+from conftest import RESUMABLE, RESUMABLE_TOTAL, held_model, run_in_process, start_run, wait_for
 from fastpipe.checkpoint.files import verify
 from fastpipe.errors import EXIT_PREEMPTED
 
@@ -15,15 +15,16 @@ from fastpipe.errors import EXIT_PREEMPTED
 def test_stop_signal_checkpoints_and_exits_then_resume_completes(sig, fresh_process, tmp_path):
     # checkpoint_every=0: the signal writes a checkpoint even with periodic ones off. With a fresh
     # training process the signal goes to the Hydra process, which forwards it.
+    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # the run waits in step 7 until the signal comes
     process = start_run(tmp_path, [f"launcher.fresh_process={str(fresh_process).lower()}", "train.checkpoint_every=0",
-                                *SLOW_MODEL])
+                                *held_model(hold)])
     wait_for(tmp_path / "tb", process)  # first scalars written: training is under way
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == EXIT_PREEMPTED == 75, stderr.decode()[-2000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     step = metrics["steps"]
-    assert metrics["status"] == "preempted" and 2 <= step < RESUMABLE_TOTAL
+    assert metrics["status"] == "preempted" and 2 <= step <= 7  # step 7 at the latest: the held one
     line = f"stopped by {sig.name} at step {step}: checkpoint {tmp_path}/checkpoints/step-{step:08d}.pt written"
     assert line in metrics["reason"] and line in stderr.decode()
     assert f"train.resume=auto hydra.run.dir={tmp_path}" in metrics["reason"]
@@ -42,7 +43,8 @@ def test_stop_signal_ends_a_sweep_and_sweep_resume_continues_the_stopped_job(tmp
 
     from conftest import REPO
 
-    args = ([sys.executable, "-m", "fastpipe", "-m"] + RESUMABLE + SLOW_MODEL +
+    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # job 0 waits in step 7 until the signal comes
+    args = ([sys.executable, "-m", "fastpipe", "-m"] + RESUMABLE + held_model(hold) +
             [f"train.max_steps={RESUMABLE_TOTAL}", "precision=fp32,amp", f"hydra.sweep.dir={tmp_path}"])
     sweep = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(tmp_path / "0" / "tb", sweep)
@@ -51,6 +53,7 @@ def test_stop_signal_ends_a_sweep_and_sweep_resume_continues_the_stopped_job(tmp
     assert sweep.returncode == EXIT_PREEMPTED, stderr.decode()[-2000:]
     stopped = json.loads((tmp_path / "0" / "metrics.json").read_text())
     assert stopped["status"] == "preempted" and not (tmp_path / "1").exists()  # the sweep did not go on
+    hold.unlink()  # the resumed jobs train straight through
     resumed = subprocess.run(args + ["sweep.resume=true"], cwd=REPO, capture_output=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
     first = json.loads((tmp_path / "0" / "metrics.json").read_text())

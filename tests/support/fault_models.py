@@ -44,8 +44,9 @@ class Slow(TinyCNN):
 
 
 class Held(TinyCNN):
-    """TinyCNN whose training forwards after the first ``after`` wait while the file ``hold`` exists: a run
-    that stays in the middle of training for as long as a test needs, on any machine load."""
+    """TinyCNN whose training forwards after the first ``after`` wait while the file ``hold`` exists and the
+    process has had no stop signal: a run that stays in the middle of training for as long as a test needs,
+    on any machine load, and goes on to the step's end (where it checkpoints) once SIGTERM or SIGUSR1 came."""
 
     MAX_HOLD_S = 300.0  # a test that fails before removing the file leaves no process waiting forever
 
@@ -54,10 +55,13 @@ class Held(TinyCNN):
         self.hold, self.after, self.calls = hold, after, 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from fastpipe import signals
+
         if self.training:
             self.calls += 1
             give_up = time.monotonic() + self.MAX_HOLD_S
-            while self.calls > self.after and os.path.exists(self.hold) and time.monotonic() < give_up:
+            while (self.calls > self.after and os.path.exists(self.hold) and signals.received() is None
+                   and time.monotonic() < give_up):
                 time.sleep(0.05)
         return super().forward(x)
 
