@@ -83,7 +83,8 @@ def test_an_old_project_config_runs_and_warns(tmp_path):
                                          "kwargs:\n  width: 8\n")
     proc = subprocess.run([sys.executable, "-m", "fastpipe", "--config-dir", str(tmp_path / "conf"), "model=old",
                            "dataset.num_images=120", "dataset.image_size=16", "train.max_steps=6",
-                           "runtime.progress=false", "data.num_workers=0", f"hydra.run.dir={tmp_path / 'run'}"],
+                           "runtime.progress=false", "data.num_workers=0", "launcher.fresh_process=false",
+                           f"hydra.run.dir={tmp_path / 'run'}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "fastpipe: warning: model.kwargs is deprecated" in proc.stderr

@@ -155,7 +155,8 @@ def test_saved_best_config_runs_from_a_project_config_dir(failing_sweep, tmp_pat
     assert "repeats" not in text  # report settings steer the sweep, not the winner
     (tmp_path / "conf" / "case").mkdir()
     shutil.copy(root / "conf" / "case" / "plain.yaml", tmp_path / "conf" / "case")  # the project's own group
-    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", f"hydra.run.dir={tmp_path / 'run'}"])
+    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", "launcher.fresh_process=false",
+                   f"hydra.run.dir={tmp_path / 'run'}"])  # the winner composing and training is the subject
     assert run.returncode == 0, run.stderr[-3000:]
     cfg = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
     assert cfg.dataset._target_.endswith("image_folder") and cfg.dataset.root == str(good) and cfg.train.max_steps == 12
@@ -186,7 +187,8 @@ def test_a_winner_that_pins_every_group_profile_included_runs_again_as_an_experi
     text = (conf / "winner.yaml").read_text()
     for group, choice in choices.items():
         assert f'- override /{group}: "{choice}"' in text, group
-    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", f"hydra.run.dir={tmp_path / 'run'}"])
+    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", "launcher.fresh_process=false",
+                   f"hydra.run.dir={tmp_path / 'run'}"])  # the winner composing and training is the subject
     assert run.returncode == 0, run.stderr[-3000:]
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["status"] == "ok" and m["choices"] == choices
