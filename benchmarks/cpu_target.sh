@@ -18,7 +18,7 @@ which=${1:-both}
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 export FASTPIPE_CACHE="$work/data-cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor-cache"
-echo "# $(date -u '+%F %T') UTC · $(nproc) CPU cores · $(python -c 'import torch; print("torch", torch.__version__)')" \
+echo "# $(date -u '+%F %T') UTC · $(nproc --all) CPU cores · $(python -c 'import torch; print("torch", torch.__version__)')" \
   "· fastpipe $(git rev-parse --short HEAD 2>/dev/null || echo '?') · load $(cut -d' ' -f1-3 /proc/loadavg) · work $work" \
   "· OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
 

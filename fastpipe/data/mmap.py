@@ -32,6 +32,12 @@ from fastpipe.errors import ConfigError, no_full_batch
 from fastpipe.runtime import Runtime
 
 
+def reader_gpu(device: torch.device) -> torch.device:
+    """The GPU a reader thread binds to: ``device`` with an index (torch.cuda.set_device refuses a bare
+    ``cuda``, which means the current GPU)."""
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
 class DatasetSource:
     """A dataset that reads whole batches itself (``read_batch``), e.g. a token memmap."""
 
@@ -104,9 +110,7 @@ class PackBatches:
         batches = iter(self.epoch_batches())
         self._skip = 0
         # Pinning in a fresh thread would touch the current device, GPU 0, unless told this rank's GPU.
-        gpu = self.device if self.device.index is not None else torch.device("cuda", torch.cuda.current_device()) \
-            if self.device.type == "cuda" else self.device  # set_device needs an index; "cuda" means the current one
-        bind = dict(initializer=torch.cuda.set_device, initargs=(gpu,)) \
+        bind = dict(initializer=torch.cuda.set_device, initargs=(reader_gpu(self.device),)) \
             if self.pin and self.device.type == "cuda" else {}
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastpipe-mmap", **bind)
         read = lambda idx: self.source.read_batch(idx, self.pin)  # noqa: E731

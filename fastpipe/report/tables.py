@@ -54,7 +54,7 @@ def machine_lines(result: SweepResult) -> List[str]:
 
 def provenance_lines(result: SweepResult) -> List[str]:
     """The code the jobs ran (metrics.json's ``code``), a warning when they ran different code, and the
-    jobs' name and tags."""
+    jobs' name, tags and logger choice."""
     codes = [r["code"] for r in result.rows if r.get("code")]
     lines = []
     if codes:
@@ -65,9 +65,12 @@ def provenance_lines(result: SweepResult) -> List[str]:
                          f"({'; '.join(describe(c) for c in seen.values())}): they measured different code")
     names = sorted({r["name"] for r in result.rows if r.get("name")})
     tags = sorted({t for r in result.rows for t in r.get("tags") or []})
-    if names or tags:
-        lines.append("- " + " · ".join(x for x in (f"name: {', '.join(names)}" if names else "",
-                                                   f"tags: {', '.join(tags)}" if tags else "") if x))
+    loggers = sorted({str((r.get("choices") or {}).get("logger")) for r in result.rows
+                      if (r.get("choices") or {}).get("logger")})
+    parts = [f"name: {', '.join(names)}" if names else "", f"tags: {', '.join(tags)}" if tags else "",
+             f"logger: {' / '.join(loggers)}" if loggers else ""]
+    if any(parts):
+        lines.append("- " + " · ".join(x for x in parts if x))
     return lines
 
 
@@ -78,6 +81,12 @@ def _code_key(code: dict) -> tuple:
 
 def _num(value: Optional[float], spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _warmup(r: dict) -> str:
+    """The warm-up cell, with the compile cache's state for a compiled job (metrics.json's compile_cache)."""
+    state = r.get("compile_cache")
+    return _num(r["warmup_s"], ".2f") + (f" ({state})" if state and state != "off" else "")
 
 
 def _cell(text: str, limit: int = 0) -> str:
@@ -220,7 +229,7 @@ def markdown(result: SweepResult) -> str:
             _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"),
             metric_text(r["metric"], r["metric_value"]), _status(r)] if to_target else [
             _throughput(r), _num(r["speedup"], ".2f", "x"), _num(r["epoch_time_s"], ".2f"),
-            _num(r["warmup_s"], ".2f"), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
+            _warmup(r), _num(r["data_wait_pct"], ".1f", " %"), _num(r["gpu_util_pct"], ".0f", " %"),
             _num(r.get("mfu_pct"), ".1f", " %"), _num(r["peak_mem_gb"], ".3f"), metric_text(r["metric"], r["metric_value"]), _parity(r), _status(r)])
         out.append("| " + " | ".join(cells) + " |")
     out += ["", ("Time to target: the clock when the first whole-split evaluation reached the target (> N s: not "
@@ -231,7 +240,10 @@ def markdown(result: SweepResult) -> str:
             + "Throughput is the steady state (warm-up and compilation excluded, timed apart as "
             "warm-up/compile)" + (". " if to_target else "; speed-up = throughput / the baseline's. MFU = model FLOPs "
                                   "(fwd+bwd, the model's own count or torch.utils.flop_counter: metrics.json's "
-                                  "flops_method) x samples/s over the GPU's dense datasheet peak for the precision. ")
+                                  "flops_method) x samples/s over the GPU's dense datasheet peak for the precision "
+                                  "(bf16's for precision=fp8). warm-up/compile names a compiled job's Inductor FX-graph "
+                                  "cache: (cold) every graph compiled, (warm) every one from the cache, (partial), or "
+                                  "(none): the caches off. ")
             + ("batch = the batch size each job trained at (train.batch_size=auto found it: graph.txt says how). "
                if batch else "")
             + ("gpus = the GPU(s) that measured the job: those the gpus launcher gave it (its CUDA_VISIBLE_DEVICES; "

@@ -105,3 +105,13 @@ def test_a_sweep_report_names_the_code_and_says_when_its_jobs_ran_different_comm
     for other in (code("b"), code("a", dirty=True)):  # another commit, or the same one with changes
         lines = provenance_lines(rows(code("a"), other))
         assert lines[1].startswith("- WARNING: the jobs ran on 2 different commits or working trees"), lines
+
+
+def test_a_sweep_report_names_the_jobs_logger_choice():
+    from types import SimpleNamespace
+
+    from fastpipe.report.tables import provenance_lines
+
+    rows = SimpleNamespace(rows=[{"choices": {"logger": "[tensorboard,mlflow]", "compile": "off"}},
+                                 {"choices": {"logger": "[tensorboard,mlflow]"}}, {"choices": {}}])
+    assert provenance_lines(rows) == ["- logger: [tensorboard,mlflow]"]
