@@ -46,7 +46,7 @@ def test_empty_dataset_folder(tmp_path):
 def test_unreadable_image_fails_naming_the_file(tmp_path, workers):
     """A file whose header reads but whose pixels are cut off fails at its batch: one line, also when
     a DataLoader worker raised it (its traceback is left out). A file whose header is unreadable is
-    caught before training (tests/test_data_faults.py)."""
+    caught before training (tests/unit/data/test_faults.py)."""
     root = image_folder(tmp_path / "data")
     bad = root / "cats" / "broken.png"
     good = (root / "cats" / "0.png").read_bytes()
