@@ -1,10 +1,13 @@
-"""Shared fixtures: compose fastpipe's configs the way the entry point does, and tiny run settings."""
+"""Shared helpers and fixtures: compose fastpipe's configs the way the entry point does, tiny run
+settings, runs that several tests read, and the two tiers (tests/unit fast, tests/integration slow)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -12,11 +15,28 @@ import pytest
 from fastpipe.config import GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
-HERE_TESTS = Path(__file__).resolve().parent  # test-only modules (fault_models, ...) import from here
+TESTS = Path(__file__).resolve().parent
+HERE_TESTS = TESTS / "support"  # test-only modules (fault_models, ...) and configs (conf/) live here
 CONF_DIR = REPO / "conf"
+INTEGRATION = TESTS / "integration"
 
 # Generated datasets and packs go to a per-session cache, inherited by subprocesses too.
 os.environ.setdefault("FASTPIPE_CACHE", tempfile.mkdtemp(prefix="fastpipe-test-cache-"))
+# The test-only modules import by name (model._target_=fault_models.Slow) in this process and in
+# every process a test starts, and those processes import this checkout's fastpipe.
+sys.path.insert(0, str(HERE_TESTS))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE_TESTS), str(REPO), os.environ.get("PYTHONPATH")]))
+# One OpenMP thread in the processes tests start too (one_torch_thread below is this process's): tiny
+# models on a shared 2-core machine lose more to spinning threads than they gain from a second one.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration (processes, command lines, sweeps, compilation) is slow:
+    ``-m "not slow"`` runs the unit tier."""
+    for item in items:
+        if INTEGRATION in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.slow)
 
 # Small and fast: a few hundred 16x16 images, few steps, short windows, no progress bar.
 TINY = [
@@ -78,6 +98,63 @@ def run_cli(args, cwd=None, timeout=300):
                           text=True, timeout=timeout)
 
 
+def run_side_by_side(commands, timeout=300):
+    """Independent commands started together, each in its own process group ({name: argv, or (argv, Popen
+    keyword arguments)} -> {name: CompletedProcess}): a test process uses one core of two, and most of a
+    short command is its interpreter's start-up. Past ``timeout`` every group still running is killed."""
+    started = {}
+    try:
+        for name, command in commands.items():
+            argv, options = command if isinstance(command, tuple) else (command, {})
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            started[name] = (subprocess.Popen(argv, **{"cwd": REPO, **options}, stdout=out, stderr=err, text=True,
+                                              start_new_session=True), out, err)
+        deadline, done = time.monotonic() + timeout, {}
+        for name, (process, out, err) in started.items():
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+            out.seek(0), err.seek(0)
+            done[name] = subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
+    finally:
+        for process, out, err in started.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            out.close(), err.close()
+    return done
+
+
+def run_clis(commands, cwd=None, timeout=300):
+    """Independent ``python -m fastpipe ARGS`` commands side by side ({name: args} -> {name: CompletedProcess})."""
+    return run_side_by_side({name: ([sys.executable, "-m", "fastpipe", *args], {"cwd": cwd or REPO})
+                             for name, args in commands.items()}, timeout)
+
+
+def fastpipe_env(*paths, **variables):
+    """The environment for a process a test starts: ``paths`` ahead of the test modules and this
+    checkout on PYTHONPATH, plus ``variables``."""
+    return dict(os.environ, **variables, PYTHONPATH=os.pathsep.join([*map(str, paths), os.environ["PYTHONPATH"]]))
+
+
+def run_sweep(sweep_dir, args, *paths, timeout=600):
+    """``python -m fastpipe -m ARGS`` into ``sweep_dir``; ``paths``: folders of a project's own modules."""
+    return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=fastpipe_env(*paths))
+
+
+# precision x compile over TINY, each job in the Hydra process: the report's tests and the compiled
+# runs' tests (tests/integration/test_compile.py) read the same four jobs.
+GRID_ARGS = ["precision=fp32,amp", "compile=off,default", "launcher.fresh_process=false"] + TINY
+
+
+@pytest.fixture(scope="session")
+def grid_sweep(tmp_path_factory):
+    """The GRID_ARGS sweep: (its folder, the finished process)."""
+    sweep_dir = tmp_path_factory.mktemp("grid") / "sweep"
+    proc = run_sweep(sweep_dir, GRID_ARGS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep_dir, proc
+
+
 def cpu_runtime(dist=None):
     """A CPU Runtime for building loaders and graphs in tests (``dist``: this process's place)."""
     import torch
@@ -95,6 +172,57 @@ def shapes_splits(**params):
 
     built = shapes(cache_root=cache_root(), **params)
     return DataSplits("shapes", built["train"], built["val"])
+
+
+# Checkpoint and resume runs: fp32 on the CPU, no worker processes, no augmentation: bit-for-bit
+# deterministic. 9 steps/epoch.
+RESUMABLE = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.epochs=2",
+             "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0",
+             "train.checkpoint_every=3",
+             # constant: these tests stop a run early with max_steps, and a cosine schedule depends on
+             # the run's total steps (a resumed run with the same max_steps follows the same schedule)
+             "lr_schedule=constant"]
+RESUMABLE_TOTAL = 14  # ends mid-epoch 2; half of it (7) is mid-epoch 1
+SLOW_MODEL = ["model._target_=fault_models.Slow", "+model.sleep_s=0.15"]  # time to act mid-run
+
+
+def held_model(hold: Path) -> list:
+    """Overrides for a TinyCNN that waits after its 6th training step while the file ``hold`` exists
+    (fault_models.Held): a run that stays mid-training until the test removes the file or sends it a stop
+    signal (then it checkpoints at the end of step 7)."""
+    hold.touch()
+    return ["model._target_=fault_models.Held", f"+model.hold={hold}"]
+
+
+@pytest.fixture(scope="session")
+def straight(tmp_path_factory):
+    """An uninterrupted RESUMABLE run of RESUMABLE_TOTAL steps: the reference every resumed run must
+    reproduce (read, never changed, by the tests that use it)."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    return run_dir, run_in_process(run_dir, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}"])
+
+
+def assert_same_run(metrics: dict, reference: dict) -> None:
+    """Same step count as the ``straight`` run, and losses/accuracy equal to it within 1e-6."""
+    assert metrics["status"] == "ok" and metrics["steps"] == reference["steps"] == RESUMABLE_TOTAL
+    for key in ("final_loss", "val_loss", "accuracy"):
+        assert abs(metrics[key] - reference[key]) <= 1e-6, key
+
+
+def start_run(run_dir: Path, extra, code=None) -> subprocess.Popen:
+    """``python -m fastpipe`` (or a driver ``code``) training a RESUMABLE run in ``run_dir``, stderr piped."""
+    args = RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}", f"hydra.run.dir={run_dir}", *extra]
+    command = [sys.executable, "-m", "fastpipe"] if code is None else [sys.executable, "-c", code]
+    return subprocess.Popen(command + args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until ``path`` exists, failing early if ``process`` ended first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"training ended before {path.name}: {process.stderr.read().decode()[-2000:]}"
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True, scope="session")

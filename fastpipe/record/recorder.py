@@ -3,11 +3,14 @@ and callbacks (record/loggers/), which see the run where the loop reports: windo
 checkpoints, the end."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Dict, Optional
 
 from fastpipe.record import results
 from fastpipe.record.run_record import RunRecord
+
+LOSS_DPI = 110
 
 
 class RunRecorder:
@@ -76,16 +79,26 @@ class RunRecorder:
         """loss.png: training loss at each measurement window edge."""
         if not self.enabled or not history:
             return
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: never needs a display
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        steps, losses = zip(*history)
-        ax.plot(steps, losses, marker=".")
-        ax.set(xlabel="optimizer step", ylabel="training loss", title=title)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(self.run_dir / "loss.png", dpi=110)
+        fig = loss_figure(history, title)
+        fig.savefig(self.run_dir / "loss.png", dpi=LOSS_DPI)
         plt.close(fig)
+
+
+def loss_figure(history, title: str):
+    """The loss.png figure: loss against step, titled by the run's choices, wrapped to the figure's width
+    (ten groups' choices are twice as long as one line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps, losses = zip(*history)
+    ax.plot(steps, losses, marker=".")
+    ax.set(xlabel="optimizer step", ylabel="training loss")
+    ax.set_title(textwrap.fill(title, width=75), fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -2,7 +2,6 @@
 training where a first batch of each split shows it (docs/errors.md, "A project's code")."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,7 @@ from conftest import run_in_process
 from fastpipe.errors import ProjectError, TrainingError
 from fastpipe.record.results import read as read_metrics
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the configs name bad_project's parts by _target_
-    sys.path.insert(0, str(HERE))
+# the configs name the parts of tests/support/bad_project.py by _target_ (tests/support is on the path)
 BASE = ["train.batch_size=8", "train.max_steps=4", "measure.warmup_steps=1", "measure.window=2",
         "runtime.progress=false", "data.num_workers=0"]
 CONFIGS = {  # the project's conf/: group/name -> the config's lines

@@ -1,0 +1,343 @@
+"""The benchmark scripts' CPU smoke modes, so the scripts the GPU numbers come from cannot rot."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_side_by_side
+
+
+def _check_overhead(out):
+    """overhead.py --smoke's results (run by phase 1 of h200_handloops_checkpoints_jpeg512.sh below)."""
+    rows = [json.loads(line) for line in (out / "overhead.jsonl").read_text().splitlines()]
+    assert {r["runner"] for r in rows} == {"hand", "fastpipe"}
+    assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
+    table = (out / "overhead.md").read_text()
+    assert "| resnet18 | off |" in table and "x |" in table
+
+
+def _load_trace_summary():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trace_summary", REPO / "benchmarks" / "trace_summary.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
+    """A hand-made trace of two 10 ms steps: compute on stream 7, an all-reduce on stream 20 that
+    overlaps compute for 1 ms and runs alone for 2 ms, a 3 ms idle gap while the host synchronises."""
+    ts = _load_trace_summary()
+
+    def ev(cat, name, start, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": start, "dur": dur, "pid": 0, "tid": args.pop("tid", 1),
+                "args": args}
+    events = [ev("user_annotation", "ProfilerStep#5", 0, 10_000), ev("user_annotation", "ProfilerStep#6", 10_000, 10_000),
+              ev("kernel", "conv", 0, 4_000, stream=7), ev("kernel", "ncclAllReduce", 3_000, 3_000, stream=20),
+              ev("kernel", "conv", 9_000, 11_000, stream=7),
+              ev("kernel", "ncclDevKernel_Broadcast_RING_LL(args)", 19_000, 10, stream=20),
+              ev("cuda_runtime", "cudaStreamSynchronize", 6_000, 3_000, tid=1),
+              ev("cpu_op", "aten::item", 6_000, 3_000),
+              ev("cpu_op", "aten::long_op_elsewhere", 0, 6_010, tid=2),  # touches the gap by 10 us only
+              ev("kernel", "late", 25_000, 1_000, stream=7)]  # after the last step: not counted
+    path = tmp_path / "t.pt.trace.json.gz"
+    import gzip
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events + [{"ph": "i", "name": "marker", "ts": 1}]}, f)
+    text = ts.summarize(ts.load_events(path))
+    assert "2 profiled steps, 20.0 ms: 10.00 ms per step" in text
+    assert "GPU busy 85.0% of the span" in text  # 0-6 ms and 9-20 ms
+    assert "stream 7: busy 15.0 ms, 2 activities" in text  # the kernel after the last step is left out
+    assert "stream 20: busy 3.0 ms, 2 activities (2 NCCL)" in text
+    assert "NCCL kernels 3.0 ms, of which 2.00 ms" in text
+    assert "ncclDevKernel_Broadcast_RING_LL on stream 20: 0.5 per step" in text
+    assert "ncclAllReduce on stream 20: 0.5 per step, 1.50 ms per step, 1.00 ms exposed" in text  # per kind
+    assert "cudaStreamSynchronize" in text and "1.50 ms" in text  # 3 ms over 2 steps
+    assert "GPU idle 1.50 ms per step (15.0% of the span); gaps >= 50 us: 1 (0.5 per step)" in text
+    assert "aten::item (tid 1)" in text and "long_op_elsewhere" not in text.split("gaps >= 50 us")[1]
+    assert ts.subtract([[0, 10]], [[2, 3], [5, 12]]) == [(0, 2), (3, 5)]
+    assert ts.subtract([[10, 20], [0, 5]], [[12, 13], [1, 2]]) == [(0, 1), (2, 5), (10, 12), (13, 20)]  # unsorted
+    assert "zero length" in ts.summarize([ev("user_annotation", "ProfilerStep#1", 5, 0)])
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trace_summary.py"), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "GPU busy" in proc.stdout
+
+
+# ---------------------------------------------------------------- benchmarks/runner.py (pure: fast)
+def _load_runner():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# A stand-in for `python -m fastpipe`: FAKE_MODE says how it ends; it writes metrics.json where
+# hydra.run.dir points, as fastpipe does.
+FAKE_FASTPIPE = r'''
+import json, os, subprocess, sys, time
+from pathlib import Path
+run_dir = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra.run.dir=")))
+run_dir.mkdir(parents=True, exist_ok=True)
+mode = os.environ["FAKE_MODE"]
+print("fake fastpipe started", flush=True)
+if mode == "hang":  # a child of its own, as fastpipe's training process or DDP workers
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (run_dir / "child.pid").write_text(str(child.pid))
+    time.sleep(60)
+elif mode == "error":
+    print("fastpipe: error: train.batch_size=0 must be >= 1", file=sys.stderr)
+    sys.exit(2)
+elif mode == "hydra":
+    print("Could not override 'launcher.static_graph'.\nTo append to your config use +launcher.static_graph=true\n"
+          "Key 'static_graph' not in 'DdpLauncherConfig'\n    full_key: launcher.static_graph\n\n"
+          "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", file=sys.stderr)
+    sys.exit(1)
+elif mode == "failed-run":
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "failed", "reason": "out of memory with train.batch_size=512"}))
+    sys.exit(1)
+elif mode == "ok":
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "ok", "throughput": 123.0}))
+'''
+
+
+def _fake(runner, tmp_path, monkeypatch):
+    script = tmp_path / "fake_fastpipe.py"
+    script.write_text(FAKE_FASTPIPE)
+    monkeypatch.setattr(runner, "FASTPIPE", [sys.executable, str(script)])
+
+
+def _gone(pid: int) -> bool:
+    import time
+
+    for _ in range(50):
+        try:
+            state = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return True
+        if "\nState:\tZ" in state:  # exited, waiting for its (new) parent to reap it
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_runner_timeout_kills_the_process_group_and_returns_a_failed_row(tmp_path, monkeypatch):
+    runner = _load_runner()
+    _fake(runner, tmp_path, monkeypatch)
+    with open(tmp_path / "run.log", "w") as log:
+        row = runner.run_fastpipe(["x=1"], tmp_path / "run", 2, log, env={"FAKE_MODE": "hang"})
+    assert row["status"] == "failed" and row["reason"] == "timed out after 2 s (process group killed)"
+    assert 2 <= row["wall_s"] < 15 and row["run_dir"] == str(tmp_path / "run")
+    assert _gone(int((tmp_path / "run" / "child.pid").read_text()))  # the grandchild went with the group
+    text = (tmp_path / "run.log").read_text()
+    assert "fake fastpipe started" in text and "killed after 2 s (timeout)" in text and "hydra.run.dir=" in text
+
+
+def test_runner_failed_runs_say_why(tmp_path, monkeypatch):
+    runner = _load_runner()
+    _fake(runner, tmp_path, monkeypatch)
+
+    def run(mode):
+        with open(tmp_path / "run.log", "a") as log:
+            return runner.run_fastpipe(["x=1"], tmp_path / mode, 60, log, env={"FAKE_MODE": mode})
+
+    error = run("error")
+    assert (error["status"], error["reason"], error["exit_code"]) == ("failed", "train.batch_size=0 must be >= 1", 2)
+    assert run("hydra")["reason"].startswith("Could not override 'launcher.static_graph'.")
+    assert "Key 'static_graph' not in 'DdpLauncherConfig'" in run("hydra")["reason"]
+    assert run("failed-run")["reason"] == "out of memory with train.batch_size=512"  # the run's own record
+    missing = run("missing")
+    assert missing["status"] == "failed" and missing["reason"].startswith("no metrics.json in ")
+    ok = run("ok")
+    assert ok["status"] == "ok" and ok["throughput"] == 123.0 and ok["wall_s"] > 0
+    (tmp_path / "missing" / "metrics.json").write_text('{"status": "ok"}')  # an earlier run's result
+    assert run("missing")["status"] == "failed"  # is never read as this run's: the folder is emptied first
+
+
+def test_runner_reasons_from_real_fastpipe(tmp_path):
+    runner = _load_runner()
+    with open(tmp_path / "run.log", "w") as log:
+        bad_value = runner.run_fastpipe(["train.batch_size=0"], tmp_path / "a", 120, log)
+        bad_key = runner.run_fastpipe(["launcher.no_such_key=1"], tmp_path / "b", 120, log)
+        refusal = runner.config_refusal(["launcher=no_such_launcher"], log)
+    assert bad_value["status"] == "failed" and "train.batch_size=0" in bad_value["reason"], bad_value
+    assert bad_key["reason"].startswith("launcher.no_such_key is not a key of SingleLauncherConfig (its keys: "), bad_key
+    assert bad_key["reason"].endswith("; fix the spelling"), bad_key
+    assert "no_such_launcher" in refusal
+
+
+# ---------------------------------------------------------------- the new scripts' smoke modes
+def _script(name, *args, timeout=300):
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+try:
+    import nvidia.dali  # noqa: F401
+    HAVE_DALI = True
+except ImportError:  # e.g. macOS has no DALI wheel; the missing-DALI error is still tested
+    HAVE_DALI = False
+
+
+needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
+
+
+@pytest.fixture(scope="module")
+def smokes(tmp_path_factory):
+    """The scripts' smoke modes, independent of each other, started side by side once: {name: (its output
+    folder, CompletedProcess)}. Each test below reads its own."""
+    import os
+
+    root = tmp_path_factory.mktemp("smokes")
+
+    def script(name, *args):
+        return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
+
+    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop")}
+    for folder in out.values():
+        folder.mkdir()
+    commands = {
+        "phase1": (["bash", str(REPO / "benchmarks" / "h200_handloops_checkpoints_jpeg512.sh"), "1"],
+                   {"env": dict(os.environ, SMOKE="1", WORK=str(out["phase1"] / "work"),
+                                OUT=str(out["phase1"] / "out"), PY=sys.executable)}),
+        "ddp": script("ddp.py", "--smoke", "--out", out["ddp"], "--profile", "--variant",
+                      "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1"),
+        "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
+                                 "dali:data.no_such_key=1"),
+        "lm-handloop": script("lm_handloop.py", "--device", "cpu", "--smoke"),
+    }
+    if HAVE_DALI:
+        commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
+    return {name: (out[name], proc) for name, proc in run_side_by_side(commands, timeout=400).items()}
+
+
+def test_lm_handloop_smoke(smokes):
+    _, proc = smokes["lm-handloop"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens_per_s"] > 0 and result["step_ms_median"] > 0 and result["mfu"] is None  # no peak for a CPU
+    from fastpipe.models import GPT
+
+    import torch
+    gpt = GPT(vocab_size=256, seq_len=32, n_layer=4, n_head=4, n_embd=128)  # gpt_tiny at 32 tokens: fastpipe's count
+    assert result["flops_per_sample"] == gpt.flops_per_sample(torch.zeros(1, 32, dtype=torch.long))
+
+
+def _table_rows(path) -> dict:
+    return {cells[0]: cells for cells in ([c.strip() for c in line.strip().strip("|").split("|")]
+                                          for line in path.read_text().splitlines()
+                                          if line.startswith("| ") and "---" not in line)}
+
+
+def _check_lm(out):
+    """lm.py --smoke --repeats 1's results (phase 1 below)."""
+    rows = _table_rows(out / "lm.md")
+    assert rows["hand"][-1] == "ok" and rows["fastpipe"][-1] == "ok"
+    assert rows["fastpipe"][4].endswith("x") and float(rows["fastpipe"][2].replace(",", "")) > 0  # vs hand
+    runs = [json.loads(line) for line in (out / "lm.jsonl").read_text().splitlines()]
+    assert {r["run"] for r in runs} == {"hand", "fastpipe"} and all(r["tokens_per_s"] > 0 for r in runs)
+    metrics = json.loads((out / "runs" / "fastpipe-0" / "metrics.json").read_text())
+    assert metrics["choices"]["task"] == "lm" and metrics["tokens_per_s"] > 0
+
+
+def _check_checkpoint_stall(tmp_path):
+    """checkpoint_stall.py --smoke's results (phase 1 below)."""
+    rows = _table_rows(tmp_path / "checkpoint_stall.md")
+    assert rows["none"][-1] == "ok" and rows["every 6"][-1] == "ok" and rows["every 6"][3].endswith("x")
+    assert list((tmp_path / "runs" / "every6-0" / "checkpoints").glob("step-*.pt"))
+    assert not (tmp_path / "runs" / "every0-0" / "checkpoints").exists() or not list(
+        (tmp_path / "runs" / "every0-0" / "checkpoints").glob("step-*.pt"))
+    table = (tmp_path / "checkpoint_stall.md").read_text()
+    assert "| writer | stall median s | stall max s | durable median s | files/bytes written | status |" in table
+    for writer in ("fastpipe BackgroundWriter", "dcp async_save"):  # async_save needs no process group on CPU
+        assert rows[writer][-1] == "ok", table
+        assert float(rows[writer][1]) > 0 and float(rows[writer][3]) > 0 and rows[writer][4].startswith("2 files")
+    writers = [r for r in map(json.loads, (tmp_path / "checkpoint_stall.jsonl").read_text().splitlines())
+               if r.get("table") == "writers"]
+    assert [(r["writer"], r["checkpoints"], r["process_group"]) for r in writers] == [
+        ("fastpipe BackgroundWriter", 2, None), ("dcp async_save", 2, None)]
+    assert not (tmp_path / "checkpoints").exists()  # the comparison's checkpoints are deleted once measured
+
+
+def test_checkpoint_stall_refuses_a_checkpoint_on_a_window_edge(tmp_path):
+    bad = _script("checkpoint_stall.py", "--out", tmp_path, "--warmup", "20", "--window", "10")  # step 50 on an edge
+    assert bad.returncode == 2 and "window edge" in bad.stderr
+
+
+def test_h200_handloops_script_phase1_smoke(smokes):
+    """SMOKE=1 phase 1 on this CPU: every table and the archive land in OUT/p1, at most 8 files; the
+    smoke modes of overhead.py, checkpoint_stall.py and lm.py it ran give their full results."""
+    import tarfile
+
+    folder, proc = smokes["phase1"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = folder / "out" / "p1"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_stall.md", "gpu.txt", "lm.md", "overhead.md",
+                                                     "phase1.tgz"]
+    for table, first in (("overhead.md", "resnet18"), ("lm.md", "fastpipe"), ("checkpoint_stall.md", "every 6")):
+        assert _table_rows(out / table)[first][-1] == "ok", (out / table).read_text()
+    with tarfile.open(out / "phase1.tgz") as tar:
+        names = tar.getnames()
+    assert "logs-p1/runs.jsonl" in names and "lm/lm.jsonl" in names and "overhead/overhead.log" in names
+    assert not [n for n in names if n.endswith(".pt")]  # checkpoints stay behind
+    assert "== lm.md" in proc.stdout  # the phase ends with its tables
+    work = folder / "work"
+    _check_overhead(work / "overhead")
+    _check_checkpoint_stall(work / "ckpt")
+    _check_lm(work / "lm")
+
+
+def test_benchmark_script_smoke_mode(smokes):
+    out, proc = smokes["ddp"]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    table = (out / "ddp.md").read_text()
+    assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table
+    assert "| ddp bf16 | 2 |" in table and "| profile=on ddp | 2 |" in table
+    assert table.count("| ok |") == 4 and "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
+    assert "profile=on ddp / single: " in table and "(profiled: timing distorted)" in table
+    log = (out / "ddp.log").read_text()
+    assert "launcher=ddp" in log and "fastpipe run summary" in log and "launcher.comm_hook=bf16" in log
+    ddp = json.loads((out / "runs" / "ddp" / "metrics.json").read_text())
+    assert ddp["env"]["world_size"] == 2 and ddp["throughput"] > 0
+    graph = (out / "runs" / "bf16" / "graph.txt").read_text()
+    assert "bucket_cap_mb=1  comm_hook=bf16" in graph
+    traces = list((out / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
+    assert len(traces) == 1  # rank 0 only
+    summary = _script("trace_summary.py", traces[0])
+    assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
+
+
+def _rows(out) -> dict:
+    table = (out / "loaders.md").read_text()
+    assert "| loader | img/s | data-wait % | warm-up s | status |" in table
+    return {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")]
+                              for line in table.splitlines() if line.startswith("| ") and "---" not in line)}
+
+
+@needs_dali
+def test_loader_benchmark_smoke(smokes):
+    """benchmarks/loaders.py --smoke: all three loaders, tiny, on the CPU; the table has a row each."""
+    out, proc = smokes["loaders"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _rows(out)
+    for name in ("default", "mmap", "dali"):
+        assert rows[name][-1] == "ok" and float(rows[name][1].replace(",", "")) > 0, rows[name]
+        assert 0 <= float(rows[name][2]) <= 100 and float(rows[name][3]) >= 0  # the table rounds to 0.1 s
+        metrics = json.loads((out / name / "metrics.json").read_text())
+        assert metrics["choices"]["data"] == name and metrics["warmup_s"] > 0
+    assert len((out / "loaders.jsonl").read_text().splitlines()) == 3
+
+
+def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(smokes):
+    out, proc = smokes["loaders-failed"]
+    assert proc.returncode == 1
+    reason = _rows(out)["dali"][-1]
+    assert reason.startswith("failed: data.no_such_key is not a key of DaliLoaderConfig (its keys: "), reason
+    assert "num_threads" in reason and reason.endswith("; fix the spelling"), reason

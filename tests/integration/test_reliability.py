@@ -1,0 +1,172 @@
+"""Never report stale or poisoned state as good; one writer per run folder; stop signals at any moment;
+resumes that change the batch or the process count; one clear line for loud failures. Real
+processes and real signals, as a user's kill, Ctrl-C or scheduler would send them."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+from conftest import (REPO, RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, held_model, run_in_process, start_run,
+                      wait_for)
+from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED
+
+
+def children(pid: int) -> list:
+    """The training processes ``pid`` started (from /proc): spawned workers, not multiprocessing's
+    resource tracker."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in command:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status  # a zombie has died; only its parent has not collected it yet
+
+
+def wait_until(predicate, timeout: float = 60, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+# ------------------------------------------------------------------ stale results, one writer
+def test_a_killed_rerun_never_reports_the_earlier_runs_results(tmp_path):
+    """Run 1 finishes ok; run 2 in the same folder has its trainer killed by SIGKILL (the OOM killer):
+    run 2 fails naming the signal, and run 1's record is kept aside, not reported as run 2's."""
+    first = run_in_process(tmp_path, RESUMABLE + ["train.checkpoint_every=0", "train.max_steps=4"])
+    assert first["status"] == "ok"
+    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(tmp_path.parent / f"{tmp_path.name}.hold")])
+    wait_for(tmp_path / "tb", process)
+    wait_until(lambda: children(process.pid), what="the training process")
+    trainer = children(process.pid)[0]
+    wait_until(lambda: record(tmp_path)["status"] == "running", what="run 2's record")
+    os.kill(trainer, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_CODE, stderr.decode()[-2000:]
+    now = record(tmp_path)
+    assert now["status"] == "failed" and "killed by SIGKILL" in now["reason"] and now["steps"] is None
+    assert now["overrides"] != first["overrides"] and now["run_id"] and now["run_id"] != first["run_id"]
+    kept = json.loads((tmp_path / "metrics.previous.json").read_text())
+    assert kept["status"] == "ok" and kept["run_id"] == first["run_id"]
+
+
+def test_a_second_run_in_a_busy_folder_is_refused_and_the_first_is_untouched(tmp_path):
+    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # the first run waits mid-training until it is gone
+    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(hold)])
+    wait_for(tmp_path / "tb", process)
+    hydra_files = {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()}
+    second = subprocess.run([sys.executable, "-m", "fastpipe", *RESUMABLE, "train.max_steps=2",
+                             f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert second.returncode == EXIT_CODE
+    line = second.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"fastpipe: error: run folder {tmp_path} is in use by another fastpipe run (pid "
+                           f"{process.pid} on ") and "give this run its own hydra.run.dir" in line
+    assert {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()} == hydra_files
+    assert record(tmp_path)["status"] == "running"
+    hold.unlink()
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0 and record(tmp_path)["status"] == "ok", stderr.decode()[-2000:]
+
+
+def test_killing_the_hydra_process_kills_its_trainer_and_frees_the_folder(tmp_path):
+    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(tmp_path.parent / f"{tmp_path.name}.hold")])
+    wait_for(tmp_path / "tb", process)
+    trainer = children(process.pid)[0]
+    process.kill()  # SIGKILL: no handler runs in the Hydra process
+    process.wait(timeout=30)
+    wait_until(lambda: not alive(trainer), timeout=30, what="the orphaned trainer to die")
+    again = run_in_process(tmp_path, RESUMABLE + ["train.checkpoint_every=0", "train.max_steps=3"])
+    assert again["status"] == "ok"  # the lock died with its holder
+
+
+def test_a_second_sweep_into_a_busy_sweep_folder_is_refused(tmp_path):
+    sweep = [sys.executable, "-m", "fastpipe", "-m", *RESUMABLE, "train.checkpoint_every=0",
+             *held_model(tmp_path.parent / f"{tmp_path.name}.hold"), "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
+    first = subprocess.Popen(sweep, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(tmp_path / "0" / "tb", first)
+    second = subprocess.run(sweep, cwd=REPO, capture_output=True, text=True, timeout=120)
+    first.kill()
+    first.wait(timeout=30)
+    assert second.returncode == EXIT_CODE
+    assert f"sweep folder {tmp_path} is in use by another fastpipe run" in second.stderr
+
+
+# ------------------------------------------------------------------ stop signals at any moment
+def test_a_stop_signal_during_start_up_exits_75(tmp_path):
+    """SIGTERM while the shapes dataset is being generated (a fresh, large one): preempted, exit 75."""
+    env = dict(os.environ, FASTPIPE_CACHE=str(tmp_path / "cache"))
+    process = subprocess.Popen([sys.executable, "-m", "fastpipe", "dataset.num_images=40000", "dataset.image_size=64",
+                                "runtime.progress=false", f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_until(lambda: list((tmp_path / "cache").glob("shapes-*.tmp-*")), what="the generation to start")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)  # a loaded machine answers late, but answers
+    assert process.returncode == EXIT_PREEMPTED, stderr.decode()[-2000:]
+    m = record(tmp_path / "run")
+    assert m["status"] == "preempted" and "stopped by SIGTERM while starting up, before training began" in m["reason"]
+    assert "Traceback" not in stderr.decode()
+
+
+def test_a_stop_signal_ends_a_sweep_with_75_whatever_the_job_was_doing(tmp_path):
+    env = dict(os.environ, FASTPIPE_CACHE=str(tmp_path / "cache"))
+    process = subprocess.Popen([sys.executable, "-m", "fastpipe", "-m", "dataset.num_images=40000",
+                                "dataset.image_size=64", "seed=0,1", "runtime.progress=false",
+                                f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_until(lambda: list((tmp_path / "cache").glob("shapes-*.tmp-*")), what="the generation to start")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)  # a loaded machine answers late, but answers
+    assert process.returncode == EXIT_PREEMPTED, stderr.decode()[-2000:]
+    assert not (tmp_path / "sweep" / "1").exists() and not (tmp_path / "sweep" / "best.yaml").exists()
+
+
+def test_ctrl_c_is_exit_130_and_one_line_naming_the_newest_checkpoint(tmp_path):
+    args = [sys.executable, "-m", "fastpipe", *RESUMABLE, f"train.max_steps={RESUMABLE_TOTAL}", *SLOW_MODEL,
+            f"hydra.run.dir={tmp_path}"]
+    process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)  # its own process group, as a terminal's job
+    wait_for(tmp_path / "checkpoints" / "step-00000003.json", process)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+    _, stderr = process.communicate(timeout=120)
+    text = stderr.decode()
+    assert process.returncode == 130, text[-2000:]
+    assert "Traceback" not in text
+    m = record(tmp_path)
+    assert m["status"] == "interrupted" and m["checkpoint"] and Path(m["checkpoint"]).is_file()
+    assert f"the newest good checkpoint is {m['checkpoint']}" in text.strip().splitlines()[-1]
+
+
+def test_a_killed_dataloader_worker_is_one_line(tmp_path):
+    conf = tmp_path / "conf" / "dataset"
+    conf.mkdir(parents=True)
+    (conf / "suicidal.yaml").write_text("_target_: fault_data.KillsItsWorker\n")
+    proc = subprocess.run([sys.executable, "-m", "fastpipe", "--config-dir", str(tmp_path / "conf"),
+                           "dataset=suicidal", "data.num_workers=1", "train.batch_size=8", "train.max_steps=4", "runtime.progress=false",
+                           "model._target_=fault_models.TabularNet", f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == EXIT_CODE, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("fastpipe: error: a DataLoader worker process died") and "data.num_workers" in line
+    assert "Traceback" not in proc.stderr

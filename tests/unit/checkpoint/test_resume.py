@@ -1,0 +1,186 @@
+"""Checkpoint and resume in this process: exact continuation, integrity fall-backs, rotation, the NaN
+guard, resumes that change the batch, checkpoints that do not fit. (Under SIGKILL and on DDP ranks:
+tests/integration/test_checkpoint.py.)"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import RESUMABLE, RESUMABLE_TOTAL, assert_same_run, run_in_process
+from fastpipe.errors import DataError, TrainingError
+from fastpipe.record.results import read as read_metrics
+
+
+def weights(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def test_straight_run_keeps_the_last_k_checkpoints(straight):
+    run_dir, metrics = straight
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    # every 3 steps plus the final one (14); train.keep_checkpoints=3 keeps the newest three, beside
+    # the weights files of train.save_weights (never rotated)
+    weights = [f"{w}.{ext}" for w in ("best", "last") for ext in ("json", "pt")]
+    assert names == weights + [f"step-{s:08d}.{ext}" for s in (9, 12, 14) for ext in ("json", "pt")]
+    assert metrics["checkpoint_stall_s"]["count"] == 5  # steps 3, 6, 9, 12 and 14
+    assert metrics["checkpoint"] == str(run_dir / "checkpoints" / "step-00000014.pt")
+    state = torch.load(run_dir / "checkpoints" / "step-00000014.pt", weights_only=True)
+    evaluation = state["position"].pop("evaluation")  # epoch 1's evaluation (step 9), the only one before it
+    assert evaluation["best"]["step"] == 9 and evaluation["since_best"] == 0
+    assert state["position"] == {"epoch": 1, "step_in_epoch": 5, "step": 14, "nonfinite_steps": 0,
+                                 "final_loss": pytest.approx(metrics["final_loss"], abs=1e-6),
+                                 "samples_in_epoch": 5 * 16, "samples_seen": 14 * 16}  # batch 16, one process
+    assert set(state["rng"][0]) == {"python", "numpy", "torch", "cuda"}
+
+
+def test_half_then_resume_equals_straight(straight, tmp_path):
+    ref_dir, reference = straight
+    first = run_in_process(tmp_path, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL // 2}"])
+    assert first["steps"] == RESUMABLE_TOTAL // 2
+    resumed = run_in_process(tmp_path, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}", "train.resume=auto"])
+    assert_same_run(resumed, reference)
+    assert any("resuming from" in w and "at step 7" in w for w in resumed["warnings"])
+    ours, theirs = weights(tmp_path / "checkpoints/step-00000014.pt"), weights(ref_dir / "checkpoints/step-00000014.pt")
+    assert all(torch.allclose(ours[k].float(), theirs[k].float(), atol=1e-6, rtol=0) for k in theirs)
+
+
+def test_resume_from_a_file_at_an_epoch_boundary_with_workers(straight, tmp_path):
+    ref_dir, reference = straight
+    path = ref_dir / "checkpoints" / "step-00000009.pt"  # the end of epoch 1, before its evaluation
+    resumed = run_in_process(tmp_path, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}", f"train.resume={path}",
+                                               "data.num_workers=1"])  # the order does not depend on workers
+    assert_same_run(resumed, reference)
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(straight, tmp_path):
+    ref_dir, reference = straight
+    shutil.copytree(ref_dir / "checkpoints", tmp_path / "checkpoints")
+    newest = tmp_path / "checkpoints" / "step-00000014.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # truncated
+    resumed = run_in_process(tmp_path, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}", "train.resume=auto"])
+    assert any("step-00000014.pt is not loadable" in w and "truncated" in w and "previous" in w
+               for w in resumed["warnings"])
+    assert any("resuming from" in w and "step-00000012.pt at step 12" in w for w in resumed["warnings"])
+    assert_same_run(resumed, reference)
+
+
+def test_a_file_that_torch_cannot_load_is_skipped_even_with_a_matching_sidecar(straight, tmp_path):
+    from fastpipe.checkpoint.files import sha256, load_verified
+
+    ref_dir, _ = straight
+    good = ref_dir / "checkpoints" / "step-00000012.pt"
+    bad = tmp_path / "step-00000013.pt"
+    bad.write_bytes(b"not a zip file")
+    (tmp_path / "step-00000013.json").write_text('{"bytes": 14, "sha256": "%s"}' % sha256(bad))
+    said = []
+    path, state = load_verified([bad, good], said.append)
+    assert path == good and state["position"]["step"] == 12
+    assert "torch.load failed" in said[0] and "falling back" in said[0]
+
+
+def test_fresh_start_refuses_a_folder_with_checkpoints(straight, tmp_path):
+    from fastpipe.errors import ConfigError
+
+    ref_dir, _ = straight
+    shutil.copytree(ref_dir / "checkpoints", tmp_path / "checkpoints")
+    with pytest.raises(ConfigError, match="holds checkpoints of an earlier run: add train.resume=auto"):
+        run_in_process(tmp_path, RESUMABLE + ["train.max_steps=2"])
+
+
+def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    from fastpipe.errors import TrainingError
+    from fastpipe.record.results import read as read_metrics
+
+    overrides = RESUMABLE + ["model._target_=fault_models.NaNAfter", "+model.after=5",
+                        "train.checkpoint_every=2", "train.max_nonfinite_steps=4"]
+    with pytest.raises(TrainingError, match="non-finite for 7 steps in a row"):
+        run_in_process(tmp_path, overrides)
+    metrics = read_metrics(tmp_path)
+    # NaN from step 6; the streak is read at window edges (steps 2, 5, 8; the epoch's end at 9 closes
+    # a window, so then 12): 7 >= 4 at step 12
+    assert metrics["status"] == "failed" and metrics["steps"] == 12 and metrics["nonfinite_steps"] == 7
+    last_good = tmp_path / "checkpoints" / "step-00000004.pt"
+    assert metrics["checkpoint"] == str(last_good) and str(last_good) in metrics["reason"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*.pt")) == ["step-00000002.pt", "step-00000004.pt"]
+    assert all(torch.isfinite(t.float()).all() for t in weights(last_good).values())
+
+
+def test_a_checkpoint_with_other_parameter_groups_is_refused_in_one_line(tmp_path):
+    from fastpipe.errors import DataError
+
+    run_in_process(tmp_path, RESUMABLE + ["optimizer=adamw", "train.no_decay=false", "train.max_steps=3"])
+    with pytest.raises(DataError, match=r"its optimizer state has 1 parameter group\(s\), this run's optimizer 2 "
+                                        r".*resume with the train.no_decay the checkpoint was written with"):
+        run_in_process(tmp_path, RESUMABLE + ["optimizer=adamw", "train.max_steps=6", "train.resume=auto"])
+
+
+def test_the_host_snapshot_keeps_tied_weights_as_one_tensor(tmp_path):
+    """A GPT's tied embedding and head are one copy in the snapshot and in the file, as torch.save of the
+    live state dict stores them; untied tensors of the same shape stay apart."""
+    from fastpipe.checkpoint.writer import HostSnapshot
+    from fastpipe.models import GPT
+
+    model = GPT(vocab_size=64, seq_len=8, n_layer=1, n_head=2, n_embd=16)
+    snapshot = HostSnapshot()
+    for _ in range(2):  # the second snapshot reuses the buffers
+        host = snapshot.take({"model": model.state_dict()})["model"]
+        assert host["lm_head.weight"] is host["wte.weight"] and torch.equal(host["wte.weight"], model.wte.weight)
+    others = [k for k in host if k not in ("wte.weight", "lm_head.weight")]
+    assert others and all(host[k] is not host["wte.weight"] for k in others)
+    assert len({id(host[k]) for k in others}) == len(others)
+    live, snap = tmp_path / "live.pt", tmp_path / "snap.pt"
+    torch.save(model.state_dict(), live)
+    torch.save(host, snap)
+    assert abs(snap.stat().st_size - live.stat().st_size) < 4096
+
+
+# ------------------------------------------------------------------ poisoned checkpoints
+def test_a_checkpoint_is_written_only_from_finite_weights(tmp_path):
+    """SGD at lr 1e6: the loss is finite at first but the updates blow the weights up. The error names
+    a checkpoint whose weights are all finite, and it is still on disk."""
+    with pytest.raises(TrainingError) as excinfo:
+        run_in_process(tmp_path, RESUMABLE + ["optimizer=sgd", "optimizer.lr=1e6", "train.checkpoint_every=1",
+                                         "train.max_nonfinite_steps=2", "train.keep_checkpoints=1",
+                                         "train.max_steps=20"])
+    message = str(excinfo.value)
+    assert "the last good checkpoint is" in message
+    named = Path(message.rsplit("the last good checkpoint is ", 1)[1].split()[0])
+    assert named.is_file()
+    state = torch.load(named, map_location="cpu", weights_only=True)
+    assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
+    assert read_metrics(tmp_path)["checkpoint"] == str(named)
+
+
+# ------------------------------------------------------------------ resumes that change the batch
+def test_a_resume_with_another_batch_size_goes_on_from_the_same_samples(tmp_path):
+    first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])  # batch 16: 112 samples, 7 of 11 steps
+    assert first["status"] == "ok" and first["steps"] == 7
+    resumed = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.batch_size=32"])
+    assert resumed["status"] == "ok"
+    assert resumed["steps"] == 5 + 3  # 112 samples = 3 steps of 32 (96) into epoch 1; 5 steps an epoch, 2 epochs
+    assert any("it goes on after 112 samples of epoch 1 and 112 in all (step 3 here)" in w
+               for w in resumed["warnings"]), resumed["warnings"]
+
+
+def test_a_resume_past_the_new_end_trains_nothing_and_says_so(tmp_path, capfd):
+    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])
+    done = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])
+    assert done["status"] == "ok" and done["steps"] == 7 and done["throughput"] is None
+    assert "at or past this run's end (step 5): nothing to train" in done["reason"]
+    assert "nothing to train" in capfd.readouterr().err
+
+
+# ------------------------------------------------------------------ loud failures, one line each
+def test_resuming_another_models_checkpoint_says_what_it_holds(tmp_path):
+    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=3"])
+    with pytest.raises(DataError, match=r"does not fit this run's model fastpipe.models.TinyCNN: "
+                                        r"features.0.0.weight is \[32, 3, 3, 3\] there, \[8, 3, 3, 3\] here"):
+        run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "+model.width=8"])
+    plain = tmp_path / "weights.pt"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), plain)
+    with pytest.raises(DataError, match=r"weights.pt is not a fastpipe checkpoint \(it holds \w*Dict with keys "
+                                        r"'bias', 'weight'\); train.resume takes"):
+        run_in_process(tmp_path / "b", RESUMABLE + [f"train.resume={plain}"])

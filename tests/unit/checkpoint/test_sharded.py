@@ -1,0 +1,48 @@
+"""Sharded (DCP) checkpoint folders: verified, rotated, resolved; what consolidate refuses."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fastpipe.checkpoint.files import checkpoints_in, resolve_candidates, rotate, verify
+from fastpipe.errors import ConfigError, DataError
+
+
+def _fake_sharded(folder: Path, step: int) -> Path:
+    """A published sharded checkpoint (two files and a sidecar), as checkpoint_dcp.publish writes it."""
+    from fastpipe.checkpoint.dcp import publish
+
+    partial = folder / f".step-{step:08d}.dcp.partial"
+    partial.mkdir(parents=True)
+    (partial / "__0_0.distcp").write_bytes(os.urandom(100))
+    (partial / "train_state.pt").write_bytes(b"x" * 10)
+    return publish(partial, folder / f"step-{step:08d}.dcp", {"step": step})
+
+
+def test_sharded_checkpoint_folders_verify_rotate_and_resolve(tmp_path):
+    first, second, third = (_fake_sharded(tmp_path, s) for s in (2, 4, 6))
+    assert checkpoints_in(tmp_path) == [third, second, first] and verify(third) is None
+    (third / "__0_0.distcp").write_bytes(os.urandom(100))  # same size, other bytes
+    assert "SHA-256" in verify(third)
+    (second / "__0_0.distcp").unlink()
+    assert "missing" in verify(second)
+    assert resolve_candidates(str(second), tmp_path) == [second, first]  # a given folder, then older ones
+    (tmp_path / ".step-00000008.dcp.partial").mkdir()  # an interrupted save
+    rotate(tmp_path, keep=1)
+    assert checkpoints_in(tmp_path) == [third] and not (tmp_path / ".step-00000008.dcp.partial").exists()
+    assert not (tmp_path / "step-00000002.json").exists()
+
+
+def test_consolidate_refuses_what_it_cannot_convert(tmp_path):
+    from fastpipe.cli.consolidate import consolidate
+
+    with pytest.raises(ConfigError, match="not a sharded checkpoint"):
+        consolidate(tmp_path / "nothing", tmp_path / "out.pt")
+    with pytest.raises(DataError, match="no complete sharded checkpoint"):
+        consolidate(tmp_path, tmp_path / "out.pt")
+    bad = _fake_sharded(tmp_path / "checkpoints", 3)
+    (bad / "train_state.pt").write_bytes(b"y" * 10)
+    with pytest.raises(DataError, match="not a complete checkpoint"):
+        consolidate(bad, tmp_path / "out.pt")

@@ -1,0 +1,120 @@
+"""The package's shape: no import cycle among fastpipe's modules, nothing imports the app module, and
+no import climbs the layers of docs/architecture.md."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "fastpipe"
+PLUGINS = REPO / "hydra_plugins" / "fastpipe_sweeps"
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def module_name(path: Path, repo: Path = REPO) -> str:
+    rel = path.relative_to(repo).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def import_edges(roots=(PACKAGE,), repo: Path = REPO):
+    """(module, imported module, line) for each import among the modules under ``roots``, at module
+    level or inside functions."""
+    modules = {module_name(p, repo): p for root in roots for p in root.rglob("*.py")}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    yield name, target, node.lineno
+
+
+def import_graph() -> dict:
+    """module -> the fastpipe modules it imports (at module level or inside functions)."""
+    graph = {module_name(p): set() for p in PACKAGE.rglob("*.py")}
+    for name, target, _ in import_edges():
+        graph[name].add(target)
+    return graph
+
+
+def layer_table() -> dict:
+    """docs/architecture.md's layer table: file or folder (repository-relative) -> its layer."""
+    section = ARCHITECTURE.read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    layers = {}
+    for number, files in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, flags=re.M):
+        for path in re.findall(r"`([^`]+)`", files):
+            layers[path] = int(number)
+    return layers
+
+
+def layer_of(path: Path, layers: dict, repo: Path = REPO):
+    """The layer of a module's file: its own row, else the row of the nearest folder above it."""
+    rel = path.relative_to(repo).as_posix()
+    if rel in layers:
+        return layers[rel]
+    folders = [f for f in layers if f.endswith("/") and rel.startswith(f)]
+    return layers[max(folders, key=len)] if folders else None
+
+
+def test_no_import_cycle_among_fastpipes_modules():
+    graph, state, cycles = import_graph(), {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, " | ".join(" -> ".join(c) for c in cycles)
+    assert not [m for m, deps in graph.items() if "fastpipe.__main__" in deps], "nothing imports the app module"
+
+
+def layer_problems(layers: dict, roots=(PACKAGE, PLUGINS), repo: Path = REPO) -> list:
+    """The modules no row places, then each import from a lower layer to a higher one."""
+    files = {module_name(p, repo): p for root in roots for p in root.rglob("*.py")}
+    where = {m: layer_of(p, layers, repo) for m, p in files.items()}
+    problems = [f"{p.relative_to(repo)} has no row in docs/architecture.md's layer table"
+                for m, p in sorted(files.items()) if where[m] is None]
+    return problems + [f"{files[a].relative_to(repo)}:{line} imports {b} (layer {where[a]} -> {where[b]})"
+                       for a, b, line in import_edges(roots, repo)
+                       if None not in (where[a], where[b]) and where[a] < where[b]]
+
+
+def test_no_import_climbs_the_layers_of_the_architecture_page():
+    """Each module sits in a layer of docs/architecture.md's table, and imports only its own package
+    and lower layers, at module level and inside functions alike."""
+    layers = layer_table()
+    assert layers.get("fastpipe/errors.py") == 0 and layers.get("fastpipe/__main__.py"), "the table was not read"
+    problems = layer_problems(layers)
+    assert not problems, "; ".join(problems)
+
+
+def test_the_layer_check_finds_a_climbing_import_inside_a_function_and_an_unplaced_module(tmp_path):
+    package = tmp_path / "fastpipe"
+    package.mkdir()
+    (package / "low.py").write_text("import os\n\n\ndef f():\n    from fastpipe import high\n")
+    (package / "high.py").write_text("import fastpipe.low\n")
+    (package / "stray.py").write_text("")
+    layers = {"fastpipe/low.py": 0, "fastpipe/high.py": 1}
+    assert layer_problems(layers, (package,), tmp_path) == [
+        "fastpipe/stray.py has no row in docs/architecture.md's layer table",
+        "fastpipe/low.py:5 imports fastpipe.high (layer 0 -> 1)"]
