@@ -238,7 +238,8 @@ def pool_worker_signals() -> None:
 def pool_results(results, poll_s: float = 1.0) -> Iterator:
     """The results of a fork pool's ``imap``/``imap_unordered``, with ``check()`` at least every ``poll_s``
     seconds: a stop signal sent to the whole process group (Slurm's) also kills the workers, whose
-    tasks then never return, so waiting on the next result alone would wait for ever."""
+    tasks then never return, so waiting on the next result alone would wait for ever. ``results`` is
+    the iterator of a call with chunksize 1 (a larger one gives a plain generator, without a timeout)."""
     import multiprocessing
 
     while True:

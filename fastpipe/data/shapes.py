@@ -159,7 +159,7 @@ def _pool(threads: int, count: int):
         # a stop signal raises between images (signals.check), never inside the pool's fork or locks
         with signals.deferred(), multiprocessing.get_context("fork").Pool(threads, _init_pool_worker,
                                                                           (os.getpid(),)) as pool:
-            yield lambda fn, items: signals.pool_results(pool.imap_unordered(fn, items, chunksize=16))
+            yield lambda fn, items: signals.pool_results(pool.imap_unordered(fn, items))
         return
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:
         yield pool.map
