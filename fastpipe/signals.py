@@ -29,6 +29,7 @@ _phase = "starting"  # starting | training | finishing
 _before_training: Optional[tuple] = None  # (signal, where) of a stop signal before training began
 _owner: Optional[int] = None  # the process whose handlers these are (a forked child inherits them)
 _deferring = 0  # inside ``deferred()``: a start-up stop waits for ``check()``
+_active = False  # inside ``stop_on_signals()``: ``check()`` acts on the run's stop signal
 
 
 def exit_reason(code: int) -> str:
@@ -109,7 +110,7 @@ def deferred() -> Iterator[None]:
 
 def check() -> None:
     """Raise the ``Preempted`` of a stop signal that ``deferred()`` held back (between units of work)."""
-    if _phase == "starting" and _before_training is not None and _received is not None:
+    if _active and _phase == "starting" and _before_training is not None and _received is not None:
         raise stopped_before_training()
 
 
@@ -130,12 +131,15 @@ def _handlers(handler) -> Iterator[None]:
 def stop_on_signals() -> Iterator[None]:
     """In the training process, for the whole run: see the module docstring. A stop signal that
     arrived while the process was still importing (``started_with_signals_held``) is acted on here."""
-    global _received, _phase, _before_training, _owner
-    _received, _phase, _before_training, _owner = None, "starting", None, os.getpid()
-    with _handlers(_note):
-        if threading.current_thread() is threading.main_thread():
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a pending one raises Preempted now
-        yield
+    global _received, _phase, _before_training, _owner, _active
+    _received, _phase, _before_training, _owner, _active = None, "starting", None, os.getpid(), True
+    try:
+        with _handlers(_note):
+            if threading.current_thread() is threading.main_thread():
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a pending one raises Preempted now
+            yield
+    finally:  # check() acts only inside: a later dataset build in this process is not stopped by this run's signal
+        _active = False
 
 
 @contextlib.contextmanager
