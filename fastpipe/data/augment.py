@@ -10,7 +10,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import roi_align
 
 from fastpipe.data.device import Normalizer
 
@@ -56,6 +55,8 @@ class DeviceTransform:
         x = images.to(self.device, non_blocking=True).float()
         n, _, height, width = x.shape
         if self.augment:
+            from torchvision.ops import roi_align  # imported on use: torchvision's import pulls in torch._dynamo
+
             boxes = random_resized_boxes(n, height, width, self.generator, x.device)
             rois = torch.cat([torch.arange(n, device=x.device, dtype=x.dtype)[:, None], boxes], 1)
             # aligned=True: box edges are pixel edges; sampling_ratio=-1 averages ceil(crop/size)

@@ -15,7 +15,6 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
-from torchvision import transforms
 
 from fastpipe.data import shapes as shapes_generator
 from fastpipe.data.cachedir import CACHE_FIX
@@ -53,6 +52,10 @@ def decode_rgb(path: str) -> Image.Image:
 
 def image_transform(image_size: int, augment: bool):
     """The host-side transform of data=default and the pack: resize (or random crop) to uint8."""
+    # Imported here: torchvision's package import pulls in torch._dynamo (about 1 s), which a process that
+    # only resolves the dataset's _target_ (the Hydra process of a fresh-process run, a sweep's checks) never needs.
+    from torchvision import transforms
+
     if augment:
         geometry = [transforms.RandomResizedCrop(image_size, antialias=True), transforms.RandomHorizontalFlip()]
     else:
