@@ -20,12 +20,16 @@ HERE_TESTS = TESTS / "support"  # test-only modules (fault_models, ...) and conf
 CONF_DIR = REPO / "conf"
 INTEGRATION = TESTS / "integration"
 
-# Generated datasets and packs go to a per-session cache, inherited by subprocesses too.
+# Generated datasets and packs go to a per-session cache, inherited by subprocesses too. Under pytest-xdist the
+# workers inherit the controller's (its conftest runs first): one cache for the session, shared as DDP ranks share
+# one (each dataset and pack is built under a file lock, once).
 os.environ.setdefault("FASTPIPE_CACHE", tempfile.mkdtemp(prefix="fastpipe-test-cache-"))
 # The test-only modules import by name (model._target_=fault_models.Slow) in this process and in
 # every process a test starts, and those processes import this checkout's fastpipe.
 sys.path.insert(0, str(HERE_TESTS))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE_TESTS), str(REPO), os.environ.get("PYTHONPATH")]))
+_PATHS = [str(HERE_TESTS), str(REPO)]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    _PATHS + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _PATHS])
 # One OpenMP thread in the processes tests start too (one_torch_thread below is this process's): tiny
 # models on a shared 2-core machine lose more to spinning threads than they gain from a second one.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -37,6 +41,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if INTEGRATION in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.slow)
+
+
+def computed_once(tmp_path_factory, name, make):
+    """``make(folder)``'s result (JSON), computed once per test session: under pytest-xdist (pyproject's
+    addopts) each worker has its own session fixtures, so the first worker to ask computes into a folder
+    all workers share, under a file lock, and the others wait for it and read what it wrote."""
+    import fcntl
+    import json
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's pytest-N, above every worker's own folder
+    folder, result = shared / name, shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            folder.mkdir()
+            result.write_text(json.dumps(make(folder)))
+    return json.loads(result.read_text())
+
 
 # Small and fast: a few hundred 16x16 images, few steps, short windows, no progress bar.
 TINY = [
@@ -148,11 +172,14 @@ GRID_ARGS = ["precision=fp32,amp", "compile=off,default", "launcher.fresh_proces
 
 @pytest.fixture(scope="session")
 def grid_sweep(tmp_path_factory):
-    """The GRID_ARGS sweep: (its folder, the finished process)."""
-    sweep_dir = tmp_path_factory.mktemp("grid") / "sweep"
-    proc = run_sweep(sweep_dir, GRID_ARGS)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return sweep_dir, proc
+    """The GRID_ARGS sweep, run once per session: (its folder, the finished process)."""
+    def sweep(folder):
+        proc = run_sweep(folder / "sweep", GRID_ARGS)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [str(folder / "sweep"), proc.args, proc.returncode, proc.stdout, proc.stderr]
+
+    sweep_dir, *proc = computed_once(tmp_path_factory, "grid", sweep)
+    return Path(sweep_dir), subprocess.CompletedProcess(*proc)
 
 
 def cpu_runtime(dist=None):
@@ -198,8 +225,11 @@ def held_model(hold: Path) -> list:
 def straight(tmp_path_factory):
     """An uninterrupted RESUMABLE run of RESUMABLE_TOTAL steps: the reference every resumed run must
     reproduce (read, never changed, by the tests that use it)."""
-    run_dir = tmp_path_factory.mktemp("straight")
-    return run_dir, run_in_process(run_dir, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}"])
+    def run(folder):
+        return [str(folder), run_in_process(folder, RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}"])]
+
+    run_dir, metrics = computed_once(tmp_path_factory, "straight", run)
+    return Path(run_dir), metrics
 
 
 def assert_same_run(metrics: dict, reference: dict) -> None:
