@@ -47,9 +47,10 @@ export FASTPIPE_CACHE=$W/fpcache TORCHINDUCTOR_CACHE_DIR=$W/inductor-cache PYTHO
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule
 PY=${PY:-python3}
 B=benchmarks
-if [[ -z ${NGPU:-} ]]; then
+if [[ -z ${NGPU:-} && $SMOKE == 1 ]]; then
+  NGPU=2  # the CPU smoke walks the two-GPU plan unless NGPU=1 is given
+elif [[ -z ${NGPU:-} ]]; then
   NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-  [[ $SMOKE == 1 ]] && NGPU=2  # the CPU smoke walks the two-GPU plan unless NGPU=1 is given
 fi
 
 # --- time: this phase's deadline, never past the session's budget (counted from phase 1's start)
