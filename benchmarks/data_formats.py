@@ -7,10 +7,11 @@ Steps, each a fresh process through runner.py, each a row written the moment it 
    augmentation), raw and ``--codec jpeg``: bytes per image and images per second (the command's
    own "packed in S s": from the dataset built to the pack synced and renamed, imports left out);
 3. the loader alone (benchmarks/pack_read.py, no model): the raw pack after evicting it from the
-   page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded on the GPU and on the
-   CPU: images per second per epoch, what one GPU can be fed;
+   page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded by each of
+   data.decoder's choices (gpu+cpu, gpu, cpu): images per second per epoch (what one GPU can be
+   fed) and, for gpu+cpu, the share of images nvJPEG decoded;
 4. ResNet-50 bf16 channels_last compile=default batch 256 (SGD, lr 0.1), 3 epochs, through the raw
-   pack, the JPEG pack with data.decoder=gpu and with data.decoder=cpu: steady img/s, data-wait,
+   pack, the JPEG pack with data.decoder=gpu+cpu, gpu and cpu: steady img/s, data-wait,
    warm-up, each epoch's seconds and held-out accuracy (the raw run goes first: the JPEG runs reuse
    its compiled kernels from the Inductor cache, so their warm-up is shorter).
 Big files (the folder, the packs, the Inductor cache) live in --work, never under --out. Read rows: img/s is the second epoch's, "epoch 1 img/s" the first's (from the disk after the
@@ -54,7 +55,7 @@ def settings(a) -> dict:
              "runtime.channels_last=true", "compile=default", "optimizer=sgd", "optimizer.lr=0.1",
              "lr_schedule.warmup_steps=10", "train.batch_size=256", "train.epochs=3", "measure.warmup_steps=20",
              "measure.window=10", "runtime.progress=false"]
-    return {"data": data, "train": train, "read": ["train.batch_size=256"], "decoders": ["gpu", "cpu"]}
+    return {"data": data, "train": train, "read": ["train.batch_size=256"], "decoders": ["gpu+cpu", "gpu", "cpu"]}
 
 
 def environment(a, log) -> str:
@@ -113,7 +114,9 @@ def read(a, s, codec: str, decoder: str, cold: bool, log, deadline) -> dict:
     row = run_json(cmd, deadline.timeout(a.timeout), log)
     rates = row.get("img_per_s") or [None, None]
     name = f"read {codec}" + (f" ({decoder} decode)" if codec == "jpeg" else "") + (", evicted first" if cold else "")
-    return dict(row, step=name, first_img_per_s=rates[0], img_per_s=rates[-1])
+    counts = row.get("decoded") or {}
+    share = counts["gpu"] / max(1, counts["gpu"] + counts["cpu"]) if "gpu+cpu" == decoder and counts else None
+    return dict(row, step=name, first_img_per_s=rates[0], img_per_s=rates[-1], gpu_share=share)
 
 
 def train(a, s, codec: str, decoder: str, log, deadline) -> dict:
@@ -134,6 +137,7 @@ COLUMNS = [("step", "step"), ("img/s", "img_per_s", ",.0f"), ("bytes/image", "by
            ("data-wait %", lambda r: None if r.get("data_wait_frac") is None else 100 * r["data_wait_frac"], ".1f"),
            ("warm-up s", "warmup_s", ".1f"), ("epoch 1 s", "epoch1_s", ".1f"), ("last epoch s", "last_epoch_s", ".1f"),
            ("read: epoch 1 img/s", "first_img_per_s", ",.0f"),
+           ("nvJPEG share %", lambda r: None if r.get("gpu_share") is None else 100 * r["gpu_share"], ".0f"),
            ("held-out acc", "accuracy", ".3f"), ("wall s", "wall_s", ".0f"), ("status", status_text)]
 
 
@@ -144,8 +148,12 @@ def main(argv=None) -> int:
     p.add_argument("--work", type=Path, default=None, help="dataset, packs, caches (default /tmp/fp-data, smoke /tmp/fp-data-smoke)")
     p.add_argument("--images", type=int, default=None, help="images generated (default 51,200; smoke 320)")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny_cnn, 320 small images: checks the script")
+    p.add_argument("--steps", default="generate,pack,train,read",
+                   help="the kinds of step to run, comma-separated (a later call on the same --work reuses its "
+                        "folder and packs): generate, pack, train, read")
     add_common_args(p, timeout_s=200)
     a = p.parse_args(argv)
+    kinds = set(a.steps.split(","))
     a.work = (a.work or Path("/tmp/fp-data-smoke" if a.smoke else "/tmp/fp-data")).resolve()
     a.out = a.out.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
@@ -160,6 +168,7 @@ def main(argv=None) -> int:
              *[("train", (lambda d: lambda log: train(a, s, "jpeg", d, log, deadline))(d)) for d in s["decoders"]],
              ("read", lambda log: read(a, s, "raw", "auto", True, log, deadline)),
              *[("read", (lambda d: lambda log: read(a, s, "jpeg", d, False, log, deadline))(d)) for d in s["decoders"]]]
+    steps = [(kind, step) for kind, step in steps if kind in kinds]
     with open(a.out / "data_formats.log", "a") as log:
         log.write(f"# benchmarks/data_formats.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
         env = environment(a, log)
