@@ -102,8 +102,8 @@ class MmapLoaderConfig(LoaderCommon):
     # JPEG packs: gpu (nvJPEG, batched) | cpu (threads) | gpu+cpu (both on every batch, shared as each
     # is free); auto = gpu when training on CUDA, else cpu
     decoder: str = "auto"
-    # data.decoder=cpu or gpu+cpu: threads decoding; auto = this process's cores (less one for the
-    # training thread when training on CUDA)
+    # data.decoder=cpu or gpu+cpu: threads decoding; auto = this process's cores for cpu (less one for
+    # the training thread when training on CUDA), half of them for gpu+cpu
     decode_threads: Any = "auto"
     # Sharded packs: samples held back to shuffle a sequential read (over all ranks); 0 = every epoch
     # a fresh permutation of each rank's samples; auto = 0 when this rank's shards fit in half the RAM, else 16384.
@@ -138,9 +138,11 @@ class MmapLoaderConfig(LoaderCommon):
                               f"{device_type}; use data.decoder=auto or data.decoder=cpu")
         return self.decoder
 
-    def decoding_threads(self, cores: int, device_type: str) -> int:
+    def decoding_threads(self, cores: int, device_type: str, where: str = "cpu") -> int:
         if self.decode_threads != "auto":
             return int(self.decode_threads)
+        if where == "gpu+cpu":  # half: the threads feeding nvJPEG and the training thread need cores too
+            return max(1, cores // 2)
         return max(1, cores - 1) if device_type == "cuda" else max(1, cores)
 
     def reader_threads(self, cores: int) -> int:

@@ -50,7 +50,7 @@ def gather(reader, local: np.ndarray) -> List[torch.Tensor]:
 
 # gpu+cpu: images per nvJPEG call (large enough to keep the batched call efficient) and per CPU
 # thread's turn (small, so the last CPU chunk of a batch does not hold the batch up).
-GPU_CHUNK = 64
+GPU_CHUNK = 128
 CPU_CHUNK = 4
 
 

@@ -85,7 +85,7 @@ def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: b
     if packs.codec != "jpeg":
         return None
     where = cfg.decoder_for(runtime.device.type)
-    threads = cfg.decoding_threads(runtime.cores_per_process, runtime.device.type)
+    threads = cfg.decoding_threads(runtime.cores_per_process, runtime.device.type, where)
     decoder = Decoder(where, runtime.device, packs.stored, threads, pin)
     try:
         decoder.probe(gather(packs.any_reader(), np.arange(1)))

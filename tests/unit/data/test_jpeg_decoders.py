@@ -54,6 +54,7 @@ def test_decoder_choices_and_their_threads():
     cfg = make_settings(["data=mmap", "data.decoder=gpu+cpu"]).data
     assert cfg.decoder_for("cuda") == "gpu+cpu"
     assert (cfg.decoding_threads(16, "cuda"), cfg.decoding_threads(16, "cpu"), cfg.decoding_threads(1, "cuda")) == (15, 16, 1)
+    assert (cfg.decoding_threads(16, "cuda", "gpu+cpu"), cfg.decoding_threads(1, "cuda", "gpu+cpu")) == (8, 1)
     assert make_settings(["data=mmap", "data.decode_threads=3"]).data.decoding_threads(16, "cuda") == 3
     with pytest.raises(ConfigError, match="data.decoder=gpu\\+cpu decodes JPEGs on the GPU, but training runs on cpu; "
                                           "use data.decoder=auto or data.decoder=cpu"):
