@@ -122,7 +122,7 @@ def read(a, s, codec: str, decoder: str, cold: bool, log, deadline) -> dict:
 def train(a, s, codec: str, decoder: str, log, deadline) -> dict:
     name = f"train {codec}" + (f" ({decoder} decode)" if codec == "jpeg" else "")
     overrides = ["dataset=shapes", *s["data"], *s["train"], "data=mmap", f"data.path={a.work / f'pack-{codec}.fppack'}",
-                 f"data.decoder={decoder}", "data.verify=false"]  # checksums are the read rows' and --verify's job
+                 f"data.decoder={decoder}", "data.verify=false"]  # checksums: the pack command's --verify
     m = run_fastpipe(overrides, a.out / "runs" / name.replace(" ", "-").replace("(", "").replace(")", ""),
                      deadline.timeout(a.timeout), log, env={"TORCHINDUCTOR_CACHE_DIR": str(a.work / "inductor")})
     epochs = m.get("epoch_times_s") or []
