@@ -99,12 +99,8 @@ class MmapLoaderConfig(LoaderCommon):
     # (about 1/10 of the bytes, decoded per batch). A data.path pack is read as it was written.
     codec: Optional[str] = None
     quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100)
-    # JPEG packs: gpu (nvJPEG, batched) | cpu (threads) | gpu+cpu (both on every batch, shared as each
-    # is free); auto = gpu when training on CUDA, else cpu
-    decoder: str = "auto"
-    # data.decoder=cpu or gpu+cpu: threads decoding; auto = this process's cores for cpu (less one for
-    # the training thread when training on CUDA), half of them for gpu+cpu
-    decode_threads: Any = "auto"
+    decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
+    decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
     # Sharded packs: samples held back to shuffle a sequential read (over all ranks); 0 = every epoch
     # a fresh permutation of each rank's samples; auto = 0 when this rank's shards fit in half the RAM, else 16384.
     shuffle_buffer: Any = "auto"
@@ -125,7 +121,7 @@ class MmapLoaderConfig(LoaderCommon):
             one_of("data.codec", self.codec, ("raw", "jpeg"))
         if isinstance(self.quality, bool) or not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ConfigError(f"data.quality={self.quality!r} must be an integer in 1..100")
-        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu", "gpu+cpu"))
+        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu"))
         auto_or_int("data.decode_threads", self.decode_threads, minimum=1)
         auto_or_int("data.shuffle_buffer", self.shuffle_buffer, minimum=0)
 
@@ -133,17 +129,13 @@ class MmapLoaderConfig(LoaderCommon):
         """``auto`` = ``gpu`` (nvJPEG) when training on CUDA, ``cpu`` otherwise."""
         if self.decoder == "auto":
             return "gpu" if device_type == "cuda" else "cpu"
-        if self.decoder in ("gpu", "gpu+cpu") and device_type != "cuda":
-            raise ConfigError(f"data.decoder={self.decoder} decodes JPEGs on the GPU, but training runs on "
-                              f"{device_type}; use data.decoder=auto or data.decoder=cpu")
+        if self.decoder == "gpu" and device_type != "cuda":
+            raise ConfigError(f"data.decoder=gpu decodes JPEGs on the GPU, but training runs on {device_type}; "
+                              "use data.decoder=auto or data.decoder=cpu")
         return self.decoder
 
-    def decoding_threads(self, cores: int, device_type: str, where: str = "cpu") -> int:
-        if self.decode_threads != "auto":
-            return int(self.decode_threads)
-        if where == "gpu+cpu":  # half: the threads feeding nvJPEG and the training thread need cores too
-            return max(1, cores // 2)
-        return max(1, cores - 1) if device_type == "cuda" else max(1, cores)
+    def decoding_threads(self, cores: int) -> int:
+        return max(1, cores) if self.decode_threads == "auto" else int(self.decode_threads)
 
     def reader_threads(self, cores: int) -> int:
         return max(1, min(4, cores)) if self.num_threads == "auto" else int(self.num_threads)

@@ -5,7 +5,7 @@ Encoding (pack time) uses Pillow (libjpeg-turbo) at the given quality with full-
 4:2:0 and 2.58 with 4:4:4, for 41 % more bytes (benchmarks/results/cpu-jpeg-fidelity.md).
 Decoding uses torchvision: batched nvJPEG (``decode_jpeg(..., device="cuda")``) when
 ``data.decoder`` is gpu, libjpeg-turbo in a pool of threads (torchvision's op drops the GIL) when
-it is cpu, and both on every batch at once when it is gpu+cpu.
+it is cpu.
 """
 from __future__ import annotations
 
@@ -48,112 +48,108 @@ def gather(reader, local: np.ndarray) -> List[torch.Tensor]:
     return [whole[a:b] for a, b in views]
 
 
-# gpu+cpu: images per nvJPEG call (large enough to keep the batched call efficient) and per CPU
-# thread's turn (small, so the last CPU chunk of a batch does not hold the batch up).
-GPU_CHUNK = 128
-CPU_CHUNK = 4
+# At most this many images go into one nvJPEG call when reader threads' batches are decoded together.
+MAX_IMAGES_PER_CALL = 1024
 
 
-class _Cursor:
-    """The next undecoded image of a batch, taken in chunks by the GPU and the CPU threads alike."""
+class _Request:
+    """One reader thread's batch of files, waiting for its decoded images (or the error that stopped them)."""
 
-    def __init__(self, count: int) -> None:
-        self.count, self.next, self.lock = count, 0, threading.Lock()
-
-    def take(self, most: int):
-        with self.lock:
-            a = self.next
-            self.next = min(self.count, a + most)
-            return (a, self.next) if self.next > a else None
+    def __init__(self, files: List[torch.Tensor]) -> None:
+        self.files, self.images, self.error, self.done = files, None, None, False
 
 
 class Decoder:
-    """A batch of JPEG files -> uint8 N x 3 x H x W.
+    """A batch of JPEG files -> uint8 N x 3 x H x W: on ``device`` through nvJPEG (``where="gpu"``), or
+    in ``threads`` CPU threads into (pinned) host memory.
 
-    ``where``: ``gpu``, one batched nvJPEG call on ``device``; ``cpu``, ``threads`` CPU threads into
-    (pinned) host memory; ``gpu+cpu``, both on the same batch at once: the reader thread hands
-    chunks to nvJPEG while the threads decode chunks of the rest, so the batch takes what the two
-    together decode (torchvision serialises nvJPEG calls within a process, so the GPU alone is one
-    decoder however many reader threads call it). ``counts`` tallies the images each side decoded."""
+    GPU: torchvision decodes one call at a time per process, and beside a training step each call
+    waits for the GPU about as long as it decodes. So the batches reader threads ask for while a call
+    runs are decoded together in the next one (one of the waiting threads makes it, for all), up to
+    MAX_IMAGES_PER_CALL images: the busier the GPU, the fewer and larger the calls."""
 
     def __init__(self, where: str, device: torch.device, shape, threads: int, pin: bool) -> None:
         self.where, self.device, self.shape, self.pin = where, device, tuple(shape), pin
+        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-jpeg") if where == "cpu" else None
         self.threads = max(1, threads)
-        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fastpipe-jpeg") if where != "gpu" else None
-        self.counts = {"gpu": 0, "cpu": 0}
-        self._local, self._count_lock = threading.local(), threading.Lock()
+        self._local = threading.local()
+        self._turn = threading.Condition()
+        self._waiting: List[_Request] = []
+        self._decoding = False
+        self.images = self.calls = 0
+
+    def stats(self) -> dict:
+        """Images decoded and calls made (GPU: one nvJPEG call may hold several reader threads' batches)."""
+        return {"images": self.images, "calls": self.calls}
 
     def __call__(self, files: List[torch.Tensor]) -> torch.Tensor:
-        if self.where == "gpu":
-            return self._gpu(files)
-        if self.where == "cpu":
-            return self._cpu(files)
-        return self._both(files)
-
-    def probe(self, files: List[torch.Tensor]) -> None:
-        """Decode ``files`` on each side this decoder uses (raises what the side's decode raises), uncounted."""
-        if "gpu" in self.where:
-            self._gpu(files)
-        if "cpu" in self.where:
-            self._cpu(files)
-        self.counts = {"gpu": 0, "cpu": 0}
-
-    def _stream(self) -> torch.cuda.Stream:
-        stream = getattr(self._local, "stream", None)
-        if stream is None:  # one stream per reader thread: decodes overlap the training step
-            stream = self._local.stream = torch.cuda.Stream(self.device)
-        return stream
-
-    def _tally(self, side: str, images: int) -> None:
-        with self._count_lock:
-            self.counts[side] += images
+        return self._gpu(files) if self.where == "gpu" else self._cpu(files)
 
     def _gpu(self, files: List[torch.Tensor]) -> torch.Tensor:
-        stream = self._stream()
-        with torch.cuda.stream(stream):
-            images = torch.stack(_decode(files, self.device))
-        stream.synchronize()  # this reader thread waits, not the training step
-        self._tally("gpu", len(files))
-        return self._checked(images)
+        request = _Request(files)
+        with self._turn:
+            self._waiting.append(request)
+            while not request.done:
+                if self._decoding:
+                    self._turn.wait()
+                    continue
+                self._decoding, group = True, self._take()
+                self._turn.release()
+                try:
+                    self._decode_group(group)
+                finally:
+                    self._turn.acquire()
+                    self._decoding = False
+                    self._turn.notify_all()
+        if request.error is not None:
+            raise request.error
+        return request.images
+
+    def _take(self) -> List[_Request]:
+        """The waiting requests, oldest first, up to MAX_IMAGES_PER_CALL images (always at least one)."""
+        group, count = [], 0
+        while self._waiting and (not group or count + len(self._waiting[0].files) <= MAX_IMAGES_PER_CALL):
+            group.append(self._waiting.pop(0))
+            count += len(group[-1].files)
+        return group
+
+    def _decode_group(self, group: List[_Request]) -> None:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        stream = getattr(self._local, "stream", None)
+        if stream is None and self.device.type == "cuda":  # one stream per reader thread: decodes overlap
+            stream = self._local.stream = torch.cuda.Stream(self.device)  # the training step
+        try:
+            with torch.cuda.stream(stream):
+                decoded = decode_jpeg([f for r in group for f in r.files], mode=ImageReadMode.RGB, device=self.device)
+                at, images = 0, []
+                for r in group:
+                    images.append(self._checked(torch.stack(decoded[at:at + len(r.files)])))
+                    at += len(r.files)
+            if stream is not None:  # (None: the no-op context, a CPU device in tests)
+                stream.synchronize()  # the images are complete before any thread hands them on
+            for r, batch in zip(group, images):
+                r.images = batch
+            self.images, self.calls = self.images + at, self.calls + 1
+        except Exception as exc:  # every batch of the call gets the error
+            for r in group:
+                r.error = exc
+        for r in group:
+            r.done = True
 
     def _cpu(self, files: List[torch.Tensor]) -> torch.Tensor:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
         out = torch.empty((len(files), 3, *self.shape), dtype=torch.uint8, pin_memory=self.pin)
+
+        def piece(bounds):
+            for i in range(*bounds):
+                out[i].copy_(decode_jpeg(files[i], mode=ImageReadMode.RGB))
+
         step = -(-len(files) // self.threads)
-        list(self.pool.map(lambda a: self._cpu_range(files, out, a, min(a + step, len(files))),
-                           range(0, len(files), step)))
-        return out
-
-    def _cpu_range(self, files, out: torch.Tensor, a: int, b: int) -> None:
-        for i in range(a, b):
-            out[i].copy_(self._checked(_decode(files[i], None)))
-        self._tally("cpu", b - a)
-
-    def _both(self, files: List[torch.Tensor]) -> torch.Tensor:
-        cursor = _Cursor(len(files))
-        host = torch.empty((len(files), 3, *self.shape), dtype=torch.uint8, pin_memory=self.pin)
-
-        def cpu_turns():
-            done = []
-            while (chunk := cursor.take(CPU_CHUNK)) is not None:
-                self._cpu_range(files, host, *chunk)
-                done.append(chunk)
-            return done
-
-        futures = [self.pool.submit(cpu_turns) for _ in range(self.threads)]
-        gpu_parts = []  # kept alive until the stream has finished with them (nvJPEG writes on its own stream)
-        stream = self._stream() if self.device.type == "cuda" else None  # None: no-op context (CPU tests)
-        with torch.cuda.stream(stream):
-            while (chunk := cursor.take(GPU_CHUNK)) is not None:
-                gpu_parts.append((chunk, _decode(files[chunk[0]:chunk[1]], self.device)))
-                self._tally("gpu", chunk[1] - chunk[0])
-            cpu_chunks = [c for f in futures if not f.cancel() for c in f.result()]  # cancel: never started
-            out = torch.empty((len(files), 3, *self.shape), dtype=torch.uint8, device=self.device)
-            for (a, b), images in gpu_parts:
-                out[a:b] = self._checked(torch.stack(images))
-            for a, b in cpu_chunks:
-                out[a:b].copy_(host[a:b], non_blocking=self.pin)
-        if stream is not None:
-            stream.synchronize()
+        list(self.pool.map(piece, [(a, min(a + step, len(files))) for a in range(0, len(files), step)]))
+        with self._turn:  # reader threads decode side by side here
+            self.images, self.calls = self.images + len(files), self.calls + 1
         return out
 
     def _checked(self, images: torch.Tensor) -> torch.Tensor:
@@ -161,14 +157,6 @@ class Decoder:
             raise DataError(f"a JPEG in the pack decodes to {tuple(images.shape[-2:])}, not the stored {self.shape}; "
                             "repack it")
         return images
-
-
-def _decode(files, device):
-    """torchvision's decode_jpeg of one file (on the CPU) or a list of them (on ``device``), as RGB."""
-    from torchvision.io import ImageReadMode, decode_jpeg
-
-    return decode_jpeg(files, mode=ImageReadMode.RGB, device=device) if device is not None \
-        else decode_jpeg(files, mode=ImageReadMode.RGB)
 
 
 class StreamSafe:

@@ -164,8 +164,7 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
             geometry = ("random-resized-crop+flip" if augment else
                         "as stored" if packs.stored == (size, size) else "resize") + ", normalise"
             how += f"  stored={packs.stored[0]}x{packs.stored[1]}  codec={packs.codec}"
-            if decoder is not None:
-                how += f"  decoder={decoder.where}" + (f" decode_threads={decoder.threads}" if decoder.pool else "")
+            how += f"  decoder={decoder.where}" if decoder is not None else ""
         else:
             source, prepare, geometry = RecordPack(packs.reader(0)), MovePrep(device), "as stored"
         plan = read_plan(cfg, packs, indices, dist, batch_size, seed, cfg.drop_last) if train else None

@@ -85,10 +85,9 @@ def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: b
     if packs.codec != "jpeg":
         return None
     where = cfg.decoder_for(runtime.device.type)
-    threads = cfg.decoding_threads(runtime.cores_per_process, runtime.device.type, where)
-    decoder = Decoder(where, runtime.device, packs.stored, threads, pin)
+    decoder = Decoder(where, runtime.device, packs.stored, cfg.decoding_threads(runtime.cores_per_process), pin)
     try:
-        decoder.probe(gather(packs.any_reader(), np.arange(1)))
+        decoder(gather(packs.any_reader(), np.arange(1)))
     except RuntimeError as exc:  # e.g. a torchvision built without nvJPEG
         raise EnvironmentProblem(f"data.decoder={where} cannot decode the pack's JPEGs on {runtime.device} "
                                  f"({str(exc).splitlines()[0]}); use data.decoder=cpu") from exc

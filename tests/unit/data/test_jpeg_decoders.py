@@ -1,63 +1,83 @@
-"""The JPEG decoders of data=mmap: gpu+cpu shares one batch between nvJPEG and CPU threads, every image
-decoded once and in its place; the decoder choices' settings and errors."""
+"""data=mmap's GPU JPEG decoder: batches that reader threads ask for while a call runs are decoded
+together in the next call, each thread getting exactly its own images back (or the call's error)."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import make_settings
+import torchvision.io
 
 from fastpipe.data import jpeg
 from fastpipe.data.jpeg import Decoder
-from fastpipe.errors import ConfigError
+from fastpipe.errors import DataError
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
 def files():
-    """150 distinct 24x32 JPEG files (a gradient whose offset is the image's number)."""
+    """96 distinct 24x32 JPEG files (a gradient whose offset is the image's number)."""
     ramp = np.add.outer(np.arange(24), np.arange(32))
     images = [np.stack([(ramp * 3 + i) % 256, (ramp + 2 * i) % 256, np.full_like(ramp, i)], -1).astype(np.uint8)
-              for i in range(150)]
+              for i in range(96)]
     return [torch.frombuffer(bytearray(jpeg.encode(im, 95)), dtype=torch.uint8) for im in images]
 
 
-def test_gpu_and_cpu_sides_share_a_batch_and_each_image_lands_in_its_place(files, monkeypatch):
-    """The "GPU" side runs on the CPU device here (torchvision decodes a list there too), slowed down so
-    the threads take chunks as well: the assembled batch equals a plain CPU decode, image for image."""
+def slowed(monkeypatch, seconds=0.05):
+    """torchvision's list decode (what nvJPEG runs), slowed: requests pile up while a call runs. The
+    "GPU" is the CPU device here; torchvision decodes a list there too."""
+    plain, calls = torchvision.io.decode_jpeg, []
+
+    def decode(batch, **kw):
+        if isinstance(batch, list):
+            calls.append(len(batch))
+            time.sleep(seconds)
+        return plain(batch, **kw)
+
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", decode)
+    return calls
+
+
+def test_batches_asked_for_during_a_call_are_decoded_together_each_thread_getting_its_own(files, monkeypatch):
     expected = Decoder("cpu", torch.device("cpu"), (24, 32), 2, False)(files)
-    plain = jpeg._decode
+    calls = slowed(monkeypatch)
+    decoder, results = Decoder("gpu", torch.device("cpu"), (24, 32), 1, False), {}
+    batches = {t: list(range(t * 12, t * 12 + 12)) for t in range(8)}  # 8 reader threads, 12 images each
 
-    def slow_batched(batch, device):
-        if device is not None:
-            time.sleep(0.02)
-        return plain(batch, device)
+    def reader(t):
+        results[t] = decoder([files[i] for i in batches[t]])
 
-    monkeypatch.setattr(jpeg, "_decode", slow_batched)
-    both = Decoder("gpu+cpu", torch.device("cpu"), (24, 32), 2, False)
-    for _ in range(2):  # the pool and the counts carry over batches
-        assert torch.equal(both(files), expected)
-    assert both.counts["gpu"] > 0 and both.counts["cpu"] > 0
-    assert both.counts["gpu"] + both.counts["cpu"] == 2 * len(files)
-
-
-def test_a_wrong_sized_jpeg_is_named_on_either_side(files):
-    for where in ("cpu", "gpu+cpu"):
-        with pytest.raises(Exception, match=r"decodes to \(24, 32\), not the stored \(16, 16\); repack it"):
-            Decoder(where, torch.device("cpu"), (16, 16), 2, False)(files[:8])
+    threads = [threading.Thread(target=reader, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for t, idx in batches.items():
+        assert torch.equal(results[t], expected[idx]), f"thread {t} got another thread's images"
+    assert sum(calls) == 96 and len(calls) < 8 and max(calls) > 12  # fewer, larger calls
+    assert decoder.stats() == {"images": 96, "calls": len(calls)}
 
 
-def test_decoder_choices_and_their_threads():
-    cfg = make_settings(["data=mmap", "data.decoder=gpu+cpu"]).data
-    assert cfg.decoder_for("cuda") == "gpu+cpu"
-    assert (cfg.decoding_threads(16, "cuda"), cfg.decoding_threads(16, "cpu"), cfg.decoding_threads(1, "cuda")) == (15, 16, 1)
-    assert (cfg.decoding_threads(16, "cuda", "gpu+cpu"), cfg.decoding_threads(1, "cuda", "gpu+cpu")) == (8, 1)
-    assert make_settings(["data=mmap", "data.decode_threads=3"]).data.decoding_threads(16, "cuda") == 3
-    with pytest.raises(ConfigError, match="data.decoder=gpu\\+cpu decodes JPEGs on the GPU, but training runs on cpu; "
-                                          "use data.decoder=auto or data.decoder=cpu"):
-        cfg.decoder_for("cpu")
-    with pytest.raises(ConfigError, match="data.decoder='nvjpeg' is not valid"):
-        make_settings(["data=mmap", "data.decoder=nvjpeg"])
+def test_a_call_holds_at_most_max_images_and_a_wrong_size_is_named(files, monkeypatch):
+    monkeypatch.setattr(jpeg, "MAX_IMAGES_PER_CALL", 24)
+    calls = slowed(monkeypatch)
+    decoder, errors, got = Decoder("gpu", torch.device("cpu"), (24, 32), 1, False), [], []
+
+    def reader(batch):
+        try:
+            got.append(decoder(batch))
+        except DataError as exc:
+            errors.append(str(exc))
+
+    wrong = Decoder("gpu", torch.device("cpu"), (16, 16), 1, False)
+    with pytest.raises(DataError, match=r"decodes to \(24, 32\), not the stored \(16, 16\); repack it"):
+        wrong(files[:4])
+    threads = [threading.Thread(target=reader, args=(files[t * 12:t * 12 + 12],)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len(got) == 6 and max(calls) <= 24
