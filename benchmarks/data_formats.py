@@ -8,8 +8,7 @@ Steps, each a fresh process through runner.py, each a row written the moment it 
    own "packed in S s": from the dataset built to the pack synced and renamed, imports left out);
 3. the loader alone (benchmarks/pack_read.py, no model): the raw pack after evicting it from the
    page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded by each of
-   data.decoder's choices (gpu, cpu): images per second per epoch (what one GPU can be fed) and,
-   for gpu, the images per nvJPEG call;
+   data.decoder's choices (gpu, cpu): images per second per epoch, what one GPU can be fed;
 4. ResNet-50 bf16 channels_last compile=default batch 256 (SGD, lr 0.1), 3 epochs, through the raw
    pack, the JPEG pack with data.decoder=gpu and cpu: steady img/s, data-wait,
    warm-up, each epoch's seconds and held-out accuracy (the raw run goes first: the JPEG runs reuse
@@ -114,9 +113,7 @@ def read(a, s, codec: str, decoder: str, cold: bool, log, deadline) -> dict:
     row = run_json(cmd, deadline.timeout(a.timeout), log)
     rates = row.get("img_per_s") or [None, None]
     name = f"read {codec}" + (f" ({decoder} decode)" if codec == "jpeg" else "") + (", evicted first" if cold else "")
-    calls = (row.get("decoded") or {}).get("calls")
-    per_call = row["decoded"]["images"] / calls if calls else None
-    return dict(row, step=name, first_img_per_s=rates[0], img_per_s=rates[-1], per_call=per_call)
+    return dict(row, step=name, first_img_per_s=rates[0], img_per_s=rates[-1])
 
 
 def train(a, s, codec: str, decoder: str, log, deadline) -> dict:
@@ -137,7 +134,6 @@ COLUMNS = [("step", "step"), ("img/s", "img_per_s", ",.0f"), ("bytes/image", "by
            ("data-wait %", lambda r: None if r.get("data_wait_frac") is None else 100 * r["data_wait_frac"], ".1f"),
            ("warm-up s", "warmup_s", ".1f"), ("epoch 1 s", "epoch1_s", ".1f"), ("last epoch s", "last_epoch_s", ".1f"),
            ("read: epoch 1 img/s", "first_img_per_s", ",.0f"),
-           ("images per nvJPEG call", "per_call", ".0f"),
            ("held-out acc", "accuracy", ".3f"), ("wall s", "wall_s", ".0f"), ("status", status_text)]
 
 

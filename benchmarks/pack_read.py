@@ -5,7 +5,7 @@ data.path=PACK and the given overrides), then times whole epochs of batches read
 device (a CUDA synchronise at the end of each). ``--cold`` first evicts the pack's files from the
 page cache (posix_fadvise DONTNEED on every file of the pack: no root needed), so epoch 1 reads
 from the disk and epoch 2 from memory. Prints one JSON line last: img/s per epoch, the loader's
-description, the pack's bytes, and for a JPEG pack the images decoded and the decoder's calls.
+description, and the pack's bytes.
 
     python benchmarks/pack_read.py --pack /tmp/p.fppack --cold --epochs 2 -- dataset=shapes ...
 """
@@ -75,10 +75,8 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         rates.append(images / (time.perf_counter() - start))
     size = sum(f.stat().st_size for f in pack_files(a.pack))
-    decoder = getattr(getattr(loader.loader, "source", None), "decoder", None)  # a JPEG pack's: images, calls
     print(json.dumps({"img_per_s": rates, "images_per_epoch": images, "cold": a.cold, "pack_bytes": size,
-                      "loader": loader.describe(), "device": str(device),
-                      "decoded": decoder.stats() if decoder is not None else None}), flush=True)
+                      "loader": loader.describe(), "device": str(device)}), flush=True)
     return 0
 
 

@@ -48,98 +48,27 @@ def gather(reader, local: np.ndarray) -> List[torch.Tensor]:
     return [whole[a:b] for a, b in views]
 
 
-# At most this many images go into one nvJPEG call when reader threads' batches are decoded together.
-MAX_IMAGES_PER_CALL = 1024
-
-
-class _Request:
-    """One reader thread's batch of files, waiting for its decoded images (or the error that stopped them)."""
-
-    def __init__(self, files: List[torch.Tensor]) -> None:
-        self.files, self.images, self.error, self.done = files, None, None, False
-
-
 class Decoder:
     """A batch of JPEG files -> uint8 N x 3 x H x W: on ``device`` through nvJPEG (``where="gpu"``), or
-    in ``threads`` CPU threads into (pinned) host memory.
-
-    GPU: torchvision decodes one call at a time per process, and beside a training step each call
-    waits for the GPU about as long as it decodes. So the batches reader threads ask for while a call
-    runs are decoded together in the next one (one of the waiting threads makes it, for all), up to
-    MAX_IMAGES_PER_CALL images: the busier the GPU, the fewer and larger the calls."""
+    in ``threads`` CPU threads into (pinned) host memory."""
 
     def __init__(self, where: str, device: torch.device, shape, threads: int, pin: bool) -> None:
         self.where, self.device, self.shape, self.pin = where, device, tuple(shape), pin
         self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-jpeg") if where == "cpu" else None
         self.threads = max(1, threads)
         self._local = threading.local()
-        self._turn = threading.Condition()
-        self._waiting: List[_Request] = []
-        self._decoding = False
-        self.images = self.calls = 0
-
-    def stats(self) -> dict:
-        """Images decoded and calls made (GPU: one nvJPEG call may hold several reader threads' batches)."""
-        return {"images": self.images, "calls": self.calls}
 
     def __call__(self, files: List[torch.Tensor]) -> torch.Tensor:
-        return self._gpu(files) if self.where == "gpu" else self._cpu(files)
-
-    def _gpu(self, files: List[torch.Tensor]) -> torch.Tensor:
-        request = _Request(files)
-        with self._turn:
-            self._waiting.append(request)
-            while not request.done:
-                if self._decoding:
-                    self._turn.wait()
-                    continue
-                self._decoding, group = True, self._take()
-                self._turn.release()
-                try:
-                    self._decode_group(group)
-                finally:
-                    self._turn.acquire()
-                    self._decoding = False
-                    self._turn.notify_all()
-        if request.error is not None:
-            raise request.error
-        return request.images
-
-    def _take(self) -> List[_Request]:
-        """The waiting requests, oldest first, up to MAX_IMAGES_PER_CALL images (always at least one)."""
-        group, count = [], 0
-        while self._waiting and (not group or count + len(self._waiting[0].files) <= MAX_IMAGES_PER_CALL):
-            group.append(self._waiting.pop(0))
-            count += len(group[-1].files)
-        return group
-
-    def _decode_group(self, group: List[_Request]) -> None:
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        stream = getattr(self._local, "stream", None)
-        if stream is None and self.device.type == "cuda":  # one stream per reader thread: decodes overlap
-            stream = self._local.stream = torch.cuda.Stream(self.device)  # the training step
-        try:
+        if self.where == "gpu":
+            stream = getattr(self._local, "stream", None)
+            if stream is None:  # one stream per reader thread: decodes overlap the training step
+                stream = self._local.stream = torch.cuda.Stream(self.device)
             with torch.cuda.stream(stream):
-                decoded = decode_jpeg([f for r in group for f in r.files], mode=ImageReadMode.RGB, device=self.device)
-                at, images = 0, []
-                for r in group:
-                    images.append(self._checked(torch.stack(decoded[at:at + len(r.files)])))
-                    at += len(r.files)
-            if stream is not None:  # (None: the no-op context, a CPU device in tests)
-                stream.synchronize()  # the images are complete before any thread hands them on
-            for r, batch in zip(group, images):
-                r.images = batch
-            self.images, self.calls = self.images + at, self.calls + 1
-        except Exception as exc:  # every batch of the call gets the error
-            for r in group:
-                r.error = exc
-        for r in group:
-            r.done = True
-
-    def _cpu(self, files: List[torch.Tensor]) -> torch.Tensor:
-        from torchvision.io import ImageReadMode, decode_jpeg
-
+                images = torch.stack(decode_jpeg(files, mode=ImageReadMode.RGB, device=self.device))
+            stream.synchronize()  # this reader thread waits, not the training step
+            return self._checked(images)
         out = torch.empty((len(files), 3, *self.shape), dtype=torch.uint8, pin_memory=self.pin)
 
         def piece(bounds):
@@ -148,8 +77,6 @@ class Decoder:
 
         step = -(-len(files) // self.threads)
         list(self.pool.map(piece, [(a, min(a + step, len(files))) for a in range(0, len(files), step)]))
-        with self._turn:  # reader threads decode side by side here
-            self.images, self.calls = self.images + len(files), self.calls + 1
         return out
 
     def _checked(self, images: torch.Tensor) -> torch.Tensor:
