@@ -8,9 +8,9 @@ Steps, each a fresh process through runner.py, each a row written the moment it 
    own "packed in S s": from the dataset built to the pack synced and renamed, imports left out);
 3. the loader alone (benchmarks/pack_read.py, no model): the raw pack after evicting it from the
    page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded by each of
-   data.decoder's choices (gpu, dali, cpu): images per second per epoch, what one GPU can be fed;
+   data.decoder's choices (gpu, cpu): images per second per epoch, what one GPU can be fed;
 4. ResNet-50 bf16 channels_last compile=default batch 256 (SGD, lr 0.1), 3 epochs, through the raw
-   pack, the JPEG pack with data.decoder=gpu, dali and cpu: steady img/s, data-wait,
+   pack, the JPEG pack with data.decoder=gpu and cpu: steady img/s, data-wait,
    warm-up, each epoch's seconds and held-out accuracy (the raw run goes first: the JPEG runs reuse
    its compiled kernels from the Inductor cache, so their warm-up is shorter).
 Big files (the folder, the packs, the Inductor cache) live in --work, never under --out. Read rows: img/s is the second epoch's, "epoch 1 img/s" the first's (from the disk after the
@@ -54,7 +54,7 @@ def settings(a) -> dict:
              "runtime.channels_last=true", "compile=default", "optimizer=sgd", "optimizer.lr=0.1",
              "lr_schedule.warmup_steps=10", "train.batch_size=256", "train.epochs=3", "measure.warmup_steps=20",
              "measure.window=10", "runtime.progress=false"]
-    return {"data": data, "train": train, "read": ["train.batch_size=256"], "decoders": ["gpu", "dali", "cpu"]}
+    return {"data": data, "train": train, "read": ["train.batch_size=256"], "decoders": ["gpu", "cpu"]}
 
 
 def environment(a, log) -> str:
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
                         "folder and packs): generate, pack, train, read")
     p.add_argument("--codecs", default="raw,jpeg", help="the packs the train and read rows use, comma-separated")
     p.add_argument("--decoders", default=None, help="the JPEG pack's data.decoder choices the train and read rows "
-                                                    "use, comma-separated (default: gpu,dali,cpu; smoke: cpu)")
+                                                    "use, comma-separated (default: gpu,cpu; smoke: cpu)")
     add_common_args(p, timeout_s=200)
     a = p.parse_args(argv)
     kinds, codecs = set(a.steps.split(",")), set(a.codecs.split(","))

@@ -99,12 +99,8 @@ class MmapLoaderConfig(LoaderCommon):
     # (about 1/10 of the bytes, decoded per batch). A data.path pack is read as it was written.
     codec: Optional[str] = None
     quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100)
-    # JPEG packs: gpu (torchvision's nvJPEG, batched) | cpu (threads) | dali (a DALI pipeline per reader
-    # thread: mixed on CUDA, cpu otherwise; needs fastpipe[dali]); auto = gpu when training on CUDA, else cpu
-    decoder: str = "auto"
-    # data.decoder=cpu: threads decoding each batch; dali: DALI threads, shared by the reader threads'
-    # pipelines; auto = this process's cores
-    decode_threads: Any = "auto"
+    decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
+    decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
     # Sharded packs: samples held back to shuffle a sequential read (over all ranks); 0 = every epoch
     # a fresh permutation of each rank's samples; auto = 0 when this rank's shards fit in half the RAM, else 16384.
     shuffle_buffer: Any = "auto"
@@ -125,7 +121,7 @@ class MmapLoaderConfig(LoaderCommon):
             one_of("data.codec", self.codec, ("raw", "jpeg"))
         if isinstance(self.quality, bool) or not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ConfigError(f"data.quality={self.quality!r} must be an integer in 1..100")
-        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu", "dali"))
+        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu"))
         auto_or_int("data.decode_threads", self.decode_threads, minimum=1)
         auto_or_int("data.shuffle_buffer", self.shuffle_buffer, minimum=0)
 

@@ -17,21 +17,19 @@ from fastpipe.errors import ConfigError, EnvironmentProblem, no_full_batch
 from fastpipe.runtime import Runtime
 
 READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
+INSTALL_HINT = ('pip install "fastpipe[dali]" (it brings nvidia-dali-cuda130, for CUDA 13 drivers; on a '
+                'CUDA 12 setup install nvidia-dali-cuda120 instead), or choose another loader: data=default')
 
 
-INSTALL = ('pip install "fastpipe[dali]" (it brings nvidia-dali-cuda130, for CUDA 13 drivers; on a CUDA 12 '
-           'setup install nvidia-dali-cuda120 instead)')
-
-
-def import_dali(needed_by: str = "data=dali", instead: str = "another loader: data=default") -> SimpleNamespace:
-    """DALI's modules, or an EnvironmentProblem that names the package to install (or ``instead``)."""
+def import_dali() -> SimpleNamespace:
+    """DALI's modules, or an EnvironmentProblem that names the package to install."""
     try:
         from nvidia.dali import fn, pipeline_def, types
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy, feed_ndarray
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
     except ImportError as exc:
-        raise EnvironmentProblem(f"{needed_by} needs NVIDIA DALI, which cannot be imported here ({exc}); "
-                                 f"install it: {INSTALL}, or choose {instead}") from exc
-    return SimpleNamespace(fn=fn, pipeline_def=pipeline_def, types=types, feed_ndarray=feed_ndarray,
+        raise EnvironmentProblem(f"data=dali needs NVIDIA DALI, which cannot be imported here ({exc}); "
+                                 f"install it: {INSTALL_HINT}") from exc
+    return SimpleNamespace(fn=fn, pipeline_def=pipeline_def, types=types,
                            Iterator=DALIGenericIterator, LastBatchPolicy=LastBatchPolicy)
 
 

@@ -58,14 +58,6 @@ class Decoder:
         self.threads = max(1, threads)
         self._local = threading.local()
 
-    @property
-    def on_device(self) -> bool:
-        """Decoded batches are CUDA tensors made on a reader thread's stream (StreamSafe's business)."""
-        return self.where == "gpu"
-
-    def describe(self) -> str:
-        return self.where if self.where == "gpu" else f"cpu ({self.threads} threads)"
-
     def __call__(self, files: List[torch.Tensor]) -> torch.Tensor:
         from torchvision.io import ImageReadMode, decode_jpeg
 

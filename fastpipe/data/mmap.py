@@ -156,15 +156,15 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         packs, found = resolve_pack(cfg, splits, runtime)
         indices, how = packs.indices(TRAIN if train else VAL)[:limit], f"pack={packs.path} ({found})"  # limit: held-out
         if splits.is_images:
-            decoder = jpeg_decoder(cfg, packs, runtime, pin, batch_size)
+            decoder = jpeg_decoder(cfg, packs, runtime, pin)
             source, augment = PackImages(packs, decoder), splits.train.augment and train
             size = splits.train.image_size
             prepare = ImagePackPrep(DeviceTransform(device, size, augment, channels_last, seed + dist.rank))
-            prepare = StreamSafe(prepare) if decoder is not None and decoder.on_device else prepare
+            prepare = StreamSafe(prepare) if decoder is not None and decoder.where == "gpu" else prepare
             geometry = ("random-resized-crop+flip" if augment else
                         "as stored" if packs.stored == (size, size) else "resize") + ", normalise"
             how += f"  stored={packs.stored[0]}x{packs.stored[1]}  codec={packs.codec}"
-            how += f"  decoder={decoder.describe()}" if decoder is not None else ""
+            how += f"  decoder={decoder.where}" if decoder is not None else ""
         else:
             source, prepare, geometry = RecordPack(packs.reader(0)), MovePrep(device), "as stored"
         plan = read_plan(cfg, packs, indices, dist, batch_size, seed, cfg.drop_last) if train else None

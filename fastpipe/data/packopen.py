@@ -12,7 +12,6 @@ import numpy as np
 from fastpipe.config import MmapLoaderConfig
 from fastpipe.data.cache import ensure_cached_pack, stored_shape
 from fastpipe.data.jpeg import Decoder, gather
-from fastpipe.data.jpeg_dali import DaliDecoder
 from fastpipe.data.packfile import TRAIN, VAL
 from fastpipe.data.shardplan import LanePlan
 from fastpipe.data.shards import PackSet, index_of
@@ -81,17 +80,12 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
     return packs, how
 
 
-def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: bool, batch_size: int):
+def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: bool) -> Optional[Decoder]:
     """None for raw packs; for JPEG the decoder data.decoder picks, tried once on the pack's first image."""
     if packs.codec != "jpeg":
         return None
     where = cfg.decoder_for(runtime.device.type)
-    threads = cfg.decoding_threads(runtime.cores_per_process)
-    if where == "dali":  # the reader threads' pipelines share the threads
-        readers = cfg.reader_threads(runtime.cores_per_process)
-        decoder = DaliDecoder(runtime.device, packs.stored, max(1, threads // readers), batch_size)
-    else:
-        decoder = Decoder(where, runtime.device, packs.stored, threads, pin)
+    decoder = Decoder(where, runtime.device, packs.stored, cfg.decoding_threads(runtime.cores_per_process), pin)
     try:
         decoder(gather(packs.any_reader(), np.arange(1)))
     except RuntimeError as exc:  # e.g. a torchvision built without nvJPEG
