@@ -7,10 +7,10 @@ Steps, each a fresh process through runner.py, each a row written the moment it 
    augmentation), raw and ``--codec jpeg``: bytes per image and images per second (the command's
    own "packed in S s": from the dataset built to the pack synced and renamed, imports left out);
 3. the loader alone (benchmarks/pack_read.py, no model): the raw pack after evicting it from the
-   page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded on the GPU and on the
-   CPU: images per second per epoch, what one GPU can be fed;
+   page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded by each of
+   data.decoder's choices (gpu, cpu): images per second per epoch, what one GPU can be fed;
 4. ResNet-50 bf16 channels_last compile=default batch 256 (SGD, lr 0.1), 3 epochs, through the raw
-   pack, the JPEG pack with data.decoder=gpu and with data.decoder=cpu: steady img/s, data-wait,
+   pack, the JPEG pack with data.decoder=gpu and cpu: steady img/s, data-wait,
    warm-up, each epoch's seconds and held-out accuracy (the raw run goes first: the JPEG runs reuse
    its compiled kernels from the Inductor cache, so their warm-up is shorter).
 Big files (the folder, the packs, the Inductor cache) live in --work, never under --out. Read rows: img/s is the second epoch's, "epoch 1 img/s" the first's (from the disk after the
@@ -119,8 +119,8 @@ def read(a, s, codec: str, decoder: str, cold: bool, log, deadline) -> dict:
 def train(a, s, codec: str, decoder: str, log, deadline) -> dict:
     name = f"train {codec}" + (f" ({decoder} decode)" if codec == "jpeg" else "")
     overrides = ["dataset=shapes", *s["data"], *s["train"], "data=mmap", f"data.path={a.work / f'pack-{codec}.fppack'}",
-                 f"data.decoder={decoder}"]
-    m = run_fastpipe(overrides, a.out / "runs" / name.replace(" ", "-").replace("(", "").replace(")", ""),
+                 f"data.decoder={decoder}", "data.verify=false"]  # checksums: the pack command's --verify
+    m = run_fastpipe(overrides, a.out / "runs" / name.replace(" (", "-").replace(" ", "-").replace(")", ""),
                      deadline.timeout(a.timeout), log, env={"TORCHINDUCTOR_CACHE_DIR": str(a.work / "inductor")})
     epochs = m.get("epoch_times_s") or []
     return {"step": name, "status": m.get("status", "failed"), "reason": m.get("reason"), "wall_s": m.get("wall_s"),
@@ -144,8 +144,15 @@ def main(argv=None) -> int:
     p.add_argument("--work", type=Path, default=None, help="dataset, packs, caches (default /tmp/fp-data, smoke /tmp/fp-data-smoke)")
     p.add_argument("--images", type=int, default=None, help="images generated (default 51,200; smoke 320)")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny_cnn, 320 small images: checks the script")
+    p.add_argument("--steps", default="generate,pack,train,read",
+                   help="the kinds of step to run, comma-separated (a later call on the same --work reuses its "
+                        "folder and packs): generate, pack, train, read")
+    p.add_argument("--codecs", default="raw,jpeg", help="the packs the train and read rows use, comma-separated")
+    p.add_argument("--decoders", default=None, help="the JPEG pack's data.decoder choices the train and read rows "
+                                                    "use, comma-separated (default: gpu,cpu; smoke: cpu)")
     add_common_args(p, timeout_s=200)
     a = p.parse_args(argv)
+    kinds, codecs = set(a.steps.split(",")), set(a.codecs.split(","))
     a.work = (a.work or Path("/tmp/fp-data-smoke" if a.smoke else "/tmp/fp-data")).resolve()
     a.out = a.out.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
@@ -153,13 +160,16 @@ def main(argv=None) -> int:
     os.environ.setdefault("FASTPIPE_CACHE", str(a.work / "cache"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     s, deadline, rows = settings(a), Deadline(a.deadline, floor_s=5 if a.smoke else 60), []
+    decoders = a.decoders.split(",") if a.decoders else s["decoders"]
+    raw, jpeg = "raw" in codecs, "jpeg" in codecs
     steps = [("generate", lambda log: generate(a, s, log, deadline)),
              ("pack", lambda log: pack(a, s, "raw", log, deadline)),
              ("pack", lambda log: pack(a, s, "jpeg", log, deadline)),
-             ("train", lambda log: train(a, s, "raw", "auto", log, deadline)),
-             *[("train", (lambda d: lambda log: train(a, s, "jpeg", d, log, deadline))(d)) for d in s["decoders"]],
-             ("read", lambda log: read(a, s, "raw", "auto", True, log, deadline)),
-             *[("read", (lambda d: lambda log: read(a, s, "jpeg", d, False, log, deadline))(d)) for d in s["decoders"]]]
+             *[("train", lambda log: train(a, s, "raw", "auto", log, deadline))] * raw,
+             *[("train", (lambda d: lambda log: train(a, s, "jpeg", d, log, deadline))(d)) for d in decoders if jpeg],
+             *[("read", lambda log: read(a, s, "raw", "auto", True, log, deadline))] * raw,
+             *[("read", (lambda d: lambda log: read(a, s, "jpeg", d, False, log, deadline))(d)) for d in decoders if jpeg]]
+    steps = [(kind, step) for kind, step in steps if kind in kinds]
     with open(a.out / "data_formats.log", "a") as log:
         log.write(f"# benchmarks/data_formats.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")
         env = environment(a, log)
