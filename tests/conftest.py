@@ -2,6 +2,7 @@
 settings, runs that several tests read, and the two tiers (tests/unit fast, tests/integration slow)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -270,3 +271,18 @@ def one_torch_thread():
 @pytest.fixture
 def tiny():
     return list(TINY)
+
+
+# NVIDIA DALI is in the dev extra, but has no wheel on some platforms (macOS): its tests skip there
+# (found without importing it: DALI's import costs every test worker about a second).
+HAVE_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
+
+
+def load_benchmark_runner():
+    """benchmarks/runner.py as a module (benchmarks/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "runner.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
+    spec.loader.exec_module(module)
+    return module

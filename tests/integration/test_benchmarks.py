@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_side_by_side
+from conftest import HAVE_DALI, REPO, load_benchmark_runner, needs_dali, run_side_by_side
 
 
 def _check_overhead(out):
@@ -69,14 +69,6 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
 
 
 # ---------------------------------------------------------------- benchmarks/runner.py (pure: fast)
-def _load_runner():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "runner.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 # A stand-in for `python -m fastpipe`: FAKE_MODE says how it ends; it writes metrics.json where
@@ -129,7 +121,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_runner_timeout_kills_the_process_group_and_returns_a_failed_row(tmp_path, monkeypatch):
-    runner = _load_runner()
+    runner = load_benchmark_runner()
     _fake(runner, tmp_path, monkeypatch)
     with open(tmp_path / "run.log", "w") as log:
         row = runner.run_fastpipe(["x=1"], tmp_path / "run", 2, log, env={"FAKE_MODE": "hang"})
@@ -141,7 +133,7 @@ def test_runner_timeout_kills_the_process_group_and_returns_a_failed_row(tmp_pat
 
 
 def test_runner_failed_runs_say_why(tmp_path, monkeypatch):
-    runner = _load_runner()
+    runner = load_benchmark_runner()
     _fake(runner, tmp_path, monkeypatch)
 
     def run(mode):
@@ -162,7 +154,7 @@ def test_runner_failed_runs_say_why(tmp_path, monkeypatch):
 
 
 def test_runner_reasons_from_real_fastpipe(tmp_path):
-    runner = _load_runner()
+    runner = load_benchmark_runner()
     with open(tmp_path / "run.log", "w") as log:
         bad_value = runner.run_fastpipe(["train.batch_size=0"], tmp_path / "a", 120, log)
         bad_key = runner.run_fastpipe(["launcher.no_such_key=1"], tmp_path / "b", 120, log)
@@ -179,14 +171,6 @@ def _script(name, *args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-try:
-    import nvidia.dali  # noqa: F401
-    HAVE_DALI = True
-except ImportError:  # e.g. macOS has no DALI wheel; the missing-DALI error is still tested
-    HAVE_DALI = False
-
-
-needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
 
 
 @pytest.fixture(scope="module")

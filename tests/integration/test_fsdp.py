@@ -11,26 +11,14 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO
+from lm_helpers import corpus_glob
 
 from fastpipe.checkpoint.files import checkpoints_in, verify
 from fastpipe.models import GPT
-
-WORDS = "the quick brown fox jumps over the lazy dog while a small cat sleeps on the warm mat".split()
-
-
-def _corpus(folder: Path) -> str:
-    """Four small learnable text files (doc10 is the held-out one at val_fraction 0.05); their glob."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for k, name in enumerate(("doc0.txt", "doc1.txt", "doc2.txt", "doc10.txt")):
-        lines = [f"{k}.{i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) for i in range(40 + 8 * k)]
-        (folder / name).write_text("\n".join(lines) + "\n")
-    return str(folder / "*.txt")
-
 
 def _lm(files: str, *extra, epochs: int = 1) -> list:
     """A tiny LM run: 2-layer gpt_tiny, 64 windows of 16 tokens per epoch (8 steps on two ranks)."""
@@ -50,7 +38,7 @@ def trained(tmp_path_factory):
     """A 2-rank FSDP run of a tiny GPT with bf16 mixed precision and activation checkpointing,
     checkpointing every 3 of its 8 steps."""
     root = tmp_path_factory.mktemp("fsdp")
-    files = _corpus(root / "corpus")
+    files = corpus_glob(root / "corpus")
     run = root / "run"
     proc = _run(["-m", "fastpipe", *_lm(files, "launcher=fsdp", "precision=amp", "model.activation_checkpointing=true",
                                         "train.max_steps=8", "train.checkpoint_every=3", "train.keep_checkpoints=2",

@@ -3,14 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_in_process
+from conftest import needs_dali, run_in_process
 
-try:
-    import nvidia.dali  # noqa: F401
-    HAVE_DALI = True
-except ImportError:  # e.g. macOS has no DALI wheel
-    HAVE_DALI = False
-needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
 
 
 def test_imagefolder_trains_to_high_accuracy(tmp_path):

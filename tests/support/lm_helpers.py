@@ -1,5 +1,5 @@
-"""The small corpus and GPT helpers the language-modelling tests share (tests/unit/data/test_tokens.py,
-tests/unit/models/test_gpt.py, tests/integration/test_lm.py)."""
+"""The small corpora and GPT helpers the language-modelling tests share (tests/unit/data/test_tokens.py,
+tests/unit/models/test_gpt.py, tests/unit/train/test_graph.py, tests/integration/test_lm.py and test_fsdp.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,6 +26,15 @@ def write_corpus(folder: Path) -> Path:
 
 def glob_of(corpus: Path) -> str:
     return str(corpus / "*.txt")
+
+
+def corpus_glob(folder: Path) -> str:
+    """A larger corpus of the same four files in ``folder`` (40-64 lines each, no full stops); its glob."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, name in enumerate(NAMES):
+        lines = [f"{k}.{i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) for i in range(40 + 8 * k)]
+        (folder / name).write_text("\n".join(lines) + "\n")
+    return glob_of(folder)
 
 
 def lm_overrides(corpus, *extra):

@@ -1,24 +1,11 @@
 """benchmarks/runner.py's pure helpers: tables, jsonl rows, the deadline."""
 from __future__ import annotations
 
-import sys
-
-from conftest import REPO
-
-
-# ---------------------------------------------------------------- benchmarks/runner.py (pure: fast)
-def _load_runner():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "runner.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_benchmark_runner
 
 
 def test_runner_tables_rows_and_deadline(tmp_path):
-    runner = _load_runner()
+    runner = load_benchmark_runner()
     rows = [{"name": "a", "v": 1234.5, "status": "ok"},
             {"name": "b|c", "v": None, "status": "failed", "reason": "boom"},
             runner.skipped("skipped: no time left (3 s left)", name="d")]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import cpu_runtime, make_settings, run_in_process, shapes_splits
+from conftest import cpu_runtime, make_settings, needs_dali, run_in_process, shapes_splits
 
 from fastpipe.config import DaliLoaderConfig
 from fastpipe.data import build_loader
@@ -19,12 +19,6 @@ from fastpipe.runtime import Dist
 
 CPU = torch.device("cpu")
 CFG = DaliLoaderConfig(num_threads=1)
-try:
-    import nvidia.dali  # noqa: F401
-    HAVE_DALI = True
-except ImportError:  # e.g. macOS has no DALI wheel; the missing-DALI error is still tested
-    HAVE_DALI = False
-needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not installed: pip install "fastpipe[dali]"')
 
 
 @pytest.fixture(scope="module")

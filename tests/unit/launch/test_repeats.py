@@ -7,16 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fastpipe.launch.repeats import combine_repeats, finished_metrics, launch_repeats
-
-
-# ------------------------------------------------------------------ helpers
-def metrics(throughput=100.0, accuracy=0.9, status="ok", **extra):
-    m = {"status": status, "reason": None if status == "ok" else "boom", "throughput": throughput,
-         "accuracy": accuracy, "choices": {"precision": "fp32", "compile": "off"}, "overrides": [],
-         "epoch_time_s": 1.0, "warmup_s": 0.5, "data_wait_frac": 0.1, "peak_mem_gb": 1.0, "gpu_util": None,
-         "compile_fallback": None, "warnings": [], "env": {"torch": "x", "host": "h", "device": "cpu"}}
-    m.update(extra)
-    return m
+from job_metrics import job_metrics as metrics
 
 
 def test_repeats_median_spread_and_failure(tmp_path):

@@ -13,18 +13,10 @@ from conftest import RESUMABLE, run_in_process
 from fastpipe.errors import ConfigError
 from fastpipe.report.sweep import SweepSpec, aggregate, first_values, load_jobs, parity, pick_baseline
 from fastpipe.report.winner import winner_yaml
+from job_metrics import job_metrics as metrics
 
 
 # ------------------------------------------------------------------ helpers
-def metrics(throughput=100.0, accuracy=0.9, status="ok", **extra):
-    m = {"status": status, "reason": None if status == "ok" else "boom", "throughput": throughput,
-         "accuracy": accuracy, "choices": {"precision": "fp32", "compile": "off"}, "overrides": [],
-         "epoch_time_s": 1.0, "warmup_s": 0.5, "data_wait_frac": 0.1, "peak_mem_gb": 1.0, "gpu_util": None,
-         "compile_fallback": None, "warnings": [], "env": {"torch": "x", "host": "h", "device": "cpu"}}
-    m.update(extra)
-    return m
-
-
 def make_sweep(root: Path, jobs, task=("precision=fp32,amp", "compile=off,default"), report=None):
     """A sweep folder as Hydra + fastpipe leave it: multirun.yaml and N/{.hydra, metrics.json}."""
     OmegaConf.save(OmegaConf.create({"hydra": {"overrides": {"task": list(task)}, "sweeper": {"params": None}},

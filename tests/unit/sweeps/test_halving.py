@@ -7,18 +7,7 @@ from fastpipe.errors import ConfigError
 from fastpipe.sweeps.halving import HalvingRecord, HalvingSettings, read, select
 
 from conftest import CONF_DIR
-
-
-def ok(throughput, accuracy=0.9, steps=12, **extra):
-    step_ms = None if throughput is None else 1000.0 * 16 / throughput  # batches of 16
-    m = {"status": "ok", "reason": None, "throughput": throughput, "accuracy": accuracy,
-         "primary_metric": {"name": "accuracy", "value": accuracy, "higher_is_better": True},
-         "choices": {"precision": "fp32", "compile": "off"}, "overrides": [], "epoch_time_s": 1.0, "warmup_s": 0.5,
-         "data_wait_frac": 0.1, "peak_mem_gb": 1.0, "gpu_util": None, "compile_fallback": None, "warnings": [],
-         "steps": steps, "step_time_ms": {"median": step_ms, "p90": None},
-         "env": {"torch": "x", "host": "h", "device": "cpu"}}
-    m.update(extra)
-    return m
+from job_metrics import halving_job as ok
 
 
 # ------------------------------------------------------------------ the plan (fast)

@@ -1,13 +1,12 @@
 """The stage builder refuses combinations that cannot work, naming the fix."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fastpipe.errors import ConfigError
 
 from conftest import TINY, cpu_runtime, make_settings
+from lm_helpers import corpus_glob
 
 
 def test_gpt_on_an_image_dataset_says_it_needs_a_vocabulary(monkeypatch):
@@ -17,18 +16,6 @@ def test_gpt_on_an_image_dataset_says_it_needs_a_vocabulary(monkeypatch):
     with pytest.raises(ConfigError, match=r"model=\w+ needs vocab_size, which the dataset does not give; .*"
                                           r"set model.vocab_size=N"):
         graph.build(s, cpu_runtime())
-
-
-def _corpus(folder: Path) -> str:
-    """Four small learnable text files (doc10 is the held-out one at val_fraction 0.05); their glob."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for k, name in enumerate(("doc0.txt", "doc1.txt", "doc2.txt", "doc10.txt")):
-        lines = [f"{k}.{i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) for i in range(40 + 8 * k)]
-        (folder / name).write_text("\n".join(lines) + "\n")
-    return str(folder / "*.txt")
-
-
-WORDS = "the quick brown fox jumps over the lazy dog while a small cat sleeps on the warm mat".split()
 
 
 def _lm(files: str, *extra, epochs: int = 1) -> list:
@@ -44,6 +31,6 @@ def test_ema_under_fsdp_is_refused_with_the_fix(tmp_path):
 
     from fastpipe.train import graph
 
-    s = make_settings(_lm(_corpus(tmp_path / "c"), "launcher=fsdp", "train.ema_decay=0.99"))
+    s = make_settings(_lm(corpus_glob(tmp_path / "c"), "launcher=fsdp", "train.ema_decay=0.99"))
     with pytest.raises(ConfigError, match="ema_decay.*launcher=fsdp"):
         graph.build(s, cpu_runtime())

@@ -1,0 +1,23 @@
+"""A sweep job's metrics.json as the report, repeats and halving code read it: made-up numbers for
+the in-process tests of those (tests/unit/report, launch, sweeps)."""
+from __future__ import annotations
+
+
+def job_metrics(throughput=100.0, accuracy=0.9, status="ok", **extra) -> dict:
+    """One job's metrics: ``status`` ok (or failed, with a reason), the given throughput and accuracy,
+    fixed timings and environment; ``extra`` keys added or replaced."""
+    m = {"status": status, "reason": None if status == "ok" else "boom", "throughput": throughput,
+         "accuracy": accuracy, "choices": {"precision": "fp32", "compile": "off"}, "overrides": [],
+         "epoch_time_s": 1.0, "warmup_s": 0.5, "data_wait_frac": 0.1, "peak_mem_gb": 1.0, "gpu_util": None,
+         "compile_fallback": None, "warnings": [], "env": {"torch": "x", "host": "h", "device": "cpu"}}
+    m.update(extra)
+    return m
+
+
+def halving_job(throughput, accuracy=0.9, steps=12, **extra) -> dict:
+    """A finished job as a halving round reads it: its primary metric (accuracy), steps and median step
+    time (batches of 16)."""
+    step_ms = None if throughput is None else 1000.0 * 16 / throughput
+    return job_metrics(throughput, accuracy, **{
+        "primary_metric": {"name": "accuracy", "value": accuracy, "higher_is_better": True},
+        "steps": steps, "step_time_ms": {"median": step_ms, "p90": None}, **extra})
