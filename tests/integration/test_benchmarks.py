@@ -171,8 +171,6 @@ def _script(name, *args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-
-
 @pytest.fixture(scope="module")
 def smokes(tmp_path_factory):
     """The scripts' smoke modes, independent of each other, started side by side once: {name: (its output
