@@ -11,10 +11,12 @@ WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", 
          "sleeps", "on", "the", "warm", "mat"]
 
 
-def text_of(k: int) -> bytes:
-    """A learnable, distinct text per file: numbered lines of shifted word sequences."""
-    lines = [f"{k}.{i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) + "." for i in range(12 + 4 * k)]
-    return ("\n".join(lines) + "\n").encode()
+def text_of(k: int, lines: int = 12, more_per_file: int = 4, end: str = ".") -> bytes:
+    """A learnable, distinct text per file: ``lines + more_per_file * k`` numbered lines of shifted word
+    sequences, each ending in ``end``."""
+    text = [f"{k}.{i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) + end
+            for i in range(lines + more_per_file * k)]
+    return ("\n".join(text) + "\n").encode()
 
 
 def write_corpus(folder: Path) -> Path:
@@ -32,8 +34,7 @@ def corpus_glob(folder: Path) -> str:
     """A larger corpus of the same four files in ``folder`` (40-64 lines each, no full stops); its glob."""
     folder.mkdir(parents=True, exist_ok=True)
     for k, name in enumerate(NAMES):
-        lines = [f"{k}.{i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(6)) for i in range(40 + 8 * k)]
-        (folder / name).write_text("\n".join(lines) + "\n")
+        (folder / name).write_bytes(text_of(k, lines=40, more_per_file=8, end=""))
     return glob_of(folder)
 
 
