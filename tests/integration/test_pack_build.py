@@ -15,7 +15,7 @@ from conftest import REPO, run_in_process
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import shapes
 from fastpipe.data.packfile import PackReader
-from fastpipe.data.packjournal import journal_path, partial_path
+from fastpipe.data.packjournal import build_lock, journal_path, partial_path
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
@@ -58,13 +58,23 @@ def test_a_killed_pack_is_resumed_by_one_of_two_builders_and_matches_a_fresh_one
     partial_path(out).write_bytes(bytes(partial))
     with open(journal_path(out), "a") as journal:
         journal.write('{"g": 9, "crc"')  # a line torn by the kill
-    builders = [subprocess.Popen(pack_cmd(folder, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
+    # Both builders start while this test holds the pack's lock, so both must wait for it, however slowly
+    # each one starts: the one that takes it next resumes, the other waits again and finds the pack done.
+    logs = [tmp_path / f"builder{k}.err" for k in range(2)]
+    with build_lock(out, str(out), quiet=True):
+        builders = []
+        for log in logs:
+            with log.open("w") as err:  # the child keeps its own copy of the descriptor
+                builders.append(subprocess.Popen(pack_cmd(folder, out), env=env, stdout=subprocess.PIPE,
+                                                 stderr=err, text=True))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all("waiting for process" in log.read_text() for log in logs):
+            time.sleep(0.05)
+        assert all(f"waiting for process {os.getpid()}" in log.read_text() for log in logs)
     results = [b.communicate(timeout=300) for b in builders]
-    assert [b.returncode for b in builders] == [0, 0], results
+    assert [b.returncode for b in builders] == [0, 0], [log.read_text() for log in logs]
     said = " ".join(o for o, _ in results)
     assert said.count("resumed (") == 1 and said.count("was packed by another process while this one waited") == 1
-    assert "waiting for process" in " ".join(e for _, e in results)
     assert "resumed (16 of 384 images were already packed)" in said  # the first group; the damaged one on, rebuilt
     assert not partial_path(out).exists() and not journal_path(out).exists()
     fresh = tmp_path / "fresh.fppack"
