@@ -8,12 +8,13 @@ kept as ``<run>/code.diff`` when it is at most ``DIFF_LIMIT`` bytes. An untracke
 ``UNTRACKED_LIMIT`` (or not text) enters the patch as one line naming it and its size. ``fastpipe`` is
 ``{version, commit}``: the commit of a source checkout fastpipe runs from, null for an installed wheel.
 What fastpipe and its trackers write into the working folder is not the project's code and is not
-counted: the run folder's top folder inside the repository (``outputs/``), ``mlflow.db``, ``mlruns/``,
+counted: the folder holding the run folder under the working folder (``outputs/``), ``mlflow.db``, ``mlruns/``,
 ``mlartifacts/`` and ``wandb/``.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,15 +61,24 @@ def _new_file_patch(top: Path, name: str) -> bytes:
 
 
 def _excluded(top: Path, folder: Path, written) -> list:
-    """Pathspecs leaving out what fastpipe writes: each run folder's top folder under ``top``, the trackers' files."""
-    out = []
-    for path in [Path(folder) / name for name in TRACKER_FILES] + [Path(w) for w in written]:
+    """Pathspecs leaving out what fastpipe writes: the trackers' files, and for each run folder the folder
+    holding it one level below where it and the working folder part (``outputs/`` for ``outputs/DATE/TIME``
+    under the working folder, wherever that is in the repository)."""
+    out, folder = [], Path(folder).resolve()
+    for path in [folder / name for name in TRACKER_FILES] + [Path(w) for w in written]:
+        path = path.resolve()
         try:
-            rel = path.resolve().relative_to(top)
+            rel = path.relative_to(top)
         except ValueError:  # outside the repository
             continue
+        if path.name not in TRACKER_FILES:
+            common = Path(os.path.commonpath([folder, path]))
+            below = path.relative_to(common).parts
+            if not below:  # the run folder is the working folder or holds it: nothing of it can be left out
+                continue
+            rel = (common / below[0]).relative_to(top)
         if rel.parts:
-            out.append(f":(exclude){rel.parts[0] if path.name not in TRACKER_FILES else rel.as_posix()}")
+            out.append(f":(exclude){rel.as_posix()}")
     return sorted(set(out))
 
 

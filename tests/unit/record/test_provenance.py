@@ -67,6 +67,25 @@ def test_what_fastpipe_writes_is_not_the_projects_code(project):
     assert code_provenance(project)[0]["project"]["dirty"] is True  # without being told, it counts
 
 
+def test_a_run_from_a_sub_folder_leaves_out_only_its_run_folders(project):
+    # The project lives in app/ of a larger repository and runs from there: an edit in app/ is the run's
+    # code; app/outputs/ (the run folder's top folder under the working folder) and ../runs/ are not.
+    app = project / "app"
+    app.mkdir()
+    (app / "model.py").write_text("depth = 2\n")
+    git(project, "add", ".")
+    git(project, "commit", "-q", "-m", "app")
+    runs = [app / "outputs" / "2026-12-01" / "12-00-00", project / "runs" / "s" / "0"]
+    for run_dir in runs:
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.json").write_text("{}")
+    assert code_provenance(app, written=runs)[0]["project"]["dirty"] is False
+    (app / "model.py").write_text("depth = 3\n")
+    code, diff = code_provenance(app, written=runs)
+    assert code["project"]["dirty"] is True and "+depth = 3" in diff and "metrics.json" not in diff
+    assert code_provenance(app, written=[app])[0]["project"]["dirty"] is True  # a run folder holding the code: kept
+
+
 def test_a_large_patch_is_recorded_by_its_hash_only(project, monkeypatch):
     monkeypatch.setattr(provenance, "DIFF_LIMIT", 100)
     (project / "big.py").write_text("x = 1\n" * 100)
