@@ -50,8 +50,8 @@ class TrainConfig:
     # the target is confirmed at once on the whole split, and only the confirmed evaluation counts.
     target_eval_samples: Optional[int] = None
     # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
-    # compilation included) passes this many seconds, checked at measurement-window edges and agreed
-    # by every rank: a final evaluation, a checkpoint (to resume from) and the results. null = no limit.
+    # compilation included) passes this many seconds, checked where the host syncs anyway (window edges,
+    # evaluations, epoch ends) and agreed by every rank: a final evaluation, a checkpoint (to resume from) and the results. null = no limit.
     time_budget_s: Optional[float] = None
     # MixUp / CutMix of each training batch on the device (torchvision.transforms.v2, Beta(alpha, alpha));
     # classification of images only (the task's loss takes the soft labels); both set = one of the two

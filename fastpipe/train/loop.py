@@ -56,7 +56,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
     bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
-    norm = None  # the last pre-clip gradient norm, a device tensor read at window edges
+    norm = None  # the last pre-clip gradient norm, a device tensor read where the host syncs
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
 
     def next_batch():  # the data-wait is the time the step waits here
@@ -69,6 +69,23 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
         if g.batch_recipe is not None:  # MixUp/CutMix, the resize schedule: device work
             inputs, targets = g.batch_recipe.train(inputs, targets, res.steps)
         return inputs, targets
+
+    def synced(loss, norm):
+        """What the host reads and checks where it is synced anyway (a window edge, an evaluation, an
+        epoch's end), once per step: the loss logged, the non-finite streak, the time budget."""
+        if res.loss_history and res.loss_history[-1][0] == res.steps:
+            return
+        res.final_loss = loss.item()
+        res.grad_norm = None if norm is None else norm.item()
+        res.loss_history.append((res.steps, res.final_loss))
+        recorder.scalars(res.steps, {"train/loss": res.final_loss, "train/grad_norm": res.grad_norm,
+                                     "train/lr": current_lr(g.optimizer), **meter.last_window_scalars()})
+        bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
+        if worst.item() >= cfg.max_nonfinite_steps:
+            ckpt.settle(g=g)
+            raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
+        if cfg.time_budget_s and g.runtime.dist.any_rank(torch.tensor(meter.run_clock.over_budget(), device=g.device)):
+            res.stopped_by = "time_budget"  # every rank agrees, at the same step
 
     def evaluate_now(periodic=False):  # outside the timing windows
         meter.close_window()
@@ -92,30 +109,25 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             profiler.step()
             edge = meter.after_step(cfg.batch_size * accum)  # this process's samples
             if edge:  # a window edge: the host is synced, reading is free
-                res.final_loss = loss.item()
-                res.grad_norm = None if norm is None else norm.item()
-                res.loss_history.append((res.steps, res.final_loss))
-                recorder.scalars(res.steps, {"train/loss": res.final_loss, "train/grad_norm": res.grad_norm,
-                                             "train/lr": current_lr(g.optimizer), **meter.last_window_scalars()})
-                bar.set_postfix(loss=f"{res.final_loss:.4f}", **meter.postfix())
-                if worst.item() >= cfg.max_nonfinite_steps:
-                    ckpt.settle(g=g)
-                    raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
-                if cfg.time_budget_s and g.runtime.dist.any_rank(torch.tensor(meter.run_clock.over_budget(),
-                                                                               device=g.device)):
-                    res.stopped_by = "time_budget"  # every rank agrees, at the same edge
+                synced(loss, norm)
             pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise ckpt.preempted(pos, g)
-            if res.stopped_by or (evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total
-                                  and evaluate_now(True)):
-                break  # the time budget, the target or early stopping (the epoch's end, and the run's, evaluates anyway)
+            if not res.stopped_by and evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total:
+                if evaluate_now(True):
+                    break  # the target or early stopping
+                synced(loss, norm)  # evaluating synced the host: the checks hold for windows cut short by it too
+            if res.stopped_by:
+                break  # the time budget (the epoch's end, and the run's, evaluates anyway)
         meter.close_window()
+        if loss is not None:
+            synced(loss, norm)  # an epoch shorter than a window still logs and checks
         res.epoch_times_s.append(meter.clock() - epoch_start)
         res.final_loss = res.final_loss if loss is None else loss.item()
         recorder.scalars(res.steps, {"train/epoch_time_s": res.epoch_times_s[-1]})
-        if evaluator.stop or evaluate_now() or res.stopped_by or res.steps >= total:
+        evaluated = evaluator.history and evaluator.history[-1]["step"] == res.steps  # a periodic one, then the budget
+        if evaluator.stop or (not evaluated and evaluate_now()) or res.stopped_by or res.steps >= total:
             break
     bar.close()
     res.val_metrics, res.val_metrics_raw, res.best = evaluator.latest, evaluator.raw, evaluator.best

@@ -96,12 +96,12 @@ def test_nonfinite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pat
 
     overrides = RESUMABLE + ["model._target_=fault_models.NaNAfter", "+model.after=5",
                         "train.checkpoint_every=2", "train.max_nonfinite_steps=4"]
-    with pytest.raises(TrainingError, match="non-finite for 7 steps in a row"):
+    with pytest.raises(TrainingError, match="non-finite for 4 steps in a row"):
         run_in_process(tmp_path, overrides)
     metrics = read_metrics(tmp_path)
-    # NaN from step 6; the streak is read at window edges (steps 2, 5, 8; the epoch's end at 9 closes
-    # a window, so then 12): 7 >= 4 at step 12
-    assert metrics["status"] == "failed" and metrics["steps"] == 12 and metrics["nonfinite_steps"] == 7
+    # NaN from step 6; the streak is read where the host syncs: window edges (steps 2, 5, 8) and the
+    # epoch's end (step 9): 4 >= 4 at step 9
+    assert metrics["status"] == "failed" and metrics["steps"] == 9 and metrics["nonfinite_steps"] == 4
     last_good = tmp_path / "checkpoints" / "step-00000004.pt"
     assert metrics["checkpoint"] == str(last_good) and str(last_good) in metrics["reason"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*.pt")) == ["step-00000002.pt", "step-00000004.pt"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 from conftest import TINY, cpu_runtime, make_settings, run_in_process, shapes_splits
 
+from fastpipe.errors import TrainingError
+
 TARGET = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.target_eval_samples=24"]
 
 
@@ -72,3 +74,18 @@ def test_an_unreached_target_records_its_best_and_a_time_budget_stops_and_resume
     assert t2["seconds"] >= 2.0 and t2["seconds_end_to_end"] - t2["seconds"] == pytest.approx(
         t["seconds_end_to_end"] - t["seconds"])
     parts_add_up(run)
+
+
+def test_the_time_budget_and_the_nonfinite_limit_hold_when_evaluations_cut_every_window_short(tmp_path):
+    # eval_every=2 below measure.window=50: no window ever fills, yet the host is synced at each evaluation.
+    short = TINY + ["measure.window=50", "train.eval_every=2", "train.epochs=30", "train.max_steps=400"]
+    slow = ["model._target_=fault_models.Slow", "+model.sleep_s=0.05"]
+    m = run_in_process(tmp_path / "budget", short + slow + ["train.time_budget_s=0.6"])
+    assert m["status"] == "ok" and m["stopped_by"] == "time_budget" and m["steps"] < 40, (m["steps"], m.get("reason"))
+    with pytest.raises(TrainingError, match=r"non-finite for [345] steps in a row"):
+        run_in_process(tmp_path / "nan", short + ["model._target_=fault_models.NaNAfter", "+model.after=0",
+                                                  "train.max_nonfinite_steps=3"])
+    # One epoch shorter than a window (13 steps, window 50, no periodic evaluation): checked at its end.
+    m = run_in_process(tmp_path / "epochs", TINY + ["measure.window=50", "train.epochs=30", "train.max_steps=400"]
+                       + slow + ["train.time_budget_s=0.6"])
+    assert m["stopped_by"] == "time_budget" and m["steps"] <= 26, m["steps"]
