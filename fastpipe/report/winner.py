@@ -29,6 +29,7 @@ from fastpipe.report.tables import metric_text
 # instead (ladder steps only choose groups, so nothing is lost).
 FOLDED_GROUPS = ("sweep", "ladder")
 SKIPPED_PREFIXES = ("sweep.", "report.")
+EXPERIMENT = "experiment"  # the group the winner's file goes in
 
 
 def winner_yaml(overrides: List[str], choices: Dict[str, str], comments: List[str]) -> str:
@@ -42,6 +43,8 @@ def winner_yaml(overrides: List[str], choices: Dict[str, str], comments: List[st
             continue  # sweep machinery, report settings, or a group pinned below
         if o.is_delete():
             dropped.append(o.input_line)
+        elif o.is_add() and key == EXPERIMENT:  # the winner is an experiment itself: the job's is included
+            added.append(f"  - /{EXPERIMENT}/{o.value()}")  # as a config, not a second choice of the group
         elif o.is_add() and "." not in key:  # +group=option: a config group the job added
             added.append(f"  - /{key}: {json.dumps(str(o.value()))}")
         else:
@@ -73,7 +76,7 @@ def command_line(overrides: List[str], choices: Dict[str, str]) -> str:
 def experiment_hint(path: Path) -> str:
     """How to run a saved winner: by name when it sits in an ``experiment/`` folder."""
     path = Path(path)
-    if path.parent.name == "experiment":
+    if path.parent.name == EXPERIMENT:
         return f"python -m fastpipe --config-dir {path.parent.parent} +experiment={path.stem}"
     return (f"save it as <your conf>/experiment/NAME.yaml (python -m fastpipe.report {path.parent} "
             "--save-best conf/experiment/NAME.yaml), then: python -m fastpipe --config-dir conf +experiment=NAME")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import RESUMABLE, run_in_process
+from conftest import RESUMABLE, compose, run_in_process
 from fastpipe.errors import ConfigError
 from fastpipe.report.sweep import SweepSpec, aggregate, first_values, load_jobs, parity, pick_baseline
 from fastpipe.report.winner import winner_yaml
@@ -117,10 +117,22 @@ def test_winner_config_pins_choices_and_nests_keys():
                        {"data": "mmap", "precision": "amp", "compile": "off"}, ["a comment"])
     assert text.startswith("# @package _global_\n# a comment\n")
     cfg = OmegaConf.create(text)  # valid YAML: the defaults list and the keys
-    assert list(cfg.defaults) == [{"/experiment": "mine"}, {"override /data": "mmap"},
+    assert list(cfg.defaults) == ["/experiment/mine", {"override /data": "mmap"},
                                   {"override /precision": "amp"}, {"override /compile": "off"}]  # "off" stays a string
     assert cfg.train.max_steps == 12 and cfg.dataset.root == "/d a"
     assert "report" not in cfg and "sweep" not in cfg and "ladder" not in text.split("\n", 2)[2]
+
+
+def test_a_winner_of_jobs_run_with_an_experiment_runs_as_an_experiment_itself(tmp_path):
+    # The job ran +experiment=mine; its winner, saved as experiment/best.yaml, includes mine as a config.
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /precision: amp\n"
+                                    "train:\n  epochs: 7\n  batch_size: 24\n")
+    (conf / "best.yaml").write_text(winner_yaml(["+experiment=mine", "train.epochs=5"],
+                                                {"precision": "amp", "compile": "off"}, []))
+    cfg = compose(["+experiment=best", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"])
+    assert cfg.train.epochs == 5 and cfg.train.batch_size == 24  # the winner's keys over the experiment's
 
 
 def test_report_files_and_cli_on_a_finished_sweep(tmp_path):
