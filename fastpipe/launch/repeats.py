@@ -2,7 +2,8 @@
 
 With ``report.repeats=N`` (N > 1) the job trains N times, each in its own fresh process and
 sub-folder ``repeat-K/`` (a complete run folder), and the job's own ``metrics.json`` holds the
-median of every measurement plus a ``repeats`` record (each repeat's throughput, min, max, spread).
+median of every measurement (each held-out metric, the primary one included; ``best`` is the median
+repeat's) plus a ``repeats`` record (each repeat's throughput, min, max, spread).
 Under ``report.objective=time_to_target`` repeat K trains with ``seed + K`` (time to a target depends
 on the seed; throughput does not), and ``target`` holds the median time over the repeats, a repeat
 that missed the target counting as slower than every one that reached it.
@@ -105,6 +106,19 @@ def combine_repeats(runs: List[dict], names: List[str], n: int) -> dict:
     return _combined(runs, names, n).to_dict()
 
 
+def _median_dict(dicts: List[Optional[dict]]) -> Optional[dict]:
+    """Key by key, the median over the dicts that have the key (None when no dict is given)."""
+    known = [d for d in dicts if d]
+    if not known:
+        return None
+    keys = dict.fromkeys(k for d in known for k in d)
+    out = {}
+    for k in keys:
+        values = [d[k] for d in known if isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool)]
+        out[k] = statistics.median(values) if values else known[0].get(k)
+    return out
+
+
 def _combined(runs: List[dict], names: List[str], n: int) -> RunRecord:
     throughputs = [m.get("throughput") for m in runs]
     repeats = {"n": n, "dirs": names, "throughput": throughputs, "min": None, "max": None, "spread": None}
@@ -120,6 +134,15 @@ def _combined(runs: List[dict], names: List[str], n: int) -> RunRecord:
     for key in MEDIAN_KEYS:
         values = [m[key] for m in runs if m.get(key) is not None]
         record.set(**{key: statistics.median(values) if values else None})
+    for key in ("val_metrics", "val_metrics_raw"):  # each held-out metric its median over the repeats
+        record.set(**{key: _median_dict([m.get(key) for m in runs])})
+    primary = record.primary_metric
+    if primary is not None:
+        values = [(m.get("primary_metric") or {}).get("value") for m in runs]
+        values = [v for v in values if v is not None]
+        record.primary_metric = dict(primary, value=statistics.median(values) if values else None)
+    bests = sorted((m["best"] for m in runs if m.get("best")), key=lambda b: b["value"])
+    record.best = bests[(len(bests) - 1) // 2] if bests else None  # the median repeat's best (its step with it)
     peaks = [m["peak_mem_gb"] for m in runs if m.get("peak_mem_gb") is not None]
     record.peak_mem_gb = max(peaks) if peaks else None
     record.warnings = list(dict.fromkeys(w for m in runs for w in m.get("warnings") or []))

@@ -37,6 +37,20 @@ def test_repeats_under_time_to_target_use_the_next_seeds_and_report_the_median(t
     assert seen == [3, 3, 3]  # throughput repeats measure the same run again
 
 
+def test_the_held_out_metrics_of_repeats_are_their_medians_not_one_repeats(tmp_path):
+    # Throughput picks repeat 0 as the representative; its held-out numbers must not stand for the job.
+    rows = [(0.2278, 110.0, 16, True), (0.2460, 100.0, 60, False), (0.2607, 90.0, 60, False)]
+    outcomes = iter([dict(ran(8.0 if hit else 20.0, hit, value=v), throughput=t, steps=steps,
+                          primary_metric={"name": "mae", "value": v, "higher_is_better": False},
+                          val_metrics={"mae": v, "loss": 2 * v}, best={"step": steps, "value": v})
+                     for v, t, steps, hit in rows])
+    settings = SimpleNamespace(seed=0, started_at=0.0, report=SimpleNamespace(repeats=3, objective="time_to_target"))
+    m = launch_repeats(lambda settings, folder: next(outcomes), settings, tmp_path)
+    assert m["throughput"] == 100.0 and not m["target"]["reached"]  # two of three missed
+    assert m["primary_metric"] == {"name": "mae", "value": 0.2460, "higher_is_better": False}
+    assert m["val_metrics"] == {"mae": 0.2460, "loss": 0.4920} and m["best"] == {"step": 60, "value": 0.2460}
+
+
 def test_a_repeat_that_missed_counts_as_the_slowest():
     two_of_three = combine_targets([ran(30.0, True)["target"], ran(80.0, False)["target"], ran(20.0, True)["target"]])
     assert two_of_three["reached"] and two_of_three["seconds"] == 30.0
