@@ -52,9 +52,6 @@ def sort_key(r: dict):
 def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[dict]:
     """Speed-ups against the baseline's time, ``parity`` = reached / not reached, and the winner."""
     base_s = base["time_to_target_s"] if base is not None else None
-    if base is not None and base_s is None:
-        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
-                     "soonest job that did")
     for r in rows:
         r["speedup"] = base_s / r["time_to_target_s"] if base_s and r["time_to_target_s"] else None
         r["parity"] = "n/a" if r["target_reached"] is None else "reached" if r["target_reached"] else "not reached"
@@ -63,6 +60,9 @@ def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[d
         notes.append("no job reached the target: nothing to rank by time; raise train.epochs / train.max_steps, or "
                      "lower train.target")
         return None
+    if base is not None and base_s is None:
+        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
+                     "soonest job that did")
     best = eligible[0]
     if len(eligible) > 1:
         runner = eligible[1]
