@@ -104,6 +104,7 @@ class Evaluator:
         self.best: Optional[dict] = resumed.get("best")  # {"step", "value", "metrics"}
         self.since_best = int(resumed.get("since_best", 0))
         self.history = []
+        self.evaluated_step: Optional[int] = resumed.get("evaluated_step")  # the last whole-split evaluation's
         self.clock.resume(resumed.get("clock"))
         target = getattr(cfg, "target", None)
         self.target = None if target is None else Target(
@@ -112,7 +113,7 @@ class Evaluator:
 
     def state(self) -> Optional[dict]:
         """What a checkpoint keeps of this Evaluator (Position.evaluation), the run's clock with it."""
-        state = {"clock": self.clock.state()}
+        state = {"clock": self.clock.state(), "evaluated_step": self.evaluated_step}
         if self.best is not None:
             state.update(best=self.best, since_best=self.since_best)
         if self.target is not None:
@@ -145,6 +146,7 @@ class Evaluator:
         self.raw = evaluate(self.held, self.g.model, limit)
         self.latest = evaluate(self.held, self.ema.module, limit) if self.ema is not None else self.raw
         if self.latest is not None:
+            self.evaluated_step = step
             self.history.append({"step": step, **self.latest})
             if self.target is not None:
                 self.target.note(step, self.samples(step), self.latest.get(primary))

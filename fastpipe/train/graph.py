@@ -190,6 +190,11 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     recipe = None if probe else build_batch_recipe(
         train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
         settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
+    held = len(splits.val) if splits.val is not None and hasattr(splits.val, "__len__") else None
+    if train.target_eval_samples is not None and held is not None and train.target_eval_samples >= held:
+        raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
+                          f"{held} held-out samples of dataset={splits.name}: screening on them would evaluate the "
+                          f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
     target_loader = None if probe or train.target_eval_samples is None else build_loader(
         *loader_args, train=False, channels_last=parallel.channels_last, limit=train.target_eval_samples)
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,

@@ -121,12 +121,14 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             if res.stopped_by:
                 break  # the time budget (the epoch's end, and the run's, evaluates anyway)
         meter.close_window()
-        if loss is not None:
+        if loss is not None:  # a step ran in this epoch (not a resume at its very end)
             synced(loss, norm)  # an epoch shorter than a window still logs and checks
-        res.epoch_times_s.append(meter.clock() - epoch_start)
-        res.final_loss = res.final_loss if loss is None else loss.item()
-        recorder.scalars(res.steps, {"train/epoch_time_s": res.epoch_times_s[-1]})
-        evaluated = evaluator.history and evaluator.history[-1]["step"] == res.steps  # a periodic one, then the budget
+            res.epoch_times_s.append(meter.clock() - epoch_start)
+            res.final_loss = loss.item()
+            recorder.scalars(res.steps, {"train/epoch_time_s": res.epoch_times_s[-1]})
+        # Evaluated at this step already: a periodic evaluation before the budget stopped the epoch, or before
+        # the checkpoint this run resumed from at the epoch's end.
+        evaluated = evaluator.evaluated_step == res.steps
         if evaluator.stop or (not evaluated and evaluate_now()) or res.stopped_by or res.steps >= total:
             break
     bar.close()

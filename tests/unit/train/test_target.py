@@ -89,3 +89,12 @@ def test_the_time_budget_and_the_nonfinite_limit_hold_when_evaluations_cut_every
     m = run_in_process(tmp_path / "epochs", TINY + ["measure.window=50", "train.epochs=30", "train.max_steps=400"]
                        + slow + ["train.time_budget_s=0.6"])
     assert m["stopped_by"] == "time_budget" and m["steps"] <= 26, m["steps"]
+
+
+def test_a_target_subset_as_large_as_the_held_out_split_is_refused_before_training(tmp_path):
+    from fastpipe.errors import ConfigError
+
+    held = len_val()
+    with pytest.raises(ConfigError, match=rf"train.target_eval_samples={held} is not fewer than the {held} held-out "
+                                          rf"samples of dataset=shapes: .* lower it below {held}"):
+        run_in_process(tmp_path, TINY + ["train.eval_every=2", "train.target=0.6", f"train.target_eval_samples={held}"])
