@@ -40,9 +40,11 @@ def sweep_jobs(config: DictConfig) -> List[List[str]]:
 
 def check_sweep(config: DictConfig) -> int:
     """Compose and convert every job of the sweep ``config`` starts; raises ConfigError naming the first
-    job that fastpipe would refuse. Returns how many jobs were checked."""
+    job that fastpipe would refuse. Returns how many jobs were checked (those before a job Hydra cannot
+    compose, such as a misspelt group choice, which Hydra's sweeper then reports itself)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
 
     from fastpipe.config import job_choices, to_settings
 
@@ -51,7 +53,10 @@ def check_sweep(config: DictConfig) -> int:
     previous = HydraConfig.instance().cfg
     try:
         for number, job in enumerate(jobs):
-            cfg = loader.load_sweep_config(config, job)
+            try:
+                cfg = loader.load_sweep_config(config, job)
+            except HydraException:  # a choice that does not exist: the sweeper says so in Hydra's own words
+                return number
             choices = job_choices(cfg.hydra.runtime.choices, cfg)
             HydraConfig.instance().set_config(cfg)  # a job's ${hydra:...} resolves as in the job itself
             with open_dict(cfg):

@@ -40,6 +40,7 @@ def commands(tmp_path_factory):
         "default-run": [f"hydra.run.dir={root / 'default-run'}", "runtime.progress=false"],
         "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1",
                                 f"hydra.sweep.dir={root / 'sweep-value-refused'}"],
+        "sweep-unknown-choice": ["-m", "task=classification,clasification", f"hydra.sweep.dir={root / 'sweep-unknown-choice'}"],
         "sweep-key-refused": ["-m", "+model.widht=8,16", "train.max_steps=1", f"hydra.sweep.dir={root / 'sweep-key-refused'}"],
         "sweep-target-refused": ["-m", "train.target=0.5,1.5", "train.eval_every=1", "train.max_steps=1",
                                  f"hydra.sweep.dir={root / 'sweep-target-refused'}"],
@@ -56,6 +57,9 @@ def test_unknown_choice_lists_valid_ones_on_the_command_line(commands):
     proc, _ = commands["unknown-choice"]
     assert proc.returncode != 0
     assert "precision/fp64" in proc.stderr and "fp32" in proc.stderr and "amp" in proc.stderr
+    proc, sweep_dir = commands["sweep-unknown-choice"]  # in a sweep: Hydra's own message, nothing before it
+    assert proc.returncode != 0 and proc.stderr.startswith("In 'config': Could not find 'task/clasification'")
+    assert "Available options in 'task'" in proc.stderr and not list(sweep_dir.rglob("metrics.json"))
 
 
 def test_the_default_run_writes_every_artefact_and_metric_and_reaches_ninety_percent(commands):
