@@ -87,6 +87,13 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
         if cfg.time_budget_s and g.runtime.dist.any_rank(torch.tensor(meter.run_clock.over_budget(), device=g.device)):
             res.stopped_by = "time_budget"  # every rank agrees, at the same step
 
+    def so_far(stop):
+        """A stopped run's record keeps what it learnt so far: the best evaluation and the target's curve."""
+        best = evaluator.best and {"step": evaluator.best["step"], "value": evaluator.best["value"]}
+        target = evaluator.target and evaluator.target.record(res.steps, evaluator.samples(res.steps))
+        stop.metrics.update(best=best, target=target)
+        return stop
+
     def evaluate_now(periodic=False):  # outside the timing windows
         meter.close_window()
         evaluator.run(res.steps, periodic)
@@ -113,7 +120,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
             if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
-                raise ckpt.preempted(pos, g)
+                raise so_far(ckpt.preempted(pos, g))
             if not res.stopped_by and evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total:
                 if evaluate_now(True):
                     break  # the target or early stopping

@@ -7,6 +7,7 @@ out-of-memory error.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import torch
@@ -63,6 +64,22 @@ class Held(TinyCNN):
             while (self.calls > self.after and os.path.exists(self.hold) and signals.received() is None
                    and time.monotonic() < give_up):
                 time.sleep(0.05)
+        return super().forward(x)
+
+
+class SignalsAt(TinyCNN):
+    """TinyCNN that sends its own process SIGTERM at training forward ``after + 1`` (what Slurm sends):
+    an in-process run stopped mid-training at a known step."""
+
+    def __init__(self, num_classes: int = 10, after: int = 6) -> None:
+        super().__init__(num_classes)
+        self.after, self.calls = after, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.calls += 1
+            if self.calls == self.after + 1:
+                os.kill(os.getpid(), signal.SIGTERM)
         return super().forward(x)
 
 

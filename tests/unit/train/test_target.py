@@ -98,3 +98,17 @@ def test_a_target_subset_as_large_as_the_held_out_split_is_refused_before_traini
     with pytest.raises(ConfigError, match=rf"train.target_eval_samples={held} is not fewer than the {held} held-out "
                                           rf"samples of dataset=shapes: .* lower it below {held}"):
         run_in_process(tmp_path, TINY + ["train.eval_every=2", "train.target=0.6", f"train.target_eval_samples={held}"])
+
+
+def test_a_stopped_run_keeps_its_best_and_its_target_curve_so_far(tmp_path):
+    from fastpipe.errors import Preempted
+    from fastpipe.record.results import read as read_metrics
+
+    with pytest.raises(Preempted):
+        run_in_process(tmp_path, TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=1.0",
+                                         "model._target_=fault_models.SignalsAt", "+model.after=7"])
+    m = read_metrics(tmp_path)
+    assert m["status"] == "preempted" and m["steps"] == 8, m.get("reason")
+    full = [c for c in m["target"]["curve"] if not c["subset"]]
+    assert [c["step"] for c in full] == [2, 4, 6] and not m["target"]["reached"]  # step 8 stopped before evaluating
+    assert m["best"]["value"] == max(c["value"] for c in full) == m["target"]["best_value"]
