@@ -67,6 +67,10 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
     else:
         shape = (stored_shape(cfg.stored_size, splits.train.image_size, splits.train.augment)
                  if splits.is_images else (0, 0))
+        if splits.is_images and min(shape) < splits.train.image_size:  # refused before packing, not after
+            raise ConfigError(f"data.stored_size={cfg.stored_size} is smaller than dataset.image_size="
+                              f"{splits.train.image_size}: the cache would store {shape[0]}x{shape[1]} images; give "
+                              f"data.stored_size >= {splits.train.image_size}, or null (auto)")
         path, how = ensure_cached_pack(splits, runtime.cache_root, shape, threads, progress=runtime.dist.is_main,
                                        codec=cfg.codec or "raw", quality=cfg.quality)
         packs, how = open_pack(path, cfg.verify, threads), f"cache, {how}"

@@ -198,7 +198,7 @@ def test_resume_skips_whole_batches_without_reading_them():
     assert [y.tolist() for _, y in ld] == [y.tolist() for y in full[2:]]
 
 
-def test_pack_setting_mismatches_are_clear_errors(packed, folder):
+def test_pack_setting_mismatches_are_clear_errors(packed, folder, tmp_path, monkeypatch):
     ds = ["dataset=imagefolder", f"dataset.root={folder}"]
     with pytest.raises(DataError, match=r"holds \d+ train / \d+ val images of classes"):
         build([f"data.path={packed}"])  # a pack of another dataset (shapes has 4 classes)
@@ -208,5 +208,10 @@ def test_pack_setting_mismatches_are_clear_errors(packed, folder):
         build([f"data.path={packed}", *ds, "data.stored_size=16"])
     with pytest.raises(ConfigError, match="data.stored_size"):
         make_settings(["data=mmap", "data.stored_size=[1,2,3]"])
+    monkeypatch.setenv("FASTPIPE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=r"data.stored_size=16 is smaller than dataset.image_size=32: the cache "
+                                          r"would store 16x16 images; give data.stored_size >= 32, or null"):
+        build([*ds, "dataset.image_size=32", "data.stored_size=16"])
+    assert not list((tmp_path / "cache").rglob("*.fppack"))  # refused before packing anything
     with pytest.raises(ConfigError, match="data=mmap cannot read dataset=synthetic: it is generated on the device"):
         build(["dataset=synthetic"])
