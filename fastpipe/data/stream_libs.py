@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
+from fastpipe.errors import DataError
+
 
 def _tensor(value):
     return torch.from_numpy(np.asarray(value)) if isinstance(value, np.ndarray) else value
@@ -34,6 +36,9 @@ class TarShards(IterableDataset):
     def __init__(self, urls: Union[str, Sequence[str]], epoch_length: int, input_key: str = "input.npy",
                  target_key: str = "cls") -> None:
         self.urls: List[str] = sorted(glob.glob(urls)) if isinstance(urls, str) else list(urls)
+        if not self.urls:
+            raise DataError(f"TarShards: no tar shards match {urls!r}; check the path (a glob such as "
+                            "'data/train-*.tar', or a list of shard files)")
         self.epoch_length, self.input_key, self.target_key = epoch_length, input_key, target_key
         self.shard = (0, 1)
 
@@ -47,6 +52,11 @@ class TarShards(IterableDataset):
     def __iter__(self):
         import webdataset as wds
 
+        index, count = self.shard
+        if count > len(self.urls):  # whole shards per reader: a reader without one would read nothing
+            raise DataError(f"TarShards: {count} readers (processes x DataLoader workers) but {len(self.urls)} tar "
+                            f"shard(s) ({self.urls[0]}, ...): reader {index} has none; write at least {count} shards, "
+                            f"or lower data.num_workers")
         pipeline = wds.WebDataset(self.shards(), shardshuffle=False, nodesplitter=None, workersplitter=None,
                                   empty_check=False).decode()
         for sample in pipeline:

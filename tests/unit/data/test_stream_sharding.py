@@ -13,6 +13,7 @@ from stream_data import CountingStream, Indexed, SplittingStream
 
 from fastpipe.config import DefaultLoaderConfig
 from fastpipe.data import build_loader
+from fastpipe.errors import DataError
 from fastpipe.data.splits import DataSplits
 from fastpipe.record.notes import collect_warnings
 from fastpipe.runtime import Dist
@@ -98,6 +99,12 @@ def test_webdataset_tar_shards_are_split_by_set_shard(tmp_path):
     shares = [{i for s in range(r, 8, 4) for i in range(s * 12, s * 12 + 12)} for r in range(4)]  # reader r: shards r, r+4
     groups = [b for tr, _ in ranks for b in ids(tr)]
     assert batches_within(groups, shares) and len(groups) * 4 == 96
+    with pytest.raises(DataError, match=r"no tar shards match '.*/nope-\*\.tar'; check the path"):
+        TarShards(str(tmp_path / "nope-*.tar"), epoch_length=96)
+    few = TarShards(str(tmp_path / "part-00[01].tar"), epoch_length=24)
+    few.set_shard(3, 4)
+    with pytest.raises(DataError, match=r"4 readers .* but 2 tar shard\(s\) .*: reader 3 has none; write at least 4"):
+        next(iter(few))
 
 
 def test_litdata_streaming_dataset_is_split_by_set_shard(tmp_path):
