@@ -25,7 +25,8 @@ through Hydra, which refuses a key its structured schema lacks:
   ``.hydra/config.yaml`` read back by ``fastpipe.load``, keeps working.
 - **Older run folders** record ``overrides``, ``choices`` and ``run_id`` at their config's root and
   every old train key as null: ``OLD_RECORD_KEYS`` are dropped when one is read back (config/reload.py);
-  the null train keys go the way above.
+  the null train keys go the way above. Run folders of this version's first time-to-target release
+  record ``report.unreached_penalty`` (``OLD_REPORT_KEYS``): dropped the same way.
 
 Each goes in the next release: delete its lines here and the tests that hold it.
 """
@@ -210,6 +211,7 @@ def moved_target(key: str, target: str) -> Tuple[str, Optional[str]]:
 # --------------------------------------------------------------------------------- old run records
 
 OLD_RECORD_KEYS = ("overrides", "choices", "run_id")  # run facts that older run folders kept in their config
+OLD_REPORT_KEYS = ("unreached_penalty",)  # what a miss cost an optimiser: now always more than any hit
 
 
 def without_old_record_keys(record: DictConfig) -> DictConfig:
@@ -217,4 +219,9 @@ def without_old_record_keys(record: DictConfig) -> DictConfig:
     with open_dict(record):
         for key in OLD_RECORD_KEYS:
             record.pop(key, None)
+    report = record.get("report")
+    if isinstance(report, DictConfig):
+        with open_dict(report):
+            for key in OLD_REPORT_KEYS:
+                report.pop(key, None)
     return record

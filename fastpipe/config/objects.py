@@ -61,12 +61,16 @@ class ObjectConfig:
 
         return import_target(self.key, self.target)
 
-    def check(self) -> None:
-        """Import the target and check the keys against its signature (and its own ``check_config``)."""
+    def check_keys(self) -> None:
+        """Import the target and check the keys against its signature."""
         from fastpipe.targets import check_params
 
+        check_params(self.GROUP, self.callable(), self.target, self.params, supplied=self.RUNTIME_KEYS)
+
+    def check(self) -> None:
+        """``check_keys``, then the callable's own ``check_config`` (which may look at files, folders)."""
+        self.check_keys()
         fn = self.callable()
-        check_params(self.GROUP, fn, self.target, self.params, supplied=self.RUNTIME_KEYS)
         checker = getattr(fn, "check_config", None)
         if callable(checker):
             checker(self.params)  # the callable's own early validation (raises ConfigError)

@@ -28,9 +28,6 @@ class ReportConfig:
     # time_to_target: which clock ranks the jobs: training (from the first training step: compilation,
     # evaluations and checkpoints included) or end_to_end (from the job's start: data, model build too).
     target_clock: str = "training"
-    # time_to_target under an optimising sweeper: a trial that did not reach the target returns its
-    # training seconds times this (> 1: worse than reaching it in the same time).
-    unreached_penalty: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.parity_tol >= 0.0:
@@ -43,9 +40,6 @@ class ReportConfig:
         if self.target_clock not in ("training", "end_to_end"):
             raise ConfigError(f"report.target_clock={self.target_clock!r} is not valid; use training (from the first "
                               "training step) or end_to_end (from the job's start)")
-        if not self.unreached_penalty >= 1.0:
-            raise ConfigError(f"report.unreached_penalty={self.unreached_penalty} must be >= 1 (a trial that missed "
-                              "the target may not score better than one that reached it as late)")
 
 
 @dataclass

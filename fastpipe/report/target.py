@@ -2,8 +2,9 @@
 
 - Each row's time is its ``target.seconds`` (``report.target_clock=training``: from the first
   training step) or ``target.seconds_end_to_end`` (``end_to_end``: from the job's start). Rows that
-  reached the target come first, soonest first; rows that did not come after, shown as "> N s" (the
-  clock when they ended) with their best value; rows without a target record last.
+  reached the target come first, soonest first; rows that did not come after, nearest the target
+  first, shown as "> N s" (the clock when they ended) with their best value; rows without a target
+  record last.
 - Speed-up = the baseline's time / the row's; "–" when the baseline did not reach the target. The
   winner is the soonest row that reached it, among those that may win (ok, not a compile fall-back);
   a job too short for a steady-state throughput (``unmeasured``) may still win: it reached the target.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from fastpipe.report.formats import metric_text
+from fastpipe.sweeps.objective import shortfall
 
 WINNABLE = ("ok", "unmeasured")  # a reached target needs no steady-state throughput
 
@@ -38,20 +40,18 @@ def target_fields(m: dict, clock: str) -> dict:
 
 
 def sort_key(r: dict):
-    """Reached first (soonest first), then not reached (longest tried first), then no target at all."""
+    """Reached first (soonest first), then not reached (nearest the target first, as an optimising
+    sweeper scores them; then longest tried), then no target at all."""
     if r["target_reached"]:
-        return (0, r["time_to_target_s"], r["job"])
+        return (0, r["time_to_target_s"], 0.0, r["job"])
     if r["target_seconds"] is not None:
-        return (1, -r["target_seconds"], r["job"])
-    return (2, 0.0, r["job"])
+        return (1, shortfall(r["target"], r["target_best"], r["target_higher"]), -r["target_seconds"], r["job"])
+    return (2, 0.0, 0.0, r["job"])
 
 
 def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[dict]:
     """Speed-ups against the baseline's time, ``parity`` = reached / not reached, and the winner."""
     base_s = base["time_to_target_s"] if base is not None else None
-    if base is not None and base_s is None:
-        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
-                     "soonest job that did")
     for r in rows:
         r["speedup"] = base_s / r["time_to_target_s"] if base_s and r["time_to_target_s"] else None
         r["parity"] = "n/a" if r["target_reached"] is None else "reached" if r["target_reached"] else "not reached"
@@ -60,6 +60,9 @@ def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[d
         notes.append("no job reached the target: nothing to rank by time; raise train.epochs / train.max_steps, or "
                      "lower train.target")
         return None
+    if base is not None and base_s is None:
+        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
+                     "soonest job that did")
     best = eligible[0]
     if len(eligible) > 1:
         runner = eligible[1]

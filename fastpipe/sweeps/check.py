@@ -4,8 +4,9 @@ Hydra refuses a value of the wrong type for the whole sweep before launching it;
 fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a misspelt ``train.*`` or ``data.*``
 key: config/keys.py) would otherwise surface as a failed row after the jobs before it had run. So the
 sweep's jobs are composed as its sweeper will compose them (command-line lists and a preset's
-``hydra.sweeper.params``) and converted to fastpipe's settings; the first that cannot be is named,
-with its overrides, and nothing runs. Only each group's own values are judged: a combination that
+``hydra.sweeper.params``) and converted to fastpipe's settings, each ``_target_``'s keys checked
+against its callable (``+model.hiden=...``) and ``train.target`` against the task's bounds; the first
+job that fails is named, with its overrides, and nothing runs. Only each group's own values are judged: a combination that
 cannot work (data=dali on a token dataset) or a dataset folder that is missing is still one failed
 row, as the other jobs of the grid may be fine.
 """
@@ -56,7 +57,7 @@ def check_sweep(config: DictConfig) -> int:
             with open_dict(cfg):
                 del cfg["hydra"]  # what the job's task function receives
             try:
-                to_settings(cfg, choices, check=False)
+                to_settings(cfg, choices, check=False).check_own_values()
             except ConfigError as exc:
                 raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
                                   "was run") from None

@@ -22,10 +22,26 @@ def wants_objective(sweeper_target: Optional[str]) -> bool:
     return bool(sweeper_target) and str(sweeper_target) not in READS_FOLDERS
 
 
-def objective_value(metrics: Any, objective: str, clock: str = "training", penalty: float = 2.0) -> Optional[float]:
+# A trial that missed the target scores MISSED_S plus its shortfall: after every trial that reached it
+# (whatever their speeds differ by), so the optimiser's best trial is the report's winner, and a near
+# miss before a far one (what the sampler learns from while nothing has reached the target).
+MISSED_S = 1e9
+NOT_EVALUATED = 1e3  # the shortfall of a miss with no whole-split evaluation at all
+
+
+def shortfall(target: Optional[float], best: Optional[float], higher_is_better: bool = True) -> float:
+    """How far a missed target's best held-out value stayed from it, as a share of the target's size
+    (0 = at it); NOT_EVALUATED without a value."""
+    if target is None or best is None:
+        return NOT_EVALUATED
+    gap = target - best if higher_is_better else best - target
+    return max(gap, 0.0) / max(abs(target), 1e-12)
+
+
+def objective_value(metrics: Any, objective: str, clock: str = "training") -> Optional[float]:
     """The job's objective: its throughput, its primary held-out metric, or its time to the target
-    (on ``clock``; a job that did not reach it: the seconds it trained times ``penalty``); None when
-    the job is not ok or did not measure it (the sweeper then records the trial as failed)."""
+    (on ``clock``; a job that did not reach it: ``MISSED_S`` plus its ``shortfall``); None when the
+    job is not ok or did not measure it (the sweeper then records the trial as failed)."""
     if objective not in OBJECTIVES:
         raise ConfigError(f"report.objective={objective!r}: choose one of {', '.join(OBJECTIVES)}")
     if not isinstance(metrics, dict) or metrics.get("status") != "ok":
@@ -36,7 +52,8 @@ def objective_value(metrics: Any, objective: str, clock: str = "training", penal
         target = metrics.get("target") or {}
         value = target.get("seconds_end_to_end" if clock == "end_to_end" else "seconds")
         if value is not None and not target.get("reached"):
-            value *= penalty
+            value = MISSED_S + shortfall(target.get("value"), target.get("best_value"),
+                                         target.get("higher_is_better", True))
     else:
         value = (metrics.get("primary_metric") or {}).get("value")
     return None if value is None else float(value)
@@ -68,5 +85,4 @@ def job_return_value(metrics: Any, config) -> Any:
     if not wants_objective(OmegaConf.select(config, "hydra.sweeper._target_", default=None)):
         return metrics
     return objective_value(metrics, str(OmegaConf.select(config, "report.objective", default="throughput")),
-                           str(OmegaConf.select(config, "report.target_clock", default="training")),
-                           float(OmegaConf.select(config, "report.unreached_penalty", default=2.0)))
+                           str(OmegaConf.select(config, "report.target_clock", default="training")))

@@ -40,6 +40,9 @@ def commands(tmp_path_factory):
         "default-run": [f"hydra.run.dir={root / 'default-run'}", "runtime.progress=false"],
         "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1",
                                 f"hydra.sweep.dir={root / 'sweep-value-refused'}"],
+        "sweep-key-refused": ["-m", "+model.widht=8,16", "train.max_steps=1", f"hydra.sweep.dir={root / 'sweep-key-refused'}"],
+        "sweep-target-refused": ["-m", "train.target=0.5,1.5", "train.eval_every=1", "train.max_steps=1",
+                                 f"hydra.sweep.dir={root / 'sweep-target-refused'}"],
         "oom-in-training": [*RUN, "model._target_=fault_models.OutOfMemoryNet",
                             f"hydra.run.dir={root / 'oom-in-training'}"],
     }
@@ -102,6 +105,14 @@ def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(commands):
         "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1): train.batch_size='abc' is "
         "not valid; use 'auto' or an integer >= 1; nothing was run")
     assert not list(sweep_dir.rglob("metrics.json"))
+    # A misspelt key of a _target_ group, a target its task's metric can never reach: also every job's values.
+    for name, job, says in (("sweep-key-refused", "job 0 of the sweep (+model.widht=8 train.max_steps=1)",
+                             "model.widht is not a parameter of fastpipe.models.TinyCNN"),
+                            ("sweep-target-refused", "job 1 of the sweep (train.target=1.5 ", "train.target=1.5")):
+        proc, sweep_dir = commands[name]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == EXIT_CODE and last.startswith(f"fastpipe: error: {job}") and says in last, last
+        assert last.endswith("nothing was run") and not list(sweep_dir.rglob("metrics.json"))
 
 
 def test_cli_failure_in_the_training_process_is_one_line_and_exit_2(commands):

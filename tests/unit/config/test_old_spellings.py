@@ -66,6 +66,8 @@ def test_an_older_run_folder_reads_back(tmp_path):
         record.task._target_ = "fastpipe.tasks.Classification"
         record.data.num_workers = 0  # a key of data=default, dropped for mmap when the run was made
     (tmp_path / ".hydra").mkdir()
+    record = OmegaConf.to_container(record)
+    record["report"]["unreached_penalty"] = 2.0  # the first time-to-target release's
     (tmp_path / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(record))
     settings = run_settings(tmp_path, ["train.epochs=5"])
     assert settings.train.epochs == 5 and settings.data.name == "mmap" and settings.task.target.startswith("fastpipe.stages.")

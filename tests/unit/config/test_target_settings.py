@@ -20,7 +20,6 @@ from fastpipe.errors import ConfigError
     (["report.objective=time_to_target"], "add train.target=VALUE"),
     (["report.objective=speed"], "time_to_target"),
     (["report.target_clock=wall"], "end_to_end"),
-    (["report.unreached_penalty=0.5"], "must be >= 1"),
 ])
 def test_bad_time_to_target_settings_are_refused(overrides, problem):
     base = [o for o in without_shapes(TINY) if "image_size" not in o] if "dataset=tokens" in overrides else TINY

@@ -76,6 +76,9 @@ def test_a_baseline_that_missed_gives_no_speed_ups_and_the_fastest_that_reached_
     md = (tmp_path / "report.md").read_text()
     assert "the baseline (job 0) did not reach the target: no speed-ups" in md
     assert "| 2 (best) | 0.01 | 55.0 | – |" in md
+    nobody = sweep(tmp_path / "none", [(100.0, target(90.0, False)), (100.0, target(70.0, False))])
+    notes = " ".join(nobody.notes)
+    assert nobody.best is None and "no job reached the target" in notes and "the winner is" not in notes
 
 
 def test_repeats_show_median_and_spread_and_a_close_call_is_a_tie(tmp_path):

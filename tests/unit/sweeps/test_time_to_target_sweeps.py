@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from fastpipe.launch.repeats import combine_targets, launch_repeats
 from fastpipe.sweeps.halving_target import budgets, judge, rounds_needed
-from fastpipe.sweeps.objective import job_return_value, objective_value
+from fastpipe.sweeps.objective import MISSED_S, job_return_value, objective_value
 
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 
@@ -60,17 +60,25 @@ def test_a_repeat_that_missed_counts_as_the_slowest():
 
 def optuna_config(direction="minimize"):
     return OmegaConf.create({"hydra": {"sweeper": {"_target_": OPTUNA, "direction": direction}},
-                             "report": {"objective": "time_to_target", "target_clock": "training",
-                                        "unreached_penalty": 2.0}})
+                             "report": {"objective": "time_to_target", "target_clock": "training"}})
 
 
-def test_optuna_minimises_the_time_and_a_miss_costs_its_seconds_times_the_penalty(capsys):
+def test_optuna_minimises_the_time_and_every_miss_scores_after_every_hit(capsys):
     from fastpipe.report.callbacks import SweepReport
 
+    def missed(seconds, best):  # accuracy target 0.8
+        m = ran(seconds, False, value=best)
+        m["target"].update(value=0.8, higher_is_better=True)
+        return m
+
     assert job_return_value(ran(42.0, True), optuna_config()) == 42.0
-    assert job_return_value(ran(42.0, False), optuna_config()) == 84.0
     assert objective_value(ran(42.0, True), "time_to_target", clock="end_to_end") == 47.0
-    assert objective_value(ran(42.0, False), "time_to_target", penalty=3.0) == 126.0
+    quick_miss, near_miss, slow_hit = missed(1.0, 0.4), missed(60.0, 0.76), ran(5000.0, True)
+    values = [job_return_value(m, optuna_config()) for m in (slow_hit, near_miss, quick_miss)]
+    assert values == sorted(values) and values[1] == pytest.approx(MISSED_S + 0.05)  # 0.04 short of 0.8
+    lower = ran(3.0, False, value=2.5)
+    lower["target"].update(value=2.0, higher_is_better=False)  # a loss: 0.5 above the target 2.0
+    assert objective_value(lower, "time_to_target") == pytest.approx(MISSED_S + 0.25)
     assert objective_value({"status": "failed"}, "time_to_target") is None
     with pytest.raises(SystemExit) as stop:
         SweepReport().on_multirun_start(optuna_config("maximize"))
