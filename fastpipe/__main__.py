@@ -50,15 +50,15 @@ def run(cfg: DictConfig):
             settings.overrides, settings.started_at = overrides, started_at
             if hc.mode != RunMode.MULTIRUN:
                 preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs
-            if hc.mode == RunMode.MULTIRUN and settings.sweep.resume:
+            resume = hc.mode == RunMode.MULTIRUN and settings.sweep.resume
+            if resume:
                 done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
                 if done is not None:
                     print(f"fastpipe: sweep.resume: {run_dir} finished ok earlier; skipped", flush=True)
                     return done
-                if settings.train.resume is None and (run_dir / "checkpoints").is_dir():
-                    settings.train.resume = "auto"  # a job stopped by a signal continues from its checkpoint
             settings.context = run_context(cfg, choices, overrides, job_place(hc), run_dir)
-            metrics = launch_repeats(launch, settings, run_dir)  # report.repeats runs into repeat-K/
+            # report.repeats runs into repeat-K/; under sweep.resume each folder stopped by a signal continues
+            metrics = launch_repeats(launch, settings, run_dir, resume=resume)
     except FastpipeError as exc:  # settings that cannot work, or a stop signal before training began
         from fastpipe.runtime import full_errors
 

@@ -150,10 +150,12 @@ class Checkpointer:
             self.pending = self.save(g, pos, streak) is None and not stop and self.folder is not None
         return stop
 
-    def finish(self, g, pos: Optional[Position], streak: torch.Tensor, always: bool = False) -> None:
+    def finish(self, g, pos: Optional[Position], streak: torch.Tensor, always: bool = False,
+               again: bool = False) -> None:
         """The final checkpoint, when checkpointing is on (or ``always``: a time-budget stop, to resume
-        from) and the last step has none yet; then every write is complete before the run reports."""
-        if (self.every or always) and pos is not None and (pos.step != self.last_step or always):
+        from) and the last step has none yet (or ``again``: the one it has predates the evaluation that
+        stopped the run); then every write is complete before the run reports."""
+        if (self.every or always) and pos is not None and (pos.step != self.last_step or always or again):
             self.save(g, pos, streak)
         self.settle(g=g)
 
@@ -232,6 +234,13 @@ class Checkpointer:
                               f"or past this run's end (step {total}): nothing to train; raise train.epochs or "
                               "train.max_steps to train further", metrics={"status": "ok", "steps": pos.step})
 
+    def stopped_already(self, pos: Position, why: str, further: str, metrics: dict) -> "NothingToTrain":
+        """A resume of a run that stopped itself (``why``: its target reached, early stopping) with settings
+        that would stop it there again: nothing to train. ``metrics``: what the checkpoint knows of that
+        run's end (stopped_by, target, best), for a folder that lost its record."""
+        return NothingToTrain(f"the checkpoint {self.latest} (step {pos.step}) shows {why}: nothing to train; "
+                              f"{further}", metrics={"status": "ok", "steps": pos.step, **metrics}, finished=True)
+
     def preempted(self, pos: Position, g=None) -> Preempted:
         """The error that ends a signalled run (exit code EXIT_PREEMPTED), once its checkpoint is written."""
         self.settle(g=g)
@@ -260,13 +269,23 @@ class Checkpointer:
 
 
 class NothingToTrain(FastpipeError):
-    """A resumed run already at its end: one line, exit code 0, no training."""
+    """A resumed run already at its end: one line, exit code 0, no training. ``finished``: the run had
+    stopped itself there (its target, early stopping), so its record, when the folder holds it, stays."""
 
     exit_code = 0
 
-    def __init__(self, message: str, metrics: dict) -> None:
+    def __init__(self, message: str, metrics: dict, finished: bool = False) -> None:
         super().__init__(message)
-        self.metrics = metrics
+        self.metrics, self.finished = metrics, finished
+
+    def keeps(self, earlier: Optional[dict]) -> bool:
+        """True when ``earlier`` (the run folder's record before this launch) is the finished record of
+        the run that stopped at this checkpoint: the same steps, stop and target."""
+        if not self.finished or not earlier or earlier.get("status") != "ok":
+            return False
+        ours, theirs = self.metrics.get("target") or {}, earlier.get("target") or {}
+        return (earlier.get("steps") == self.metrics["steps"] and earlier.get("stopped_by") == self.metrics["stopped_by"]
+                and theirs.get("value") == ours.get("value") and theirs.get("steps") == ours.get("steps"))
 
 
 def finite_state(model: torch.nn.Module) -> torch.Tensor:

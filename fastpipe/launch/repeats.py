@@ -1,4 +1,5 @@
-"""How one sweep job is measured: ``report.repeats`` launches, or skipped under ``sweep.resume``.
+"""How one sweep job is measured: ``report.repeats`` launches, or skipped under ``sweep.resume``
+(a job, or each repeat of one, that finished ok is kept; one stopped by a signal continues).
 
 With ``report.repeats=N`` (N > 1) the job trains N times, each in its own fresh process and
 sub-folder ``repeat-K/`` (a complete run folder), and the job's own ``metrics.json`` holds the
@@ -41,21 +42,43 @@ def finished_metrics(run_dir: Path, overrides) -> Optional[dict]:
     return metrics
 
 
-def launch_repeats(launch: Callable, settings, run_dir: Path) -> dict:
-    """Run ``launch(settings, dir)`` ``settings.report.repeats`` times; return the combined metrics."""
+def launch_repeats(launch: Callable, settings, run_dir: Path, resume: bool = False) -> dict:
+    """Run ``launch(settings, dir)`` ``settings.report.repeats`` times; return the combined metrics.
+
+    ``resume`` (``sweep.resume`` in a sweep): a repeat folder that holds an ok run of the job's
+    overrides is kept as it is, and one stopped with a checkpoint (a stop signal) continues from it.
+    """
     run_dir = Path(run_dir)
     n = settings.report.repeats
     if n == 1:
-        return launch(settings, run_dir)
+        return launch(resumable(settings, run_dir, resume), run_dir)
     runs, names = [], []
     for k in range(n):
         names.append(f"repeat-{k}")
-        runs.append(launch(repeat_settings(settings, k), run_dir / names[-1]))
+        folder = run_dir / names[-1]
+        kept = finished_metrics(folder, settings.overrides) if resume else None
+        if kept is not None:
+            print(f"fastpipe: sweep.resume: {folder} finished ok earlier; kept", flush=True)
+            runs.append(kept)
+        else:
+            runs.append(launch(resumable(repeat_settings(settings, k), folder, resume), folder))
         if runs[-1].get("status") != "ok":
             break  # a failed repeat (bad input, crash) would fail again: stop measuring
     combined = _combined(runs, names, n)
     results.write(run_dir, combined)
     return combined.to_dict()
+
+
+def resumable(settings, run_dir: Path, resume: bool):
+    """``settings`` for a launch into ``run_dir``: under ``resume`` a folder with checkpoints (a run
+    stopped by a signal) continues from its newest good one (``train.resume=auto``), unless the
+    command names its own ``train.resume``."""
+    if not resume or settings.train.resume is not None or not (Path(run_dir) / "checkpoints").is_dir():
+        return settings
+    resumed = copy.copy(settings)
+    resumed.train = copy.copy(settings.train)  # this launch's own: the job's other repeats keep theirs
+    resumed.train.resume = "auto"
+    return resumed
 
 
 def repeat_settings(settings, k: int):

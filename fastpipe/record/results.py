@@ -82,9 +82,18 @@ def own(run_dir: Path, run_id: Optional[str]) -> Optional[dict]:
     return record if record is not None and record.get("run_id") == run_id else None
 
 
-def read(run_dir: Path) -> Optional[dict]:
-    """The run folder's record, or None when it has none (or an unreadable one)."""
+def read(run_dir: Path, name: str = FILE) -> Optional[dict]:
+    """The run folder's record (``name``: or its earlier one), or None when it has none (or an unreadable one)."""
     try:
-        return json.loads((Path(run_dir) / FILE).read_text())
+        return json.loads((Path(run_dir) / name).read_text())
     except (OSError, ValueError):
         return None
+
+
+def before(run_dir: Path, run_id: Optional[str]) -> Optional[dict]:
+    """The record the run before this one (``run_id``) left in ``run_dir``: metrics.json, or, once this
+    run's launch began its own record there (``begin``), metrics.previous.json."""
+    current = read(run_dir)
+    if current is not None and current.get("status") == "running" and current.get("run_id") == run_id:
+        return read(run_dir, PREVIOUS)
+    return current

@@ -104,7 +104,7 @@ class Evaluator:
         self.best: Optional[dict] = resumed.get("best")  # {"step", "value", "metrics"}
         self.since_best = int(resumed.get("since_best", 0))
         self.history = []
-        self.evaluated_step: Optional[int] = resumed.get("evaluated_step")  # the last whole-split evaluation's
+        self.evaluated_at: Optional[int] = resumed.get("step")  # the last whole-split evaluation's step
         self.clock.resume(resumed.get("clock"))
         target = getattr(cfg, "target", None)
         self.target = None if target is None else Target(
@@ -113,7 +113,7 @@ class Evaluator:
 
     def state(self) -> Optional[dict]:
         """What a checkpoint keeps of this Evaluator (Position.evaluation), the run's clock with it."""
-        state = {"clock": self.clock.state(), "evaluated_step": self.evaluated_step}
+        state = {"clock": self.clock.state(), "step": self.evaluated_at}
         if self.best is not None:
             state.update(best=self.best, since_best=self.since_best)
         if self.target is not None:
@@ -146,8 +146,8 @@ class Evaluator:
         self.raw = evaluate(self.held, self.g.model, limit)
         self.latest = evaluate(self.held, self.ema.module, limit) if self.ema is not None else self.raw
         if self.latest is not None:
-            self.evaluated_step = step
             self.history.append({"step": step, **self.latest})
+            self.evaluated_at = step
             if self.target is not None:
                 self.target.note(step, self.samples(step), self.latest.get(primary))
             self._track_best(step)
@@ -180,3 +180,7 @@ class Evaluator:
     def stop(self) -> bool:
         """Training should end: early stopping, or the target was reached."""
         return self.stopped_early or (self.target is not None and self.target.reached is not None)
+
+    def why_stopped(self) -> str:
+        """What ended the run (``stop`` is true): ``target`` or ``early_stop``."""
+        return "target" if self.target is not None and self.target.reached is not None else "early_stop"

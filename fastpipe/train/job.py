@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from fastpipe.train import graph as training_graph
+from fastpipe.record import results
 from fastpipe.record.notes import collect_warnings
 from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
 from fastpipe.checkpoint.state import RunFacts
@@ -49,7 +50,11 @@ def run_training(settings: Config, run_dir: Path) -> dict:
             _train_and_record(settings, run_dir, dist, recorder, record, ckpt)
             return record.to_dict()
     except NothingToTrain as exc:  # a resume at the run's end: said in one line, not a failure
-        record.set(**{**exc.metrics, "reason": str(exc), "checkpoint": str(ckpt.latest)})
+        earlier = results.before(run_dir, settings.run_id)
+        if exc.keeps(earlier):  # the run stopped itself there: its finished record stays, as this launch's
+            record = RunRecord.from_dict({**earlier, "run_id": settings.run_id})
+        else:
+            record.set(**{**exc.metrics, "reason": str(exc), "checkpoint": str(ckpt.latest)})
         if dist.is_main:
             print(f"fastpipe: {exc}", file=sys.stderr, flush=True)
         return record.to_dict()

@@ -47,12 +47,14 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
     steps_per_epoch = epoch_steps(g, cfg)
     total = total_steps(cfg, steps_per_epoch)
     start = ckpt.restore(g, cfg, steps_per_epoch)  # step 0, or where a checkpoint left off
-    if start.step >= total or start.epoch >= cfg.epochs:
-        raise ckpt.past_the_end(start, total)
     res, pos = LoopResult(steps=start.step, final_loss=start.final_loss), None
     step_samples = global_batch(cfg, g.runtime.dist.world_size)  # all processes'
     evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock,
                           samples=lambda step: start.samples_seen + (step - start.step) * step_samples)
+    if evaluator.stop:  # the checkpoint's run stopped itself, and these settings would stop it there again
+        raise stopped_already(ckpt, start, evaluator)
+    if start.step >= total or start.epoch >= cfg.epochs:
+        raise ckpt.past_the_end(start, total)
     streak = torch.zeros((), device=g.device)  # non-finite bookkeeping stays on the device
     worst = torch.zeros((), device=g.device)
     bad_total = torch.full((), float(start.nonfinite_steps), device=g.device)
@@ -135,7 +137,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             recorder.scalars(res.steps, {"train/epoch_time_s": res.epoch_times_s[-1]})
         # Evaluated at this step already: a periodic evaluation before the budget stopped the epoch, or before
         # the checkpoint this run resumed from at the epoch's end.
-        evaluated = evaluator.evaluated_step == res.steps
+        evaluated = evaluator.evaluated_at == res.steps
         if evaluator.stop or (not evaluated and evaluate_now()) or res.stopped_by or res.steps >= total:
             break
     bar.close()
@@ -145,14 +147,30 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
     res.stopped_by = ("target" if target is not None and target.reached else res.stopped_by
                       or ("early_stop" if res.stopped_early else None))
     paused = res.stopped_by == "time_budget"
-    if paused and pos is not None:  # resumed from: it keeps the stop's evaluation and the clock after it
+    if res.stopped_by and pos is not None:  # the stop's evaluation and the clock after it, for a resume
         pos.evaluation = evaluator.state()
-    ckpt.finish(g, pos, streak, always=paused)
+    # a target or early stop: the last step's checkpoint is written again with the evaluation that stopped it
+    ckpt.finish(g, pos, streak, always=paused, again=res.stopped_by in ("target", "early_stop"))
     meter.run_clock.stop()
     res.target = target and target.record(res.steps, evaluator.samples(res.steps))
     if worst.item() >= cfg.max_nonfinite_steps:
         raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
     return res
+
+
+def stopped_already(ckpt: Checkpointer, start: Position, evaluator: Evaluator):
+    """The NothingToTrain of a resume whose checkpoint shows the run stopped itself (``evaluator.stop``)."""
+    target, best, why = evaluator.target, evaluator.best, evaluator.why_stopped()
+    if why == "target":
+        said, further = target.describe_reached(), "a harder train.target (or none) trains further"
+    else:
+        said = (f"early stopping: {evaluator.g.task.primary} gained nothing for {evaluator.since_best} evaluations "
+                f"(best {best['value']:.4g} at step {best['step']})")
+        further = "a larger train.early_stop_patience (or none) trains further"
+    return ckpt.stopped_already(start, said, further, {
+        "stopped_by": why, "stopped_early": why == "early_stop",
+        "target": target and target.record(start.step, start.samples_seen),
+        "best": best and {"step": best["step"], "value": best["value"]}})
 
 
 def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out, direction: str = "") -> str:

@@ -4,7 +4,8 @@ The evaluator reports every evaluation here (``note``); the first whole-split ev
 primary metric reaches the target in the task's direction stops the run. An evaluation on the
 ``train.target_eval_samples`` subset only decides whether to confirm on the whole split at once;
 its value is kept on the curve (marked ``subset``) but never counts. The record survives a resume
-(``state``), so a continued run's curve and clock go on where they stopped.
+(``state``), so a continued run's curve and clock go on where they stopped; a resume with another
+target judges the curve so far against it (a harder one not reached yet trains on).
 """
 from __future__ import annotations
 
@@ -35,7 +36,11 @@ class Target:
         resumed = resumed or {}
         self.reached: Optional[dict] = resumed.get("reached")  # {step, seconds, samples, value}
         self.best: Optional[float] = resumed.get("best_value")
-        self.curve: List[dict] = list(resumed.get("curve") or [])  # one entry per evaluation
+        self.curve: List[dict] = list(resumed.get("curve") or [])  # one entry per evaluation (+ its samples)
+        if resumed.get("value", self.value) != self.value:  # a resume with another target: judged on the same curve
+            self.reached = next(({"step": c["step"], "seconds": c["seconds"], "samples": c.get("samples"),
+                                  "value": c["value"]} for c in self.curve if not c["subset"] and self.hit(c["value"])),
+                                None)
 
     def hit(self, value: Optional[float]) -> bool:
         """True when ``value`` reaches the target in the metric's direction."""
@@ -47,7 +52,7 @@ class Target:
         """An evaluation ended now with primary metric ``value``; True when it reached the target (a
         whole-split evaluation: the run stops; a subset one: confirm on the whole split)."""
         seconds = self.clock.elapsed()
-        self.curve.append({"step": step, "seconds": seconds, "value": value, "subset": subset})
+        self.curve.append({"step": step, "seconds": seconds, "value": value, "subset": subset, "samples": samples})
         if value is None or subset:
             return self.hit(value)
         if self.best is None or (value > self.best if self.higher else value < self.best):
@@ -58,8 +63,8 @@ class Target:
         return False
 
     def state(self) -> dict:
-        """What a checkpoint keeps of it."""
-        return {"reached": self.reached, "best_value": self.best, "curve": self.curve}
+        """What a checkpoint keeps of it (the target too: a resume with another one judges the curve again)."""
+        return {"value": self.value, "reached": self.reached, "best_value": self.best, "curve": self.curve}
 
     def record(self, steps: int, samples: int) -> dict:
         """metrics.json's ``target``: when it was reached, or (not reached) the clock when the run ended."""
@@ -69,4 +74,11 @@ class Target:
                 "reached": reached is not None, "seconds": seconds, "seconds_end_to_end": self.clock.end_to_end(seconds),
                 "steps": reached["step"] if reached else steps, "samples": reached["samples"] if reached else samples,
                 "reached_value": reached["value"] if reached else None, "best_value": self.best,
-                "eval_every": self.eval_every, "eval_samples": self.subset, "curve": self.curve}
+                "eval_every": self.eval_every, "eval_samples": self.subset,
+                "curve": [{k: v for k, v in c.items() if k != "samples"} for c in self.curve]}
+
+    def describe_reached(self) -> str:
+        """``train.target=0.8 was reached at step 12 (accuracy 0.8475)``, for a resume that has nothing to train."""
+        reached = self.reached
+        return (f"train.target={self.value:g} was reached at step {reached['step']} ({self.metric} "
+                f"{reached['value']:.4g})")

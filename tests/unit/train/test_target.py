@@ -112,3 +112,55 @@ def test_a_stopped_run_keeps_its_best_and_its_target_curve_so_far(tmp_path):
     full = [c for c in m["target"]["curve"] if not c["subset"]]
     assert [c["step"] for c in full] == [2, 4, 6] and not m["target"]["reached"]  # step 8 stopped before evaluating
     assert m["best"]["value"] == max(c["value"] for c in full) == m["target"]["best_value"]
+
+
+# reached at a periodic evaluation (step 12, 11 steps an epoch), or at an epoch's end (step 11)
+@pytest.mark.parametrize("eval_every,target", [(2, 0.8), (11, 0.6)])
+def test_a_run_that_reached_its_target_trains_nothing_when_resumed_and_keeps_its_record(eval_every, target, tmp_path,
+                                                                                         capfd):
+    """The same ``train.resume=auto`` command again: its checkpoint says the target was reached, so
+    nothing trains and metrics.json stays the finished record. A harder target trains on from there."""
+    from fastpipe.record.results import read as read_metrics
+
+    args = TINY + ["train.max_steps=30", f"train.eval_every={eval_every}", f"train.target={target}",
+                   "train.checkpoint_every=100", "train.resume=auto"]
+    first = run_in_process(tmp_path, args)
+    assert first["stopped_by"] == "target" and first["target"]["reached"], first.get("reason")
+    capfd.readouterr()
+    again = run_in_process(tmp_path, args)
+    err = capfd.readouterr().err
+    assert f"train.target={target:g} was reached at step {first['steps']}" in err and "nothing to train" in err, err
+    kept = read_metrics(tmp_path)
+    for key in ("status", "steps", "target", "best", "stopped_by", "throughput", "val_metrics", "time_breakdown_s"):
+        assert again[key] == kept[key] == first[key], key
+    if eval_every == 2:  # an easier target: judged on the same curve, reached earlier, nothing to train either
+        easier = run_in_process(tmp_path, [*args, "train.target=0.3"])
+        reached = next(c for c in first["target"]["curve"] if c["value"] >= 0.3)
+        assert easier["status"] == "ok" and easier["steps"] == first["steps"] and easier["stopped_by"] == "target"
+        assert easier["target"]["steps"] == reached["step"] < first["steps"] and easier["throughput"] is None
+        assert "train.target=0.3 was reached at step" in easier["reason"]
+
+    harder = run_in_process(tmp_path, [*args, "train.target=0.999", f"train.max_steps={first['steps'] + 4}"])
+    t, curve = harder["target"], first["target"]["curve"]
+    assert harder["status"] == "ok" and t["value"] == 0.999, harder.get("reason")
+    assert any(f"at step {first['steps']} " in w for w in harder["warnings"])
+    assert harder["steps"] > first["steps"] and harder["per_rank"]["steps_run"] == [harder["steps"] - first["steps"]]
+    assert t["curve"][:len(curve)] == curve and len(t["curve"]) > len(curve)
+    steps = [c["step"] for c in t["curve"] if not c["subset"]]
+    assert steps == sorted(set(steps)), steps  # no evaluation at the resumed step a second time
+    assert not t["reached"] or t["steps"] > first["steps"]
+
+
+def test_a_run_stopped_early_trains_nothing_when_resumed_with_the_same_patience(tmp_path, capfd):
+    from fastpipe.record.results import read as read_metrics
+
+    args = TINY + ["train.max_steps=40", "train.eval_every=1", "train.early_stop_patience=1",
+                   "train.early_stop_min_delta=0.5", "train.checkpoint_every=100", "train.resume=auto"]
+    first = run_in_process(tmp_path, args)  # no evaluation gains 0.5 on the first: stopped at the second
+    assert first["stopped_by"] == "early_stop" and first["steps"] == 2, first.get("reason")
+    again = run_in_process(tmp_path, args)
+    assert "shows early stopping: accuracy gained nothing for 1 evaluations" in capfd.readouterr().err
+    assert again == {**read_metrics(tmp_path)} and again["throughput"] == first["throughput"]
+    assert again["steps"] == 2 and again["best"] == first["best"]
+    longer = run_in_process(tmp_path, [*args, "train.early_stop_patience=3"])  # more patience: trains on
+    assert longer["stopped_by"] == "early_stop" and longer["steps"] == 4
