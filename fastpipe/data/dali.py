@@ -34,10 +34,12 @@ def import_dali() -> SimpleNamespace:
 
 
 def decode_options(decoder: str, cfg, roi: bool, rgb) -> dict:
-    """The decoder's arguments. Fancy (libjpeg-style) chroma upsampling is asked for whole-image GPU
+    """The decoder's arguments. The EXIF orientation is not applied, as data=default's and the packs'
+    decode (PIL, like torchvision's ImageFolder) does not apply it: every loader trains on the same
+    pixels. Fancy (libjpeg-style) chroma upsampling is asked for whole-image GPU
     decodes only: for ROI (random-crop) decodes with nvJPEG < 13.2 nvImageCodec declines it (edge
     pixels may come out wrong) and prints a warning for every image (thousands a second on an H200)."""
-    options = {"device": decoder, "output_type": rgb}
+    options = {"device": decoder, "output_type": rgb, "adjust_orientation": False}
     if decoder == "mixed":
         options.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling and not roi)
     return options

@@ -161,3 +161,27 @@ def test_synthetic_dataset_and_gpu_decoder_on_cpu_are_clear_errors(spec):
         make_settings(["data=dali", "dataset=tokens", "task=lm", "model=gpt_tiny"])
     with pytest.raises(ConfigError, match="data.decoder=mixed decodes on the GPU, but training runs on cpu"):
         loader(spec, train=True, cfg=DaliLoaderConfig(decoder="mixed"))
+
+
+@needs_dali
+def test_the_exif_orientation_is_ignored_as_data_default_ignores_it(tmp_path):
+    """A phone photo's EXIF orientation tag (6: rotate 90 degrees to display): PIL's decode, and so
+    data=default and the packs, keep the stored pixels; DALI must train on those same pixels."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.zeros((40, 80, 3), np.uint8)
+    pixels[:, 40:] = 255  # stored: dark left half, bright right half
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    files = []
+    for i in range(16):
+        files.append(str(tmp_path / f"p{i}.jpg"))
+        Image.fromarray(pixels).save(files[-1], quality=95, exif=exif)
+    images = ImageFiles(files, list(range(16)), [str(i) for i in range(16)], 24)
+    reference = images[0][0].float()  # data=default's decode and resize
+    assert reference[:, :, :12].mean() < 60 < 200 < reference[:, :, 12:].mean()
+    spec = dataclasses.replace(shapes_splits(image_size=24, num_images=120), train=images, val=images)
+    x, _ = next(iter(loader(spec, train=False, batch=4)))
+    left, right, top, bottom = x[0, :, :, :12].mean(), x[0, :, :, 12:].mean(), x[0, :, :12].mean(), x[0, :, 12:].mean()
+    assert left < -1 < 1 < right and abs(top - bottom) < 0.1  # columns, not rows: not rotated
