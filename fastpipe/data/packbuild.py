@@ -25,7 +25,7 @@ from fastpipe import signals
 from fastpipe.data.packformat import DTYPE_JPEG, DTYPE_UINT8, TRAIN
 from fastpipe.data.packjournal import build_lock, partial_path
 from fastpipe.data.packparts import Part, PartWriter, complete_file, plan_parts
-from fastpipe.errors import DataError
+from fastpipe.errors import ConfigError, DataError
 
 SHARD_SEED = 0  # the fixed shuffle of a sharded pack's training images (the same for every codec)
 
@@ -181,11 +181,17 @@ def build_images(job: ImagesJob, out: Path, workers: int = 1, progress: bool = F
         if not force and complete_file(out, job.key, trust_name):  # finished while this one took the lock
             return out, "packed by another process"
         _remove_dead_tmp(out)
+        created = bool(job.shard_bytes) and not out.exists()
         if job.shard_bytes:
             if force and out.is_dir():
                 shutil.rmtree(out)
             out.mkdir(exist_ok=True)
-        done = _build(job, out, workers, progress)
+        try:
+            done = _build(job, out, workers, progress)
+        except ConfigError:  # refused before writing anything (a shard size too small): leave no empty folder
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
     total = len(job.files)
     return out, "packed now" if done == 0 else f"resumed ({done} of {total} images were already packed)"
 
@@ -194,6 +200,14 @@ def _remove_dead_tmp(out: Path) -> None:
     # An older fastpipe's temporary file (``.NAME.tmp-PID``): it wrote under the same lock, so one seen now is dead.
     for tmp in out.parent.glob(f".{out.name}.tmp-*"):
         tmp.unlink(missing_ok=True)
+
+
+def _size_text(n: float) -> str:
+    """Bytes in --shard-size's own units (powers of 1000): ``786KB``, ``2.4MB``."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}B"
 
 
 def _layout(job: ImagesJob, out: Path, order: np.ndarray, pool: _Pool) -> List[Part]:
@@ -207,7 +221,13 @@ def _layout(job: ImagesJob, out: Path, order: np.ndarray, pool: _Pool) -> List[P
     except (OSError, ValueError, TypeError, KeyError):
         pass
     per_image = job.image_bytes if job.codec == "raw" else _estimate_jpeg_bytes(job, order, pool) * 1.05
-    parts = plan_parts(job.split[order], job.chunk_images, max(1, int(job.shard_bytes // per_image)))
+    per_shard = int(job.shard_bytes // per_image)
+    if per_shard < job.chunk_images:  # shards are whole chunks: each would be larger than asked
+        raise ConfigError(f"--shard-size {_size_text(job.shard_bytes)} holds {per_shard} images of about "
+                          f"{_size_text(per_image)}, fewer than one chunk of {job.chunk_images} (--chunk-images): "
+                          f"raise --shard-size to at least {_size_text(job.chunk_images * per_image)}, or lower "
+                          f"--chunk-images to {max(1, per_shard)}")
+    parts = plan_parts(job.split[order], job.chunk_images, per_shard)
     saved.write_text(json.dumps({"key": job.key, "parts": [p.__dict__ for p in parts]}))
     return parts
 

@@ -195,6 +195,12 @@ def test_bad_codec_settings_are_one_clear_line(packs, folder, capsys):
         make_settings(["data=mmap", "data.codec=png"])
     assert pack_main([str(folder), str(packs["raw"]), "--shard-size", "2XB"]) == 2
     assert "--shard-size 2XB: give bytes with a unit, e.g. 2GB" in capsys.readouterr().err
+    small = packs["raw"].parent / "small-shards"  # 64x64x3 = 12.3KB an image: 100KB holds 8, a chunk is 16
+    assert pack_main([str(folder), str(small), "--size", "64", "--shard-size", "100KB", "--chunk-images", "16",
+                      "--no-progress"]) == 2
+    assert ("--shard-size 100KB holds 8 images of about 12.3KB, fewer than one chunk of 16 (--chunk-images): raise "
+            "--shard-size to at least 197KB, or lower --chunk-images to 8") in capsys.readouterr().err
+    assert not small.exists()  # refused before anything was written
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU decode needs CUDA (nvJPEG); CPU decode is tested above")
