@@ -67,11 +67,13 @@ def test_gpu_decoder_asks_fancy_upsampling_only_for_whole_images():
 
     cfg = DaliLoaderConfig(hw_decoder_load=0.9)
     whole, crop = decode_options("mixed", cfg, roi=False, rgb="RGB"), decode_options("mixed", cfg, roi=True, rgb="RGB")
-    assert whole == {"device": "mixed", "output_type": "RGB", "hw_decoder_load": 0.9, "jpeg_fancy_upsampling": True}
+    assert whole == {"device": "mixed", "output_type": "RGB", "adjust_orientation": False, "hw_decoder_load": 0.9,
+                     "jpeg_fancy_upsampling": True}
     assert crop["jpeg_fancy_upsampling"] is False  # nvJPEG < 13.2: no fancy upsampling in ROI decodes
     assert decode_options("mixed", dataclasses.replace(cfg, jpeg_fancy_upsampling=False), False, "RGB")[
         "jpeg_fancy_upsampling"] is False
-    assert decode_options("cpu", cfg, roi=True, rgb="RGB") == {"device": "cpu", "output_type": "RGB"}
+    assert decode_options("cpu", cfg, roi=True, rgb="RGB") == {"device": "cpu", "output_type": "RGB",
+                                                               "adjust_orientation": False}
 
 
 @needs_dali
