@@ -101,8 +101,9 @@ class MmapLoaderConfig(LoaderCommon):
     quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100)
     decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
     decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
-    # Sharded packs: samples held back to shuffle a sequential read (over all ranks); 0 = every epoch
-    # a fresh permutation of each rank's samples; auto = 0 when this rank's shards fit in half the RAM, else 16384.
+    # Sharded packs: samples held back to shuffle a sequential read (over all ranks; fewer than 2 a lane is
+    # refused); 0 = every epoch a fresh permutation of each rank's samples; auto = 0 when this rank's shards
+    # fit in half the RAM, else 16384.
     shuffle_buffer: Any = "auto"
 
     def __post_init__(self) -> None:

@@ -12,7 +12,8 @@ the same number of processes only).
 
 A lane's order for an epoch, drawn from (seed, epoch, lane): a fresh permutation of its samples
 (``shuffle_buffer=0``); or, for packs larger than memory, its shard pieces in a shuffled order,
-each read front to back, through a shuffle buffer of ``shuffle_buffer / V`` samples. A lane one
+each read front to back, through a shuffle buffer of ``shuffle_buffer / V`` samples (at least 2:
+a smaller buffer would read every epoch in the same order, so it is refused). A lane one
 sample longer than the others (``n`` not a multiple of ``V``) leaves out a different one each epoch.
 """
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 from typing import List, Tuple
 
 import numpy as np
+
+from fastpipe.errors import ConfigError
 
 MAX_LANES = 64
 MIN_LANE = 16  # samples: smaller packs get fewer lanes
@@ -55,6 +58,11 @@ class LanePlan:
         self.n, self.world, self.rank, self.batch, self.seed = n, world, rank, batch, seed
         self.shuffle_buffer, self.drop_last = shuffle_buffer, drop_last
         self.lanes = lane_count(n, world, batch)
+        if 0 < shuffle_buffer < 2 * self.lanes:  # 1 sample a lane: each lane read in the same order every epoch
+            raise ConfigError(
+                f"data.shuffle_buffer={shuffle_buffer} shuffles nothing: the pack is read in {self.lanes} lanes, "
+                f"{shuffle_buffer} // {self.lanes} = {shuffle_buffer // self.lanes} sample a lane; use "
+                f"data.shuffle_buffer={2 * self.lanes} or more, 0 (a fresh permutation every epoch), or auto")
         self.per_step = batch * world // self.lanes  # samples each lane gives per step
         self.length, extra = divmod(n, self.lanes)
         self.bounds = [(l * self.length + min(l, extra), (l + 1) * self.length + min(l + 1, extra))
