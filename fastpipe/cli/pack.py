@@ -7,7 +7,11 @@
 
 SRC is an ImageFolder (same class/split rules as ``dataset=imagefolder``) or a dataset by its
 config name (``shapes``, or a project's with ``--config-dir DIR``), composed exactly as a training
-run composes it; ``dataset.KEY=VALUE`` arguments change its settings. Image datasets become an
+run composes it; ``dataset.KEY=VALUE`` arguments change its settings. SRC spelled as a path (with
+a ``/``, or a leading ``.`` or ``~``) or naming an existing folder is the folder (./shapes); only a
+bare name that is no folder here is a config name. A stream (an IterableDataset) cannot be
+packed. OUT of the other kind (a pack file with --shard-size, a sharded pack's folder without it)
+is refused before packing; --force replaces it. Image datasets become an
 images pack (raw pixels, or JPEG files with --codec jpeg; one file, or with --shard-size a folder
 of shards and an index), other datasets of fixed-shape samples a records pack. Images are packed
 by a pool of --threads processes; a pack killed half-way is resumed by the same command, and a
@@ -29,8 +33,10 @@ from fastpipe.config import config_dir
 
 from fastpipe.data.cache import pack_images, stored_shape
 from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, PackReader
+from fastpipe.data.packparts import check_out, remove_other_kind
 from fastpipe.data.records import pack_records
 from fastpipe.data.shards import PackSet, index_of, verify_sharded
+from fastpipe.data.streams import is_stream
 from fastpipe.errors import EXIT_CODE, ConfigError, DataError, FastpipeError
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -55,6 +61,32 @@ def _named(src: str, project_conf: Optional[str]) -> bool:
     return src != "imagefolder" and any((Path(d) / "dataset" / f"{src}.yaml").is_file() for d in dirs)
 
 
+def _as_path(src: str) -> bool:
+    """SRC spelled as a path (a separator, or a leading ``.`` or ``~``): always a folder, never a config name."""
+    return os.sep in src or bool(os.altsep and os.altsep in src) or src.startswith((".", "~"))
+
+
+def source_folder(src: str, project_conf: Optional[str]) -> Optional[Path]:
+    """The folder SRC names, or None for a dataset config's name: a path, or an existing folder, is the
+    folder; only a bare name that is no folder here is a config (a warning when both exist)."""
+    folder = Path(src).expanduser()
+    if _as_path(src):
+        if not folder.is_dir():
+            raise DataError(f"{src} is not a folder (SRC given as a path is an ImageFolder); give an existing "
+                            "folder, or a dataset name (shapes) without a path")
+        return folder
+    named = _named(src, project_conf)
+    if folder.is_dir():
+        if named:
+            print(f"fastpipe.pack: warning: packing the folder {src}, not dataset={src} (a dataset config of that "
+                  "name exists: run from another folder to pack it)", file=sys.stderr)
+        return folder
+    if not named:
+        raise DataError(f"{src} is neither a folder of images nor a dataset config (shapes, or one in "
+                        "--config-dir); give an ImageFolder path (one sub-folder per class) or a dataset name")
+    return None
+
+
 def resolve_source(src: str, overrides: list, progress: bool, project_conf: Optional[str] = None):
     """SRC (a folder, or a dataset config's name) + ``dataset.KEY=VALUE`` overrides -> DataSplits."""
     from hydra import compose, initialize_config_dir
@@ -66,10 +98,8 @@ def resolve_source(src: str, overrides: list, progress: bool, project_conf: Opti
     bad = [o for o in overrides if not o.startswith("dataset.")]
     if bad:
         raise ConfigError(f"{bad[0]!r}: only dataset.KEY=VALUE settings can follow SRC OUT")
-    folder, named = Path(src).expanduser(), _named(src, project_conf)
-    if not folder.is_dir() and not named:
-        raise DataError(f"{src} is neither a folder of images nor a dataset config (shapes, or one in "
-                        "--config-dir); give an ImageFolder path (one sub-folder per class) or a dataset name")
+    folder = source_folder(src, project_conf)
+    named = folder is None
     register_configs()
     extra = [f"hydra.searchpath=[file://{Path(project_conf).resolve()}]"] if project_conf else []
     root = [f"dataset.root={folder.resolve()}"] if not named else []
@@ -89,7 +119,8 @@ def _parse(argv: Optional[list]) -> argparse.Namespace:
     doc = __doc__.replace("``", "").split("\n\n")
     p = argparse.ArgumentParser(prog="python -m fastpipe.pack", description=doc[0].split(": ", 1)[1],
                                 epilog="\n\n".join(doc[1:3]), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", nargs="?", help="ImageFolder path, or a built-in dataset name (shapes)")
+    p.add_argument("src", nargs="?", help="ImageFolder path (a path or an existing folder is always the folder), or a dataset "
+                   "config's bare name (shapes)")
     p.add_argument("out", nargs="?", help="the pack file to write (written atomically)")
     p.add_argument("overrides", nargs="*", help="dataset.KEY=VALUE settings (as on fastpipe's command line)")
     p.add_argument("--verify", metavar="PACK", help="check every chunk checksum of PACK (a file, or a sharded pack's "
@@ -105,7 +136,8 @@ def _parse(argv: Optional[list]) -> argparse.Namespace:
     p.add_argument("--quality", type=int, default=90, help="--codec jpeg: JPEG quality 1-100 (default 90)")
     p.add_argument("--shard-size", metavar="SIZE", help="write OUT as a folder of shards of about SIZE (2GB, 500MB, "
                    "1GiB) and an index.json; each shard holds one split, training images shuffled once")
-    p.add_argument("--force", action="store_true", help="pack again even if OUT already holds this pack")
+    p.add_argument("--force", action="store_true", help="pack again even if OUT already holds this pack; replaces a pack of the other kind "
+                   "(a pack file with --shard-size, a sharded pack's folder without it)")
     p.add_argument("--chunk-images", type=int, default=DEFAULT_CHUNK_IMAGES, help="images per checksum chunk")
     p.add_argument("--config-dir", metavar="DIR", help="a project's conf/ folder, for its own dataset configs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -135,6 +167,9 @@ def main(argv: Optional[list] = None) -> int:
         shard_bytes = parse_bytes(args.shard_size) if args.shard_size else None
         splits = resolve_source(args.src, args.overrides, not args.no_progress, args.config_dir)
         progress = not args.no_progress
+        if is_stream(splits.train) or is_stream(splits.val):
+            raise ConfigError(f"dataset={splits.name} is a stream (an IterableDataset): a pack stores samples by "
+                              "index, so a stream cannot be packed; train on it with data=default")
         if splits.is_synthetic or hasattr(splits.train, "read_batch"):
             raise ConfigError(f"dataset={splits.name} needs no pack: data=mmap reads it straight "
                               "(it is generated on the device, or memory-mapped already)")
@@ -148,6 +183,9 @@ def main(argv: Optional[list] = None) -> int:
             if args.codec != "raw" or shard_bytes:
                 raise ConfigError(f"--codec and --shard-size are for image datasets; dataset={splits.name} "
                                   "gives a records pack: drop them")
+            check_out(Path(args.out), False, args.force)  # a sharded pack's folder is one line, not a failed rename
+            if args.force:
+                remove_other_kind(Path(args.out), False)
             out, how = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
                                     "identity": splits.identity}, progress, args.chunk_images), "packed now"
         seconds, pack = time.perf_counter() - start, PackSet(out)

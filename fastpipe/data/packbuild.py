@@ -24,7 +24,8 @@ import numpy as np
 from fastpipe import signals
 from fastpipe.data.packformat import DTYPE_JPEG, DTYPE_UINT8, TRAIN
 from fastpipe.data.packjournal import build_lock, partial_path
-from fastpipe.data.packparts import Part, PartWriter, complete_file, plan_parts
+from fastpipe.data.packparts import (LAYOUT_NAME, Part, PartWriter, check_out, complete_file, plan_parts,
+                                     remove_other_kind)
 from fastpipe.errors import ConfigError, DataError
 
 SHARD_SEED = 0  # the fixed shuffle of a sharded pack's training images (the same for every codec)
@@ -176,11 +177,14 @@ def build_images(job: ImagesJob, out: Path, workers: int = 1, progress: bool = F
     out = Path(out)
     if not force and complete_file(out, job.key, trust_name):
         return out, "reused"
+    check_out(out, bool(job.shard_bytes), force)
     out.parent.mkdir(parents=True, exist_ok=True)
     with build_lock(out, str(out), quiet=not progress):
         if not force and complete_file(out, job.key, trust_name):  # finished while this one took the lock
             return out, "packed by another process"
         _remove_dead_tmp(out)
+        if force:
+            remove_other_kind(out, bool(job.shard_bytes))
         created = bool(job.shard_bytes) and not out.exists()
         if job.shard_bytes:
             if force and out.is_dir():
@@ -213,7 +217,7 @@ def _size_text(n: float) -> str:
 def _layout(job: ImagesJob, out: Path, order: np.ndarray, pool: _Pool) -> List[Part]:
     if not job.shard_bytes:
         return [Part(out.name, 0, len(order))]
-    saved = out / ".layout.json"
+    saved = out / LAYOUT_NAME
     try:
         kept = json.loads(saved.read_text())
         if kept.get("key") == job.key:
@@ -266,7 +270,7 @@ def _build_with(job: ImagesJob, out: Path, order: np.ndarray, groups: int, worke
             from fastpipe.data.shards import write_index
 
             write_index(out, job, [w.summary() for w in writers])
-            (out / ".layout.json").unlink(missing_ok=True)
+            (out / LAYOUT_NAME).unlink(missing_ok=True)
         return already
     finally:
         pool.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,10 @@ import numpy as np
 
 from fastpipe.data.packfile import PackReader
 from fastpipe.data.packwriter import fsync_rename
-from fastpipe.data.packformat import DTYPE_JPEG, TRAIN, VAL, chunks_of, data_offset_for, header_region, index_bytes
+from fastpipe.data.packformat import (DTYPE_JPEG, MAGIC, TRAIN, VAL, chunks_of, data_offset_for, header_region,
+                                      index_bytes)
 from fastpipe.data.packjournal import Journal, partial_path
-from fastpipe.errors import DataError
+from fastpipe.errors import ConfigError, DataError
 
 INDEX_NAME = "index.json"
 
@@ -36,6 +38,45 @@ def plan_parts(split: np.ndarray, chunk: int, per_shard: int) -> List[Part]:
         for start in range(begin, end, per_shard):
             parts.append(Part(f"shard-{len(parts):05d}.fppack", start, min(per_shard, end - start)))
     return parts
+
+
+LAYOUT_NAME = ".layout.json"  # a sharded build's plan, written before its first shard
+
+
+def _other_kind(out: Path, sharded: bool) -> Optional[str]:
+    """What ``out`` holds when it is not what this build writes (a file for a one-file pack, a folder for shards)."""
+    if sharded and out.is_file():
+        with open(out, "rb") as f:
+            return "pack file" if f.read(len(MAGIC)) == MAGIC else "file"
+    if not sharded and out.is_dir():
+        return "sharded pack's folder" if (out / INDEX_NAME).is_file() or (out / LAYOUT_NAME).is_file() else "folder"
+    return None
+
+
+def check_out(out: Path, sharded: bool, force: bool) -> None:
+    """Refuse, before any packing, an ``out`` of the other kind: a sharded pack's folder for a one-file
+    pack, a pack file for shards (``force``: it is replaced), or anything else (never removed)."""
+    kind = _other_kind(out, sharded)
+    if kind == "sharded pack's folder" and not force:
+        raise ConfigError(f"{out} is a sharded pack's folder: add the --shard-size it was packed with to reuse it, "
+                          "--force to replace it with a one-file pack, or choose another OUT")
+    if kind == "pack file" and not force:
+        raise ConfigError(f"{out} is a pack file: drop --shard-size to reuse it, --force to replace it with a "
+                          "sharded pack's folder, or choose another OUT")
+    if kind == "folder":
+        raise ConfigError(f"{out} is a folder but not a sharded pack's: give OUT a pack file's name (or add "
+                          "--shard-size to write shards into a new folder)")
+    if kind == "file":
+        raise ConfigError(f"{out} is a file but not a pack: --shard-size writes a folder; choose another OUT")
+
+
+def remove_other_kind(out: Path, sharded: bool) -> None:
+    """``--force``: remove the pack of the other kind at ``out`` (``check_out`` has said it is one)."""
+    kind = _other_kind(out, sharded)
+    if kind == "sharded pack's folder":
+        shutil.rmtree(out)
+    elif kind == "pack file":
+        out.unlink()
 
 
 def complete_file(out: Path, key: str, trust_name: bool = False) -> bool:
