@@ -55,16 +55,27 @@ def remove_dead_tmp(final: Path) -> None:
                 tmp.unlink()
 
 
+def _cannot_create(exc: OSError, folder: Path) -> bool:
+    """ENOENT on ``folder`` or one of its parents: a folder that cannot be created (``/proc/x``) although
+    its parent exists. An ENOENT on a file inside (a source image gone) is no cache problem."""
+    if exc.errno != errno.ENOENT or not exc.filename:
+        return False
+    failed = Path(os.fsdecode(exc.filename))
+    return failed == Path(folder) or failed in Path(folder).parents
+
+
 @contextmanager
 def writing_into(folder: Path, fix: str = CACHE_FIX):
-    """Writes into ``folder``: a permission, read-only, disk-full or not-a-folder error becomes one
+    """Writes into ``folder``: a permission, read-only, disk-full, not-a-folder or cannot-create error becomes one
     DataError naming the folder and ``fix`` instead of a traceback."""
     try:
         yield
     except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS:
+        if exc.errno not in WRITE_ERRNOS and not _cannot_create(exc, folder):
             raise
         why = exc.strerror + (f": {exc.filename}" if exc.filename else "")
         if exc.errno in (errno.EEXIST, errno.ENOTDIR):  # a file where the cache needs a folder
             why = f"not a folder: {exc.filename}"
+        elif exc.errno == errno.ENOENT:  # its parent exists but refuses new folders (/proc, a stale mount)
+            why = f"cannot create {exc.filename}"
         raise DataError(f"cannot write to {folder} ({why}); {fix}") from exc

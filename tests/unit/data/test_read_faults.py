@@ -2,11 +2,25 @@
 to shuffle, a cache folder that cannot be made, a truncated JPEG under data=dali."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from PIL import Image
 
 from fastpipe.data.shardplan import LanePlan
 from fastpipe.errors import ConfigError
+
+
+def jpegs(root: Path, per_class: int = 10, size=(40, 30)) -> Path:
+    """Two classes of random-noise JPEGs."""
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.jpg", quality=90)
+    return root
 
 
 # ------------------------------------------------------------------ data.shuffle_buffer
@@ -25,3 +39,19 @@ def test_the_smallest_accepted_shuffle_buffer_gives_each_epoch_another_order():
     lane0 = np.array([b[0] for b in first])
     assert not np.array_equal(lane0, np.sort(lane0))  # not read in the pack's order
     assert plan.shuffle_buffer == 128
+
+
+# ------------------------------------------------------------------ FASTPIPE_CACHE that cannot be made
+def test_a_cache_folder_that_cannot_be_created_is_one_line_naming_fastpipe_cache(tmp_path):
+    """/proc/nope: mkdir fails with ENOENT (not EACCES or ENOTDIR) although its parent exists."""
+    from fastpipe.data.cache import ensure_cached_pack
+    from fastpipe.data.images import image_folder, shapes
+    from fastpipe.data.splits import DataSplits
+    from fastpipe.errors import DataError
+
+    fix = r"; set FASTPIPE_CACHE to a writable folder$"
+    with pytest.raises(DataError, match=r"^cannot write to /proc/nope \(cannot create /proc/nope\)" + fix):
+        shapes(num_images=40, cache_root="/proc/nope")
+    built = image_folder(str(jpegs(tmp_path / "imgs")), image_size=8)
+    with pytest.raises(DataError, match=r"^cannot write to /proc/nope/packs \(cannot create /proc/nope\)" + fix):
+        ensure_cached_pack(DataSplits("imagefolder", built["train"], built["val"]), "/proc/nope", (8, 8))
