@@ -8,12 +8,14 @@ every loader uses, and handed to PyTorch by DALI's own ``DALIGenericIterator``.
 """
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
+from typing import Optional
 
 from fastpipe.config import DaliLoaderConfig
 from fastpipe.data.device import MEAN, STD
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import ConfigError, EnvironmentProblem, no_full_batch
+from fastpipe.errors import ConfigError, DataError, EnvironmentProblem, no_full_batch
 from fastpipe.runtime import Runtime
 
 READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
@@ -72,6 +74,35 @@ def _graph(dali, files, labels, shard_id, num_shards, train, augment, size, deco
     return images, labels.gpu() if on_gpu else labels
 
 
+# DALI's image decoders (CPU and mixed) end their error with the file reader's name for the sample.
+FAILED_SAMPLE = re.compile(r"Failed to decode sample #\d+ : (.+)")
+
+
+def decode_failure(exc: RuntimeError) -> Optional[DataError]:
+    """A pipeline error from decoding an image -> one DataError naming the file (or, when DALI does
+    not name it, how to find it); None for any other pipeline error."""
+    text = str(exc)
+    found = FAILED_SAMPLE.search(text)
+    if found:
+        return DataError(f"cannot read image {found.group(1).strip()}: DALI's decoder fails on it; remove or "
+                         "replace the file (data=default says what is wrong with it)")
+    if "fn.decoders." in text:
+        return DataError("data=dali cannot decode an image of this batch, and DALI does not say which: run "
+                         "data=default, which names the file, then remove or replace it")
+    return None
+
+
+def _decoding(step, *args, **kwargs):
+    """``step(*args, **kwargs)``, with an image DALI cannot decode raised as one DataError."""
+    try:
+        return step(*args, **kwargs)
+    except RuntimeError as exc:
+        failure = decode_failure(exc)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
 class DaliLoader:
     """DALIGenericIterator -> (float NCHW images, int64 labels) on the training device."""
 
@@ -94,7 +125,7 @@ class DaliLoader:
         # DALI cannot reset mid-epoch; read out the rest (e.g. batches left over by grad_accum).
         try:
             while True:
-                next(self.iterator)
+                _decoding(next, self.iterator)
         except StopIteration:
             pass  # auto_reset: the next epoch is ready
 
@@ -102,7 +133,11 @@ class DaliLoader:
         if self._open:
             self._drain()
         self._open = True
-        for outputs in self.iterator:
+        while True:
+            try:
+                outputs = _decoding(next, self.iterator)
+            except StopIteration:
+                break
             images, labels = outputs[0]["images"], outputs[0]["labels"]
             if labels.numel() == 0:  # PARTIAL: a shorter shard can end on an empty batch
                 continue
@@ -141,8 +176,9 @@ def build_dali_loader(cfg: DaliLoaderConfig, splits: DataSplits, runtime: Runtim
         batch_size=batch_size, num_threads=threads, device_id=(device.index or 0) if on_gpu else None,
         seed=(seed + dist.rank) % 2**31,  # each rank its own augmentation stream
         prefetch_queue_depth=cfg.prefetch_queue_depth, exec_dynamic=cfg.exec_dynamic)
-    iterator = dali.Iterator([pipe], ["images", "labels"], reader_name=READER, last_batch_policy=policy,
-                             auto_reset=True)
+    # _decoding: the iterator already runs the pipeline for its first batch
+    iterator = _decoding(dali.Iterator, [pipe], ["images", "labels"], reader_name=READER, last_batch_policy=policy,
+                         auto_reset=True)
     where = "GPU (mixed: nvJPEG + HW decoder)" if decoder == "mixed" else "CPU"
     description = (f"dali  decode={decoder} on {where}  num_threads={threads}  "
                    f"prefetch_queue_depth={cfg.prefetch_queue_depth}  exec_dynamic={cfg.exec_dynamic}  shard={dist.rank}/{dist.world_size}  "

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cpu_runtime, needs_dali
 from PIL import Image
 
 from fastpipe.data.shardplan import LanePlan
@@ -55,3 +56,31 @@ def test_a_cache_folder_that_cannot_be_created_is_one_line_naming_fastpipe_cache
     built = image_folder(str(jpegs(tmp_path / "imgs")), image_size=8)
     with pytest.raises(DataError, match=r"^cannot write to /proc/nope/packs \(cannot create /proc/nope\)" + fix):
         ensure_cached_pack(DataSplits("imagefolder", built["train"], built["val"]), "/proc/nope", (8, 8))
+
+
+# ------------------------------------------------------------------ data=dali on a truncated JPEG
+@needs_dali
+@pytest.mark.filterwarnings("ignore::UserWarning")  # DALI on a CPU-only machine
+def test_a_truncated_jpeg_under_dali_is_one_line_naming_the_file(tmp_path):
+    """Its header reads (the check before training passes it), its data ends half-way: DALI's
+    decoder fails on the batch holding it, as PIL does under data=default."""
+    from fastpipe.config import DaliLoaderConfig
+    from fastpipe.data import build_loader
+    from fastpipe.data.images import image_folder
+    from fastpipe.data.splits import DataSplits
+    from fastpipe.errors import DataError
+
+    root = jpegs(tmp_path / "imgs", size=(400, 300))
+    trunc = root / "dog" / "trunc.jpg"
+    whole = (root / "dog" / "0.jpg").read_bytes()
+    trunc.write_bytes(whole[: len(whole) // 2])
+    built = image_folder(str(root), image_size=16, augment=False, val_fraction=0.2)
+    train = built["train"]
+    assert str(trunc) in train.files
+    splits = DataSplits("imagefolder", train, built["val"])
+    dl = build_loader(DaliLoaderConfig(num_threads=1), splits, cpu_runtime(), 4, 0, train=True, channels_last=False)
+    with pytest.raises(DataError) as caught:
+        for _ in dl:
+            pass
+    assert str(caught.value) == (f"cannot read image {trunc}: DALI's decoder fails on it; remove or replace the file "
+                                 "(data=default says what is wrong with it)")
