@@ -106,7 +106,7 @@ def test_interrupted_pack_leaves_nothing_that_looks_complete(tmp_path):
 
 def test_pack_cli_bad_input_is_one_clear_line(tmp_path, capsys):
     assert pack_main([str(tmp_path / "nope"), str(tmp_path / "x.fppack")]) == 2
-    assert "is neither a folder of images nor a dataset config" in capsys.readouterr().err
+    assert f"{tmp_path / 'nope'} is not a folder (SRC given as a path is an ImageFolder)" in capsys.readouterr().err
     assert pack_main(["shapes", str(tmp_path / "x.fppack"), "dataset.no_such_key=1"]) == 2
     assert "no_such_key" in capsys.readouterr().err
     assert not (tmp_path / "x.fppack").exists()
