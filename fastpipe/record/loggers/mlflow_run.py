@@ -94,18 +94,6 @@ class MlflowLogger:
         _finish(mlflow_client, entry["run_id"], Path(run_dir), record, record.get("steps") or 0,
                 entry.get("artifacts", True))
 
-
-def _finish(mlflow_client, run_id: str, run_dir: Path, record: dict, step: int, artifacts: bool) -> None:
-    """The run's end: metrics.json's numbers as metrics, the run folder's files as artifacts, its status."""
-    common.log_metrics(mlflow_client, run_id, numbers(record), step, int(time.time() * 1000))
-    if artifacts:
-        for name in ARTIFACT_FILES:
-            if (run_dir / name).is_file():
-                mlflow_client.log_artifact(run_id, str(run_dir / name))
-        if (run_dir / ".hydra").is_dir():
-            mlflow_client.log_artifacts(run_id, str(run_dir / ".hydra"), artifact_path=".hydra")
-    common.end_run(mlflow_client, run_id, record)
-
     @classmethod
     def preflight(cls, params: dict) -> None:
         common.preflight(common.tracking_uri(params.get("tracking_uri")), float(params.get("timeout_s") or 5.0))
@@ -128,3 +116,14 @@ def _finish(mlflow_client, run_id: str, run_dir: Path, record: dict, step: int, 
 
         mlflow_sweep.abandoned(entry)
 
+
+def _finish(mlflow_client, run_id: str, run_dir: Path, record: dict, step: int, artifacts: bool) -> None:
+    """The run's end: metrics.json's numbers as metrics, the run folder's files as artifacts, its status."""
+    common.log_metrics(mlflow_client, run_id, numbers(record), step, int(time.time() * 1000))
+    if artifacts:
+        for name in ARTIFACT_FILES:
+            if (run_dir / name).is_file():
+                mlflow_client.log_artifact(run_id, str(run_dir / name))
+        if (run_dir / ".hydra").is_dir():
+            mlflow_client.log_artifacts(run_id, str(run_dir / ".hydra"), artifact_path=".hydra")
+    common.end_run(mlflow_client, run_id, record)
