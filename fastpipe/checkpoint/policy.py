@@ -269,8 +269,9 @@ class Checkpointer:
 
 
 class NothingToTrain(FastpipeError):
-    """A resumed run already at its end: one line, exit code 0, no training. ``finished``: the run had
-    stopped itself there (its target, early stopping), so its record, when the folder holds it, stays."""
+    """A resumed run already at its end: one line, exit code 0, no training; the record of the run that
+    ended there stays, when the folder holds it (``keeps``). ``finished``: the run had stopped itself
+    there (its target, early stopping), which the record must show too."""
 
     exit_code = 0
 
@@ -280,11 +281,14 @@ class NothingToTrain(FastpipeError):
 
     def keeps(self, earlier: Optional[dict]) -> bool:
         """True when ``earlier`` (the run folder's record before this launch) is the finished record of
-        the run that stopped at this checkpoint: the same steps, stop and target."""
-        if not self.finished or not earlier or earlier.get("status") != "ok":
+        the run that ended at this checkpoint: ok at the same steps (the same command run again, a Slurm
+        requeue), and for a run that stopped itself, the same stop and target."""
+        if not earlier or earlier.get("status") != "ok" or earlier.get("steps") != self.metrics["steps"]:
             return False
+        if not self.finished:  # at or past the run's end
+            return True
         ours, theirs = self.metrics.get("target") or {}, earlier.get("target") or {}
-        return (earlier.get("steps") == self.metrics["steps"] and earlier.get("stopped_by") == self.metrics["stopped_by"]
+        return (earlier.get("stopped_by") == self.metrics["stopped_by"]
                 and theirs.get("value") == ours.get("value") and theirs.get("steps") == ours.get("steps"))
 
 

@@ -252,10 +252,21 @@ def markdown(result: SweepResult) -> str:
                "pruned: its numbers are where it stopped). " if halving and to_target else
                "halving: full = trained at full length; round R = dropped after round R's probe (status pruned: the "
                "throughput is the probe's; its held-out metric is not compared). " if halving else "")
-            + "Every job's folder holds its "
-            "metrics.json, graph.txt and TensorBoard scalars; the sweep's HParams are in `hparams/` "
+            + f"Every job's folder holds its {_job_files(rows)}; the sweep's HParams are in `hparams/` "
             "(`tensorboard --logdir <sweep>/hparams`)."]
     return "\n".join(out) + "\n"
+
+
+# What each logger choice leaves in a job's folder, for the report's footer.
+LOGGER_FILES = {"tensorboard": "TensorBoard scalars (`tb/`)", "csv": "`metrics.csv`",
+                "mlflow": "its MLflow run (`trackers.json` says where)", "wandb": "its W&B run (`wandb/`, `trackers.json`)"}
+
+
+def _job_files(rows) -> str:
+    """The files every job's folder holds, from the loggers the jobs chose (``[tensorboard,mlflow]``)."""
+    chosen = {name.strip() for r in rows for name in str((r.get("choices") or {}).get("logger") or "tensorboard")
+              .strip("[]").split(",")}
+    return ", ".join(["metrics.json", "graph.txt"] + [text for name, text in LOGGER_FILES.items() if name in chosen])
 
 
 def csv_text(result: SweepResult) -> str:

@@ -205,6 +205,20 @@ def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(serve
     assert json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["ended"] is True
     state.settle(tmp_path, record)  # once ended, never again
 
+    # Killed after it wrote ok results, while sending its last records: the launching process sends them.
+    done = tmp_path / "done"
+    done.mkdir()
+    logger = MlflowLogger(tracking_uri=uri, experiment="settled")
+    logger.on_start(RunInfo(dir=done, run_id="launch-2", name="killed-late"))
+    (done / "graph.txt").write_text("fastpipe training graph\n")
+    record = {"status": "ok", "run_id": "launch-2", "steps": 40, "throughput": 812.5, "val_metrics": {"accuracy": 0.94},
+              "warnings": ["killed by SIGTERM after it had finished and written these results"]}
+    state.settle(done, record)
+    run = client(uri).get_run(logger.run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["throughput"] == 812.5
+    assert run.data.metrics["val_metrics.accuracy"] == 0.94 and "killed by SIGTERM" in run.data.tags["fastpipe.warnings"]
+    assert [a.path for a in client(uri).list_artifacts(logger.run_id)] == ["graph.txt"]
+
 
 def test_a_server_killed_mid_run_costs_seconds_and_the_run_ends_ok(server, tmp_path):
     from fastpipe.train.job import run_training

@@ -27,6 +27,13 @@ SAY_WAITING_S = 3.0  # a run's end that waits longer says for whom
 _STOP = object()
 
 
+def _say(line: str) -> None:
+    """A line on stderr on a line of its own, above the progress bar (tqdm clears and redraws it)."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
 def _first_line(exc: BaseException) -> str:
     text = (str(exc).strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {text}"[:300]
@@ -76,7 +83,7 @@ class _Worker:
 
     def _failed(self, run: RunInfo, where: str, exc: BaseException) -> None:
         self.failure = (f"{self.hook.key} failed ({where}: {_first_line(exc)}); the run goes on without it")
-        print(f"fastpipe: warning: {self.failure}", file=sys.stderr, flush=True)
+        _say(f"fastpipe: warning: {self.failure}")
         self.leave(run, self.failure)
 
     def leave(self, run: RunInfo, why: str) -> None:
@@ -107,7 +114,7 @@ class RunHooks:
 
     def _note(self, text: str) -> None:
         self.notes.append(text)
-        print(f"fastpipe: warning: {text}", file=sys.stderr, flush=True)
+        _say(f"fastpipe: warning: {text}")
 
     def _send(self, method: str, step: int, *args) -> None:
         run = dataclasses.replace(self.run, step=int(step))

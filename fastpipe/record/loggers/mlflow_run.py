@@ -61,7 +61,7 @@ class MlflowLogger:
             self.run_id = self.client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
             logged = set()
         state.remember(run.dir, self.state_key, target=TARGET, tracking_uri=uri, experiment_id=experiment_id,
-                       run_id=self.run_id, ended=False, failed=None)
+                       run_id=self.run_id, ended=False, failed=None, artifacts=self.artifacts)
         common.log_params(self.client, self.run_id, run.params, skip=logged)
 
     def _metrics(self, run: RunInfo, values: Dict[str, float]) -> None:
@@ -77,23 +77,22 @@ class MlflowLogger:
         self.client.set_tag(self.run_id, "fastpipe.checkpoint", str(path))
 
     def on_end(self, run: RunInfo, record: dict) -> None:
-        self._metrics(run, numbers(record))
-        if self.artifacts:
-            for name in ARTIFACT_FILES:
-                if (run.dir / name).is_file():
-                    self.client.log_artifact(self.run_id, str(run.dir / name))
-            if (run.dir / ".hydra").is_dir():
-                self.client.log_artifacts(self.run_id, str(run.dir / ".hydra"), artifact_path=".hydra")
-        common.end_run(self.client, self.run_id, record)
+        _finish(self.client, self.run_id, run.dir, record, run.step, self.artifacts)
         state.remember(run.dir, self.state_key, ended=True)
 
     # ---------------------------------------------------------------- the process that launched the run
     @classmethod
-    def settle(cls, entry: dict, record: dict) -> None:
-        """End the run its trainer left RUNNING (killed before its end), with the launch's outcome."""
+    def settle(cls, entry: dict, record: dict, run_dir: Path) -> None:
+        """End the run its trainer left RUNNING (killed before its end, even after writing its results):
+        the record's numbers and the run folder's files, which the trainer may not have sent, then the
+        launch's outcome, its warnings as a tag."""
         mlflow_client = common.client(entry["tracking_uri"], 5.0)
-        if mlflow_client.get_run(entry["run_id"]).info.status == "RUNNING":
-            common.end_run(mlflow_client, entry["run_id"], record)
+        if mlflow_client.get_run(entry["run_id"]).info.status != "RUNNING":
+            return
+        if record.get("warnings"):
+            common.log_tags(mlflow_client, entry["run_id"], {"fastpipe.warnings": " | ".join(record["warnings"])})
+        _finish(mlflow_client, entry["run_id"], Path(run_dir), record, record.get("steps") or 0,
+                entry.get("artifacts", True))
 
     @classmethod
     def preflight(cls, params: dict) -> None:
@@ -117,3 +116,14 @@ class MlflowLogger:
 
         mlflow_sweep.abandoned(entry)
 
+
+def _finish(mlflow_client, run_id: str, run_dir: Path, record: dict, step: int, artifacts: bool) -> None:
+    """The run's end: metrics.json's numbers as metrics, the run folder's files as artifacts, its status."""
+    common.log_metrics(mlflow_client, run_id, numbers(record), step, int(time.time() * 1000))
+    if artifacts:
+        for name in ARTIFACT_FILES:
+            if (run_dir / name).is_file():
+                mlflow_client.log_artifact(run_id, str(run_dir / name))
+        if (run_dir / ".hydra").is_dir():
+            mlflow_client.log_artifacts(run_id, str(run_dir / ".hydra"), artifact_path=".hydra")
+    common.end_run(mlflow_client, run_id, record)

@@ -53,7 +53,7 @@ def settle(run_dir: Path, record: Optional[dict]) -> None:
             cls = import_target(f"logger.{name}._target_", entry["target"])
             settle_one = getattr(cls, "settle", None)
             if settle_one is not None:
-                settle_one(entry, record or {})
+                settle_one(entry, record or {}, Path(run_dir))
                 remember(run_dir, name, ended=True)
         except Exception as exc:  # the tracker is unreachable now: its run stays as the tracker has it
             print(f"fastpipe: warning: could not end the {name} run of {run_dir}: {type(exc).__name__}: {exc}",

@@ -165,12 +165,23 @@ def test_a_resume_with_another_batch_size_goes_on_from_the_same_samples(tmp_path
                for w in resumed["warnings"]), resumed["warnings"]
 
 
-def test_a_resume_past_the_new_end_trains_nothing_and_says_so(tmp_path, capfd):
-    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])
+def test_a_resume_past_the_new_end_trains_nothing_says_so_and_keeps_the_runs_record(tmp_path, capfd):
+    from fastpipe.record.results import read as read_metrics
+
+    first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7", "train.checkpoint_every=7"])
+    for _ in range(2):  # the same command again (a Slurm requeue), twice: the finished record stays
+        again = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=7", "train.checkpoint_every=7"])
+        assert "at or past this run's end (step 7): nothing to train" in capfd.readouterr().err
+        kept = read_metrics(tmp_path)
+        for key in ("status", "steps", "throughput", "val_metrics", "best", "time_breakdown_s"):
+            assert again[key] == kept[key] == first[key], key
     done = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])
-    assert done["status"] == "ok" and done["steps"] == 7 and done["throughput"] is None
-    assert "at or past this run's end (step 5): nothing to train" in done["reason"]
-    assert "nothing to train" in capfd.readouterr().err
+    assert done["status"] == "ok" and done["steps"] == 7 and done["throughput"] == first["throughput"]
+    assert "at or past this run's end (step 5): nothing to train" in capfd.readouterr().err
+    (tmp_path / "metrics.json").unlink()
+    (tmp_path / "metrics.previous.json").unlink(missing_ok=True)
+    bare = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])  # no record to keep
+    assert bare["status"] == "ok" and bare["throughput"] is None and "nothing to train" in bare["reason"]
 
 
 # ------------------------------------------------------------------ loud failures, one line each

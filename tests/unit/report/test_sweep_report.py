@@ -171,3 +171,12 @@ def test_the_gpus_column_names_the_gpu_that_measured_the_row():
     assert gpus_text(None, {"device": "cuda:0", "world_size": 1}) == "0"  # a serial sweep on a GPU
     assert gpus_text(None, {"device": "cuda:0", "world_size": 1, "visible_devices": "5"}) == "5"
     assert gpus_text(None, {"device": "cpu", "world_size": 1}) is None and gpus_text(None, None) is None
+
+
+def test_the_footer_names_what_the_jobs_loggers_left_in_their_folders():
+    from fastpipe.report.tables import _job_files
+
+    assert _job_files([{"choices": {"logger": "tensorboard"}}]) == "metrics.json, graph.txt, TensorBoard scalars (`tb/`)"
+    assert _job_files([{"choices": {"logger": "[csv, mlflow]"}}]) == (
+        "metrics.json, graph.txt, `metrics.csv`, its MLflow run (`trackers.json` says where)")
+    assert _job_files([{"choices": {"logger": "none"}}]) == "metrics.json, graph.txt"
