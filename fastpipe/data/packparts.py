@@ -48,8 +48,11 @@ def _other_kind(out: Path, sharded: bool) -> Optional[str]:
     if sharded and out.is_file():
         with open(out, "rb") as f:
             return "pack file" if f.read(len(MAGIC)) == MAGIC else "file"
+    is_shards = out.is_dir() and ((out / INDEX_NAME).is_file() or (out / LAYOUT_NAME).is_file())
     if not sharded and out.is_dir():
-        return "sharded pack's folder" if (out / INDEX_NAME).is_file() or (out / LAYOUT_NAME).is_file() else "folder"
+        return "sharded pack's folder" if is_shards else "folder"
+    if sharded and out.is_dir() and not is_shards and any(out.iterdir()):
+        return "folder of other files"  # never written into, nor removed by --force
     return None
 
 
@@ -68,6 +71,9 @@ def check_out(out: Path, sharded: bool, force: bool) -> None:
                           "--shard-size to write shards into a new folder)")
     if kind == "file":
         raise ConfigError(f"{out} is a file but not a pack: --shard-size writes a folder; choose another OUT")
+    if kind == "folder of other files":
+        raise ConfigError(f"{out} is a folder that holds other files, not a sharded pack: --shard-size writes its "
+                          "shards into a new or empty folder; choose another OUT (--force never removes it)")
 
 
 def remove_other_kind(out: Path, sharded: bool) -> None:

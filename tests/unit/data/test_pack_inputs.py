@@ -84,3 +84,7 @@ def test_an_out_of_the_other_kind_is_one_line_before_packing_and_force_replaces_
     plain.mkdir()
     assert pack_main([str(folder), str(plain), "--force", *SMALL]) == 2  # not a pack: never removed
     assert f"{plain} is a folder but not a sharded pack's" in capsys.readouterr().err and plain.is_dir()
+    (plain / "notes.txt").write_text("mine")  # a folder of the user's files, given as --shard-size's OUT
+    assert pack_main([str(folder), str(plain), "--shard-size", "1KB", "--force", *SMALL]) == 2
+    assert f"{plain} is a folder that holds other files, not a sharded pack" in capsys.readouterr().err
+    assert (plain / "notes.txt").read_text() == "mine" and sorted(p.name for p in plain.iterdir()) == ["notes.txt"]
