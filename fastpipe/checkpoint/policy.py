@@ -142,10 +142,11 @@ class Checkpointer:
             return path, state
         return Path(chosen), load_state(Path(chosen))
 
-    def after_step(self, g, pos: Position, streak: torch.Tensor, edge: bool) -> bool:
-        """Save when due; True when a stop signal ends training now (``preempted()`` says how)."""
+    def after_step(self, g, pos: Position, streak: torch.Tensor, agree: bool) -> bool:
+        """Save when due; True when a stop signal ends training now (``preempted()`` says how). ``agree``:
+        a step where the ranks of a multi-process run agree on a stop signal (the same on every rank)."""
         self.position = pos
-        stop = self._stop_requested(g, edge)
+        stop = self._stop_requested(g, agree)
         if stop or self.pending or (self.every and pos.step % self.every == 0):
             self.pending = self.save(g, pos, streak) is None and not stop and self.folder is not None
         return stop
@@ -254,10 +255,10 @@ class Checkpointer:
                          metrics={"status": "preempted", "steps": pos.step,
                                   "checkpoint": None if self.latest is None else str(self.latest)})
 
-    def _stop_requested(self, g, edge: bool) -> bool:
+    def _stop_requested(self, g, agree: bool) -> bool:
         name = signals.received()
-        if self.dist.world_size > 1:  # every rank must stop at the same step: agree at window edges
-            if not edge:
+        if self.dist.world_size > 1:  # every rank must stop at the same step: agree where the loop says
+            if not agree:
                 return False
             if g.runtime.dist.all_reduce_sum(torch.tensor([float(name is not None)], device=g.device)).item() == 0:
                 return False

@@ -121,7 +121,10 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
                 synced(loss, norm)
             pos = Position(epoch, step_in_epoch, res.steps, bad_total, loss, step_in_epoch * step_samples,
                            start.samples_seen + (res.steps - start.step) * step_samples, evaluator.state())
-            if ckpt.after_step(g, pos, streak, edge):  # SIGTERM/SIGUSR1: checkpointed, stop here
+            # Where the ranks agree on a stop signal: each step the host syncs at anyway, the same on every rank
+            # (a window edge, an evaluation, the epoch's and the run's end), so short windows still stop.
+            agree = edge or evaluator.due(res.steps) or step_in_epoch == steps_per_epoch or res.steps >= total
+            if ckpt.after_step(g, pos, streak, agree):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise so_far(ckpt.preempted(pos, g))
             if not res.stopped_by and evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total:
                 if evaluate_now(True):
