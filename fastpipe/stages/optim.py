@@ -110,13 +110,17 @@ def step_unless(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, 
 
 
 def nonfinite_error(worst: torch.Tensor, total: torch.Tensor, steps: int, cfg, checkpoint=None) -> TrainingError:
-    """The error that stops a run whose loss stayed NaN/inf for ``train.max_nonfinite_steps`` steps.
+    """The error that stops a run whose loss stayed NaN/inf for ``train.max_nonfinite_steps`` steps, or
+    for every step it trained (a run shorter than the limit: no update ever counted).
 
     Checkpoints are never written during a non-finite streak, so ``checkpoint`` is the last good one.
     """
     kept = f"; the last good checkpoint is {checkpoint}" if checkpoint else ""
-    return TrainingError(f"the loss was non-finite for {int(worst.item())} steps in a row "
-                         f"(train.max_nonfinite_steps={cfg.max_nonfinite_steps}); lower optimizer.lr, or use "
+    streak = int(worst.item())
+    how = (f"for {streak} steps in a row (train.max_nonfinite_steps={cfg.max_nonfinite_steps})"
+           if streak >= cfg.max_nonfinite_steps else f"at every one of the {streak} steps this run trained: nothing "
+           "was learnt")
+    return TrainingError(f"the loss was non-finite {how}; lower optimizer.lr, or use "
                          f"precision=fp32 to rule out overflow{kept}",
                          metrics={"steps": steps, "nonfinite_steps": int(total.item()),
                                   "checkpoint": None if checkpoint is None else str(checkpoint)})

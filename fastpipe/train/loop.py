@@ -156,7 +156,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
     ckpt.finish(g, pos, streak, always=paused, again=res.stopped_by in ("target", "early_stop"))
     meter.run_clock.stop()
     res.target = target and target.record(res.steps, evaluator.samples(res.steps))
-    if worst.item() >= cfg.max_nonfinite_steps:
+    trained = res.steps - start.step
+    if worst.item() >= cfg.max_nonfinite_steps or (trained and worst.item() >= trained):  # or every step was
         raise nonfinite_error(worst, bad_total, res.steps, cfg, ckpt.latest)
     return res
 

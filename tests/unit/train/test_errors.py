@@ -84,3 +84,10 @@ def test_a_bad_optimizer_value_names_the_key(tmp_path):
         run_in_process(tmp_path, RESUMABLE + ["optimizer.lr=-1"])
     with pytest.raises(ConfigError, match=r"optimizer.lr=-1"):
         run_in_process(tmp_path / "old", RESUMABLE + ["train.lr=-1"])  # the old spelling says it too
+
+
+def test_a_run_whose_every_step_was_non_finite_fails_even_below_the_limit(tmp_path):
+    with pytest.raises(TrainingError, match=r"non-finite at every one of the 4 steps this run trained: nothing was learnt"):
+        run_in_process(tmp_path, RUN + ["model._target_=fault_models.NaNAfter", "+model.after=0",
+                                        "train.max_nonfinite_steps=20", "train.max_steps=4"])
+    assert read_metrics(tmp_path)["status"] == "failed"
