@@ -60,16 +60,32 @@ def mixed_precision(amp_dtype: Optional[torch.dtype]):
     return MixedPrecisionPolicy(param_dtype=amp_dtype, reduce_dtype=torch.float32)
 
 
+RESETS = ("reset_parameters", "_reset_parameters")  # nn.MultiheadAttention's is private
+
+
 def init_weights(model: nn.Module) -> str:
     """Initialise the materialised (sharded) parameters: the model's own ``init_weights()`` when it has
-    one (a GPT's scaled init), else every submodule's ``reset_parameters()``; returns which."""
+    one (a GPT's scaled init), else every submodule's ``reset_parameters()``; returns which. Without
+    ``init_weights()``, a parameter or buffer of a module with no reset of its own would train from
+    whatever memory held: refused, naming them."""
     with torch.no_grad():
         if callable(getattr(model, "init_weights", None)):
             model.init_weights()
             return f"{type(model).__name__.removeprefix('FSDP')}.init_weights"
+        unset = [f"{name}.{key}".lstrip(".") for name, module in model.named_modules()
+                 if not any(callable(getattr(module, r, None)) for r in RESETS)
+                 for key in list(module._parameters) + list(module._buffers)
+                 if getattr(module, key, None) is not None]
+        if unset:
+            raise ConfigError(f"launcher=fsdp builds model={type(model).__name__.removeprefix('FSDP')} on the meta "
+                              f"device and initialises each module with its reset_parameters(), but "
+                              f"{', '.join(unset[:4])}{' ...' if len(unset) > 4 else ''} belong to modules without "
+                              "one: give the model an init_weights() method that initialises every parameter and "
+                              "buffer (as fastpipe's GPT has), or use launcher=ddp")
         for module in model.modules():
-            if callable(getattr(module, "reset_parameters", None)):
-                module.reset_parameters()
+            reset = next((getattr(module, r) for r in RESETS if callable(getattr(module, r, None))), None)
+            if reset is not None:
+                reset()
     return "each module's reset_parameters"
 
 
