@@ -80,13 +80,19 @@ def candidates(model: nn.Module) -> Tuple[List[str], Dict[str, str]]:
     shared: Dict[int, List[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         shared.setdefault(id(p), []).append(name)
+    # nn.MultiheadAttention reads its out_proj's weight in F.multi_head_attention_forward, never calling
+    # the Linear: a Float8Linear there would be listed as converted and still run in bf16.
+    inside_attention = {f"{name}.{child}".lstrip(".") for name, module in model.named_modules()
+                        if isinstance(module, nn.MultiheadAttention) for child, _ in module.named_children()}
     usable, refused = [], {}
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear):
             continue
         out_features, in_features = module.weight.shape
         others = [n for n in shared.get(id(module.weight), []) if n != f"{name}.weight"]
-        if others:
+        if name in inside_attention:
+            refused[name] = "inside nn.MultiheadAttention, which never calls it (its weights stay bf16)"
+        elif others:
             refused[name] = f"weight tied to {others[0]}"
         elif out_features % MULTIPLE or in_features % MULTIPLE:
             refused[name] = f"{out_features}x{in_features}: not multiples of {MULTIPLE}"

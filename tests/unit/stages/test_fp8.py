@@ -100,3 +100,14 @@ def test_a_sweep_over_amp_and_fp8_takes_each_ones_keys_and_notes_the_others():
     fp8_run = make_settings(LM + FP8 + ["precision.tf32=true", "precision.recipe=rowwise"])
     assert fp8_run.precision.recipe == "rowwise" and "a key of precision=fp32 and precision=amp" in fp8_run.dropped_keys[0]
 
+
+
+def test_multihead_attentions_out_proj_is_kept_as_it_is_never_called():
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn, self.mlp = torch.nn.MultiheadAttention(32, 2), torch.nn.Linear(32, 32)
+
+    usable, refused = fp8.candidates(Block())
+    assert usable == ["mlp"] and refused == {
+        "attn.out_proj": "inside nn.MultiheadAttention, which never calls it (its weights stay bf16)"}
