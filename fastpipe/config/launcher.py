@@ -60,8 +60,9 @@ class ProcessGroupLauncherConfig:
                               f"launcher={self.name} runs one process per GPU: lower it, or use "
                               "launcher.nproc_per_node=auto")
         if not gpus and self.nproc_per_node > cores:
-            raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but this machine has {cores} CPU "
-                              f"core(s) and no GPU; use at most {cores} (or launcher.nproc_per_node=auto)")
+            raise ConfigError(f"launcher.nproc_per_node={self.nproc_per_node} but this run may use {cores} CPU "
+                              f"core(s) (its CPU affinity) and no GPU; use at most {cores} (or "
+                              "launcher.nproc_per_node=auto)")
         return self.nproc_per_node
 
     def backend_for(self, device_type: str) -> str:

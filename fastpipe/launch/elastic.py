@@ -19,8 +19,8 @@ from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config, ProcessGroupLauncherConfig
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
-from fastpipe.runtime import (die_with_parent, environment, full_errors, init_distributed, shutdown_distributed,
-                              visible_gpus)
+from fastpipe.runtime import (cpu_cores, die_with_parent, environment, full_errors, init_distributed,
+                              shutdown_distributed, visible_gpus)
 from fastpipe.signals import exit_reason
 
 
@@ -160,7 +160,7 @@ def launch_workers(settings: Config, run_dir: Path) -> dict:
         raise ConfigError(f"launcher={cfg.name} always trains in fresh worker processes; launcher.fresh_process=false "
                           "works with launcher=single (or start fastpipe under torchrun: each rank trains in place)")
     gpus = visible_gpus(settings.device)
-    nproc = cfg.processes(gpus, os.cpu_count() or 1)
+    nproc = cfg.processes(gpus, cpu_cores())  # the cores this process may use (taskset, a cpuset, a sweep slot)
     world = nproc * cfg.nnodes
     where = f"{nproc} GPU(s)" if gpus else "the CPU"
     print(f"fastpipe: launcher={cfg.name}: starting {nproc} worker process(es) on {where} of this machine"

@@ -40,7 +40,7 @@ def test_process_counts_and_backend_resolve_per_device():
     with pytest.raises(ConfigError, match="2 GPU"):
         cfg.processes(gpus=2, cores=16)
     cfg.nproc_per_node = 64
-    with pytest.raises(ConfigError, match="launcher.nproc_per_node=64 but this machine has 2 CPU core"):
+    with pytest.raises(ConfigError, match=r"launcher.nproc_per_node=64 but this run may use 2 CPU core\(s\) \(its CPU affinity\)"):
         cfg.processes(gpus=0, cores=2)
     assert cfg.backend_for("cpu") == "gloo" and cfg.backend_for("cuda") == "nccl"
     cfg.backend = "nccl"
@@ -65,5 +65,5 @@ def test_too_many_cpu_processes_are_refused_at_once():
     from fastpipe.errors import ConfigError
 
     cores = os.cpu_count()
-    with pytest.raises(ConfigError, match=f"launcher.nproc_per_node=64 but this machine has {cores} CPU core"):
+    with pytest.raises(ConfigError, match=f"launcher.nproc_per_node=64 but this run may use {cores} CPU core"):
         settings.launcher.processes(0, cores)
