@@ -72,7 +72,10 @@ def load(run_dir, which: str = "best", device="cpu") -> Trained:
     metric, or ``last``), in eval mode on ``device``."""
     from fastpipe.checkpoint.files import load_verified
     from fastpipe.models import build_model
+    from fastpipe.runtime import Dist, resolve_device
 
+    if str(device).split(":")[0] == "cuda":  # asked for and absent: fastpipe's one line, not torch's driver error
+        resolve_device("cuda", Dist())
     path = weights_path(Path(run_dir), which)
     _, state = load_verified([path], lambda text: None)
     if state is None or state.get("format") != "weights":

@@ -30,3 +30,12 @@ def test_load_gives_the_trained_model_and_evaluate_reproduces_its_metrics(tmp_pa
     assert got["metrics"]["loss"] == pytest.approx(m["val_metrics"]["loss"], rel=1e-5)
     best = fastpipe.load(tmp_path)  # which="best": the best evaluation's weights
     assert best.step == m["best"]["step"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_load_on_cuda_without_cuda_is_fastpipes_one_line(tmp_path):
+    import fastpipe
+    from fastpipe.errors import EnvironmentProblem
+
+    with pytest.raises(EnvironmentProblem, match="device=cuda was asked for but CUDA is not available"):
+        fastpipe.load(tmp_path, device="cuda")  # refused before anything is read
