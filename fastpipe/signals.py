@@ -23,7 +23,8 @@ from typing import Callable, Iterator, Optional
 
 from fastpipe.errors import EXIT_CODE, Preempted
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# SIGUSR2 too: submitit (hydra/launcher=fastpipe_slurm) asks Slurm for its time-limit warning as SIGUSR2.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 _received: Optional[int] = None
 _phase = "starting"  # starting | training | finishing
 _before_training: Optional[tuple] = None  # (signal, where) of a stop signal before training began

@@ -68,8 +68,8 @@ def elastic_config(cfg: ProcessGroupLauncherConfig, nproc: int):
     rdzv_configs = {"timeout": cfg.timeout_s}
     if cfg.rdzv_backend == "static":
         rdzv_configs["rank"] = cfg.node_rank
-    # The agent passes these on to every worker; SIGUSR1 too (Slurm's warning): the ranks checkpoint.
-    extra = ({"signals_to_handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"}
+    # The agent passes these on to every worker; SIGUSR1/SIGUSR2 too (Slurm's warning): the ranks checkpoint.
+    extra = ({"signals_to_handle": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"}
              if "signals_to_handle" in LaunchConfig.__dataclass_fields__ else {})  # torch >= 2.7
     return LaunchConfig(**extra,
         min_nodes=cfg.nnodes, max_nodes=cfg.nnodes, nproc_per_node=nproc,

@@ -68,18 +68,18 @@ class Held(TinyCNN):
 
 
 class SignalsAt(TinyCNN):
-    """TinyCNN that sends its own process SIGTERM at training forward ``after + 1`` (what Slurm sends):
-    an in-process run stopped mid-training at a known step."""
+    """TinyCNN that sends its own process ``sig`` (SIGTERM, what Slurm sends) at training forward
+    ``after + 1``: an in-process run stopped mid-training at a known step."""
 
-    def __init__(self, num_classes: int = 10, after: int = 6) -> None:
+    def __init__(self, num_classes: int = 10, after: int = 6, sig: str = "SIGTERM") -> None:
         super().__init__(num_classes)
-        self.after, self.calls = after, 0
+        self.after, self.calls, self.sig = after, 0, signal.Signals[sig]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             self.calls += 1
             if self.calls == self.after + 1:
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), self.sig)
         return super().forward(x)
 
 

@@ -91,3 +91,12 @@ def test_a_run_whose_every_step_was_non_finite_fails_even_below_the_limit(tmp_pa
         run_in_process(tmp_path, RUN + ["model._target_=fault_models.NaNAfter", "+model.after=0",
                                         "train.max_nonfinite_steps=20", "train.max_steps=4"])
     assert read_metrics(tmp_path)["status"] == "failed"
+
+
+def test_sigusr2_submitits_time_limit_warning_checkpoints_like_sigterm(tmp_path):
+    from fastpipe.errors import Preempted
+
+    with pytest.raises(Preempted, match=r"^stopped by SIGUSR2 at step 4: checkpoint .*step-00000004.pt written"):
+        run_in_process(tmp_path, RUN + ["model._target_=fault_models.SignalsAt", "+model.after=3",
+                                        "+model.sig=SIGUSR2", "train.max_steps=8"])
+    assert read_metrics(tmp_path)["status"] == "preempted"
