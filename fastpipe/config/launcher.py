@@ -91,9 +91,13 @@ class DdpLauncherConfig(ProcessGroupLauncherConfig):
     # DDP's default re-sends rank 0's buffers (BatchNorm running statistics) to every rank at the start
     # of each forward; false skips that per-step broadcast (each rank keeps its own statistics).
     broadcast_buffers: bool = True
-    # DDP's static_graph: the set of parameters that get gradients never changes, so DDP can skip
-    # searching for unused ones and reuse its bucket order after the first step.
+    # DDP's static_graph: the set of parameters that get gradients never changes (which may include
+    # some that never get one), so DDP reuses its bucket order after the first step.
     static_graph: bool = False
+    # DDP's find_unused_parameters: a model whose forward leaves some parameters out (an auxiliary head
+    # used on some steps only) has them found each step, at the cost of a graph traversal per step;
+    # without it DDP fails at the second step. static_graph=true serves a set that never changes.
+    find_unused_parameters: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -16,8 +16,8 @@ import torch
 
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
-from fastpipe.errors import (EnvironmentProblem, FastpipeError, OutOfMemory, Unwritable, cannot_write, memory_fixes,
-                             unwritable)
+from fastpipe.errors import (EnvironmentProblem, FastpipeError, OutOfMemory, TrainingError, Unwritable, cannot_write,
+                             memory_fixes, unwritable)
 from fastpipe.record.run_record import RunRecord
 
 WORKER = re.compile(r"^Caught (\w+) in (DataLoader worker process \d+)\.")
@@ -35,6 +35,12 @@ def fixable_failure(settings: Config, exc: BaseException, run_dir: Path) -> Base
         return EnvironmentProblem(f"a DataLoader worker process died ({text}); the out-of-memory killer is the "
                                   "usual cause: lower data.num_workers or train.batch_size, or read a pack with "
                                   "data=mmap")
+    if isinstance(exc, RuntimeError) and "Expected to have finished reduction" in text:  # DDP, at the second step
+        model = settings.choices.get("model", settings.model.short_name)
+        return TrainingError(f"launcher={settings.launcher.name}: model={model}'s forward left some parameters without "
+                             "a gradient (an unused head or layer), which DDP does not look for by default; set "
+                             "launcher.find_unused_parameters=true (or launcher.static_graph=true when the same "
+                             "ones are always unused), or use them in the loss")
     return exc
 
 

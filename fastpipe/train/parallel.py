@@ -78,7 +78,8 @@ def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher: DdpLauncher
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
                                               bucket_cap_mb=launcher.bucket_cap_mb,
                                               broadcast_buffers=launcher.broadcast_buffers,
-                                              static_graph=launcher.static_graph)
+                                              static_graph=launcher.static_graph,
+                                              find_unused_parameters=launcher.find_unused_parameters)
     hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}.get(launcher.comm_hook)
     if hook is not None:  # state=None: the default process group
         ddp.register_comm_hook(None, hook)

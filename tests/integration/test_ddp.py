@@ -100,6 +100,17 @@ def test_a_stop_signal_reaches_every_rank_and_the_job_checkpoints(tmp_path):
     assert metrics["steps"] % 7 == 0 or metrics["steps"] % 120 == 0, metrics["steps"]  # an evaluation or an epoch's end
 
 
+@pytest.mark.slow
+def test_a_model_with_an_unused_head_trains_with_find_unused_parameters_and_says_so_without(tmp_path):
+    proc = _run([sys.executable, "-m", "fastpipe", "-m", "launcher=ddp", "model._target_=fault_models.UnusedHead",
+                 "launcher.find_unused_parameters=false,true", "dataset.num_images=200", "train.batch_size=16",
+                 "train.max_steps=4", f"hydra.sweep.dir={tmp_path}", *SMALL])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(tmp_path)
+    assert jobs[0]["status"] == "failed" and "set launcher.find_unused_parameters=true" in jobs[0]["reason"], jobs[0]
+    assert jobs[1]["status"] == "ok" and jobs[1]["steps"] == 4
+
+
 def test_under_torchrun_fastpipe_joins_the_group_and_writes_one_run_folder(tmp_path):
     # No fixed hydra.run.dir: every rank's Hydra picks a folder; all record in rank 0's.
     proc = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -142,3 +142,11 @@ class ReturnsTuple(TinyCNN):
 
     def forward(self, x: torch.Tensor):
         return super().forward(x), x
+
+
+class UnusedHead(TinyCNN):
+    """TinyCNN with a head its forward never uses: DDP by default fails at its second step."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__(num_classes)
+        self.aux = torch.nn.Linear(4, 4)
