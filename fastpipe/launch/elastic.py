@@ -65,7 +65,8 @@ def elastic_config(cfg: ProcessGroupLauncherConfig, nproc: int):
     """torchrun's LaunchConfig for ``cfg``."""
     from torch.distributed.launcher.api import LaunchConfig
 
-    rdzv_configs = {"timeout": cfg.timeout_s}
+    # join_timeout is what torch's c10d rendezvous waits for the other nodes (600 s of its own otherwise)
+    rdzv_configs = {"timeout": cfg.timeout_s, "join_timeout": cfg.timeout_s}
     if cfg.rdzv_backend == "static":
         rdzv_configs["rank"] = cfg.node_rank
     # The agent passes these on to every worker; SIGUSR1/SIGUSR2 too (Slurm's warning): the ranks checkpoint.

@@ -33,7 +33,7 @@ def test_elastic_config_one_node_is_private_and_several_nodes_share_the_endpoint
     one = elastic_config(make_settings(["launcher=ddp"]).launcher, 2)
     other = elastic_config(make_settings(["launcher=ddp"]).launcher, 2)
     assert (one.rdzv_backend, one.rdzv_endpoint, one.nproc_per_node) == ("c10d", "localhost:0", 2)
-    assert one.run_id != other.run_id and one.max_restarts == 0 and one.rdzv_configs["timeout"] == 600
+    assert one.run_id != other.run_id and one.max_restarts == 0 and one.rdzv_configs["timeout"] == one.rdzv_configs["join_timeout"] == 600
     many = elastic_config(make_settings(["launcher=ddp", "launcher.nnodes=2", "launcher.rdzv_endpoint=node0:29500",
                                          "launcher.rdzv_backend=static", "launcher.node_rank=1"]).launcher, 8)
     assert (many.min_nodes, many.max_nodes, many.rdzv_endpoint, many.run_id) == (2, 2, "node0:29500", "fastpipe")
