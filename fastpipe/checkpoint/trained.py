@@ -70,13 +70,17 @@ def _why_missing(run_dir: Path, which: str, option: str) -> str:
 def load(run_dir, which: str = "best", device="cpu") -> Trained:
     """The model of the run in ``run_dir`` with its ``which`` weights (``best`` by the task's primary
     metric, or ``last``), in eval mode on ``device``."""
-    from fastpipe.checkpoint.files import load_verified
+    from fastpipe.checkpoint.files import load_verified, verify
     from fastpipe.models import build_model
     from fastpipe.runtime import Dist, resolve_device
 
     if str(device).split(":")[0] == "cuda":  # asked for and absent: fastpipe's one line, not torch's driver error
         resolve_device("cuda", Dist())
     path = weights_path(Path(run_dir), which)
+    problem = verify(path, need_sidecar=True)  # fastpipe wrote it with its sidecar: without one, nothing vouches for it
+    if problem is not None:
+        raise DataError(f"{path} cannot be trusted: {problem}; load the other weights (best or last), or a "
+                        "step-*.pt checkpoint")
     _, state = load_verified([path], lambda text: None)
     if state is None or state.get("format") != "weights":
         raise DataError(f"{path} is damaged or not a weights file (its SHA-256 or format does not match); "

@@ -30,6 +30,12 @@ def test_load_gives_the_trained_model_and_evaluate_reproduces_its_metrics(tmp_pa
     assert got["metrics"]["loss"] == pytest.approx(m["val_metrics"]["loss"], rel=1e-5)
     best = fastpipe.load(tmp_path)  # which="best": the best evaluation's weights
     assert best.step == m["best"]["step"]
+    (tmp_path / "checkpoints" / "last.json").unlink()  # its sidecar gone: nothing vouches for the file
+    from fastpipe.errors import DataError
+
+    with pytest.raises(DataError, match=r"last.pt cannot be trusted: no sidecar .json: its write was interrupted; "
+                                        r"load the other weights"):
+        fastpipe.load(tmp_path, "last")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
