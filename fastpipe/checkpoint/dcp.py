@@ -60,17 +60,29 @@ def load_sharded(g, path: Path, model_target: str) -> None:
     """Every rank: read the model and optimizer of the sharded checkpoint ``path`` into ``g`` (resharded
     to this run's ranks); one clear line when they are not this model's."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     state = _model_and_optimizer(g.model, g.optimizer)
     try:
         dcp.load(state, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
-    except Exception as exc:  # CheckpointException: missing keys, other shapes
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+    except (Exception, CheckpointException) as exc:  # missing keys, other shapes (CheckpointException is a BaseException)
+        first = _first_failure(exc)
         raise DataError(f"sharded checkpoint {path} does not fit this run's model {model_target} "
-                        f"({type(exc).__name__}: {first}); resume a checkpoint of the same model and dataset, "
+                        f"({first}); resume a checkpoint of the same model and dataset, "
                         "or start without train.resume") from exc
     set_state_dict(g.model, g.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def _first_failure(exc: BaseException) -> str:
+    """The first line of what went wrong; a CheckpointException's own text only lists the failed ranks,
+    so its first rank's error is named instead."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        cause = next(iter(failures.values()))  # (the exception, its traceback)
+        cause = cause[0] if isinstance(cause, tuple) and cause else cause
+        exc = cause if isinstance(cause, BaseException) else exc
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
 
 
 def read_weights(path: Path) -> dict:

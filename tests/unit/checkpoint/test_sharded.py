@@ -46,3 +46,26 @@ def test_consolidate_refuses_what_it_cannot_convert(tmp_path):
     (bad / "train_state.pt").write_bytes(b"y" * 10)
     with pytest.raises(DataError, match="not a complete checkpoint"):
         consolidate(bad, tmp_path / "out.pt")
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_sharded_checkpoint_of_another_model_is_one_line_naming_the_first_mismatch(tmp_path):
+    """DCP's CheckpointException is a BaseException whose text lists only the failed ranks: the line names the
+    first rank's own error instead (a tensor of another shape)."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from fastpipe.checkpoint.dcp import _model_and_optimizer, load_sharded
+
+    def net(width):
+        model = torch.nn.Linear(4, width)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    dcp.save(_model_and_optimizer(*net(8)), checkpoint_id=tmp_path / "step.dcp", no_dist=True)
+    model, optimizer = net(16)
+    with pytest.raises(DataError, match=r"step.dcp does not fit this run's model Net \(ValueError: Size mismatch between "
+                                        r"saved torch.Size\(\[8, 4\]\) and current: torch.Size\(\[16, 4\]\) for "
+                                        r"model.weight\); resume a checkpoint of the same model"):
+        load_sharded(SimpleNamespace(model=model, optimizer=optimizer), tmp_path / "step.dcp", "Net")
