@@ -10,6 +10,7 @@ prepares the bare model (precision=fp8 swaps its Linear layers). ``replicate`` a
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import ContextManager, Dict, Tuple
@@ -75,9 +76,11 @@ def wrap_data_parallel(model: nn.Module, runtime: Runtime, launcher: DdpLauncher
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+    # torch >= 2.13 names the per-forward buffer broadcast forward_sync_buffers (broadcast_buffers warns, deprecated)
+    takes = inspect.signature(nn.parallel.DistributedDataParallel).parameters
+    buffers = {"forward_sync_buffers" if "forward_sync_buffers" in takes else "broadcast_buffers": launcher.broadcast_buffers}
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                              bucket_cap_mb=launcher.bucket_cap_mb,
-                                              broadcast_buffers=launcher.broadcast_buffers,
+                                              bucket_cap_mb=launcher.bucket_cap_mb, **buffers,
                                               static_graph=launcher.static_graph,
                                               find_unused_parameters=launcher.find_unused_parameters)
     hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}.get(launcher.comm_hook)
