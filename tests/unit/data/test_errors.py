@@ -5,14 +5,13 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from fastpipe.errors import DataError, EnvironmentProblem
 from fastpipe.record.results import read as read_metrics
 
 from conftest import CONF_DIR, TINY, run_in_process, without_shapes
+from png_folders import png_folder
 
 
 RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=4",
@@ -22,13 +21,8 @@ RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16",
 LOADER_FREE = [o for o in RUN if not o.startswith("data.")]  # for data=mmap/dali (their own keys)
 
 
-def image_folder(root: Path, per_class: int = 10) -> Path:
-    rng = np.random.default_rng(0)
-    for name in ("cats", "dogs"):
-        (root / name).mkdir(parents=True)
-        for i in range(per_class):
-            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
-    return root
+def image_folder(root: Path) -> Path:
+    return png_folder(root)
 
 
 def test_missing_dataset_folder(tmp_path):

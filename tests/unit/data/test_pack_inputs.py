@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from conftest import HERE_TESTS
+from png_folders import png_folder
 
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data.shards import PackSet
@@ -16,13 +15,8 @@ from fastpipe.data.shards import PackSet
 SMALL = ["--size", "8", "--chunk-images", "4", "--threads", "1", "--no-progress"]
 
 
-def images(root: Path, per_class: int = 10) -> Path:
-    rng = np.random.default_rng(0)
-    for name in ("cats", "dogs"):
-        (root / name).mkdir(parents=True)
-        for i in range(per_class):
-            Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
-    return root
+def images(root: Path) -> Path:
+    return png_folder(root, side=12)
 
 
 @pytest.fixture(scope="module")
