@@ -144,13 +144,14 @@ class Config:
         if self.precision.name == "fp8":
             self._check_fp8()
 
-    def check_own_values(self) -> None:
-        """What every job of a sweep is checked for before the first one starts (sweeps/check.py): each
-        ``_target_``'s keys against its callable, and train.target against the task's bounds. Not what
-        may fail for one job alone (a dataset's folder, a combination of choices): a failed row."""
-        for group in OBJECT_GROUPS:
+    def check_own_values(self, groups=tuple(OBJECT_GROUPS), target: bool = True) -> None:
+        """What every job of a sweep is checked for before the first one starts (sweeps/check.py): the
+        ``_target_`` keys of ``groups`` against their callables, and (``target``) train.target against
+        the task's bounds. Not what may fail for one job alone (a dataset's folder, a combination of
+        choices): a failed row."""
+        for group in groups:
             getattr(self, group).check_keys()
-        if self.train.target is not None:
+        if target and self.train.target is not None:
             check_target(self.train.target, self.task.declared("primary"), self.task.declared("bounds"),
                          self.choices.get("task", self.task.short_name))
 

@@ -4,8 +4,9 @@ Hydra refuses a value of the wrong type for the whole sweep before launching it;
 fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a misspelt ``train.*`` or ``data.*``
 key: config/keys.py) would otherwise surface as a failed row after the jobs before it had run. So the
 sweep's jobs are composed as its sweeper will compose them (command-line lists and a preset's
-``hydra.sweeper.params``) and converted to fastpipe's settings, each ``_target_``'s keys checked
-against its callable (``+model.hiden=...``) and ``train.target`` against the task's bounds; the first
+``hydra.sweeper.params``) and converted to fastpipe's settings, the ``_target_`` keys of the groups a
+job's overrides touch checked against their callables (``+model.hiden=...``) and a swept
+``train.target`` against the task's bounds; the first
 job that fails is named, with its overrides, and nothing runs. Only each group's own values are judged: a combination that
 cannot work (data=dali on a token dataset) or a dataset folder that is missing is still one failed
 row, as the other jobs of the grid may be fine.
@@ -47,6 +48,8 @@ def check_sweep(config: DictConfig) -> int:
     from hydra.errors import HydraException
 
     from fastpipe.config import job_choices, to_settings
+    from fastpipe.config.objects import OBJECT_GROUPS
+    from fastpipe.record.overrides import override_key
 
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
@@ -62,7 +65,13 @@ def check_sweep(config: DictConfig) -> int:
             with open_dict(cfg):
                 del cfg["hydra"]  # what the job's task function receives
             try:
-                to_settings(cfg, choices, check=False).check_own_values()
+                # Only what the job's overrides touch: importing a project's callables (and torch with them)
+                # for the groups every job shares would cost each sweep's start seconds, and the first job
+                # finds those anyway.
+                keys = [override_key(o) for o in job]
+                groups = [g for g in OBJECT_GROUPS if any(k == g or k.startswith(f"{g}.") for k in keys)]
+                target = "task" in groups or any(k.startswith("train.target") for k in keys)
+                to_settings(cfg, choices, check=False).check_own_values(groups, target)
             except ConfigError as exc:
                 raise ConfigError(f"job {number} of the sweep ({' '.join(job) or 'no overrides'}): {exc}; nothing "
                                   "was run") from None
