@@ -70,7 +70,7 @@ def _why_missing(run_dir: Path, which: str, option: str) -> str:
 def load(run_dir, which: str = "best", device="cpu") -> Trained:
     """The model of the run in ``run_dir`` with its ``which`` weights (``best`` by the task's primary
     metric, or ``last``), in eval mode on ``device``."""
-    from fastpipe.checkpoint.files import load_verified, verify
+    from fastpipe.checkpoint.files import load_state, verify
     from fastpipe.models import build_model
     from fastpipe.runtime import Dist, resolve_device
 
@@ -81,7 +81,10 @@ def load(run_dir, which: str = "best", device="cpu") -> Trained:
     if problem is not None:
         raise DataError(f"{path} cannot be trusted: {problem}; load the other weights (best or last), or a "
                         "step-*.pt checkpoint")
-    _, state = load_verified([path], lambda text: None)
+    try:  # verified once above (hashing a large file twice would double the load's time)
+        state = load_state(path)
+    except Exception:  # a pickle/zip error the sidecar could not catch
+        state = None
     if state is None or state.get("format") != "weights":
         raise DataError(f"{path} is damaged or not a weights file (its SHA-256 or format does not match); "
                         "load the other one, or a step-*.pt checkpoint")
