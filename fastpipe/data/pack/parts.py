@@ -10,11 +10,11 @@ from typing import List, Optional
 
 import numpy as np
 
-from fastpipe.data.packfile import PackReader
-from fastpipe.data.packwriter import fsync_rename
-from fastpipe.data.packformat import (DTYPE_JPEG, MAGIC, TRAIN, VAL, chunks_of, data_offset_for, header_region,
+from fastpipe.data.pack.format import (DTYPE_JPEG, MAGIC, TRAIN, VAL, chunks_of, data_offset_for, header_region,
                                       index_bytes)
-from fastpipe.data.packjournal import Journal, partial_path
+from fastpipe.data.pack.journal import Journal, partial_path
+from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.writer import fsync_rename
 from fastpipe.errors import ConfigError, DataError
 
 INDEX_NAME = "index.json"

@@ -1,5 +1,5 @@
 """``PackWriter``: a pack written one image (or record) at a time, atomically (temporary file,
-fsync, rename). Records packs use it; images packs are built in parallel by packbuild.py."""
+fsync, rename). Records packs use it; images packs are built in parallel by build.py."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from fastpipe.data.packformat import (
+from fastpipe.data.pack.format import (
     DEFAULT_CHUNK_IMAGES,
     DTYPE_RECORDS,
     DTYPE_UINT8,

@@ -4,7 +4,7 @@ the pack is written as one file or as shards, resumable after a kill, one builde
 Work is split into groups of ``chunk_images`` images (one checksum chunk each). Raw images have a
 fixed size, so each worker writes its group straight into the file at its place (``os.pwrite``)
 and hands back only the checksum; JPEG groups come back as bytes and are appended in order. The
-main process only journals (packjournal.py) and draws the progress bar, so it is never the
+main process only journals (journal.py) and draws the progress bar, so it is never the
 bottleneck. Workers are forked (they never touch torch or CUDA), die with their parent, and decode
 exactly as data=default does (decode_rgb, torchvision's antialiased Resize on the PIL image).
 """
@@ -22,9 +22,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from fastpipe import signals
-from fastpipe.data.packformat import DTYPE_JPEG, DTYPE_UINT8, TRAIN
-from fastpipe.data.packjournal import build_lock, partial_path
-from fastpipe.data.packparts import (LAYOUT_NAME, Part, PartWriter, check_out, complete_file, plan_parts,
+from fastpipe.data.pack.format import DTYPE_JPEG, DTYPE_UINT8, TRAIN
+from fastpipe.data.pack.journal import build_lock, partial_path
+from fastpipe.data.pack.parts import (LAYOUT_NAME, Part, PartWriter, check_out, complete_file, plan_parts,
                                      remove_other_kind)
 from fastpipe.errors import ConfigError, DataError
 
@@ -87,7 +87,7 @@ class _Worker:
         """(part, group, start, stop, target): pixels of positions start..stop of the pack order; raw:
         written at target = (path, offset), returns (part, group, crc, None, None); JPEG: returns
         the bytes and each image's length."""
-        from fastpipe.data.jpeg import encode
+        from fastpipe.data.pack.jpeg import encode
 
         part, group, start, stop, target = task
         items = self.order[start:stop]
@@ -106,7 +106,7 @@ class _Worker:
         return part, group, zlib.crc32(data), None, None
 
     def jpeg_size(self, item: int) -> int:
-        from fastpipe.data.jpeg import encode
+        from fastpipe.data.pack.jpeg import encode
 
         return len(encode(self.pixels(item), self.job.quality))
 
@@ -267,7 +267,7 @@ def _build_with(job: ImagesJob, out: Path, order: np.ndarray, groups: int, worke
             if not w.done:  # every group was already in the partial file
                 w.finish()
         if job.shard_bytes:
-            from fastpipe.data.shards import write_index
+            from fastpipe.data.pack.shards import write_index
 
             write_index(out, job, [w.summary() for w in writers])
             (out / LAYOUT_NAME).unlink(missing_ok=True)

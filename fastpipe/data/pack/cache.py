@@ -1,9 +1,9 @@
 """The pack cache: a dataset packed once under ``<cache>/packs``, keyed by what changes it.
 
 ``ensure_cached_pack`` is what ``data=mmap`` calls when no ``data.path`` is given: image datasets
-(``ImageFiles``) are decoded and resized into an images pack (raw or JPEG, packbuild.py); any other
+(``ImageFiles``) are decoded and resized into an images pack (raw or JPEG, build.py); any other
 dataset of fixed-shape samples is written sample by sample into a records pack (records.py).
-``pack_images`` also serves ``python -m fastpipe.pack``. The format itself is in packformat.py.
+``pack_images`` also serves ``python -m fastpipe.pack``. The format itself is in format.py.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Callable, Optional, Tuple
 
 from fastpipe.data.cachedir import writing_into
 from fastpipe.data.images import ImageFiles
-from fastpipe.data.packbuild import ImagesJob, build_images
-from fastpipe.data.packformat import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, JPEG_VERSION, TRAIN, VAL
-from fastpipe.data.records import pack_records
+from fastpipe.data.pack.build import ImagesJob, build_images
+from fastpipe.data.pack.format import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, JPEG_VERSION, TRAIN, VAL
+from fastpipe.data.pack.records import pack_records
 
 
 def stored_shape(stored_size, image_size: int, augment: bool) -> Tuple[int, int]:

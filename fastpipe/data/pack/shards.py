@@ -16,8 +16,9 @@ from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
-from fastpipe.data.packfile import TRAIN, PackReader
-from fastpipe.data.packparts import INDEX_NAME
+from fastpipe.data.pack.format import TRAIN
+from fastpipe.data.pack.parts import INDEX_NAME
+from fastpipe.data.pack.reader import PackReader
 from fastpipe.errors import DataError
 
 INDEX_FORMAT, INDEX_VERSION = "fastpipe-shards", 1
