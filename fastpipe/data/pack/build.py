@@ -1,171 +1,28 @@
 """Building an images pack: a pool of processes decodes, resizes (and JPEG-encodes) groups of images;
 the pack is written as one file or as shards, resumable after a kill, one builder at a time.
 
-Work is split into groups of ``chunk_images`` images (one checksum chunk each). Raw images have a
-fixed size, so each worker writes its group straight into the file at its place (``os.pwrite``)
-and hands back only the checksum; JPEG groups come back as bytes and are appended in order. The
-main process only journals (journal.py) and draws the progress bar, so it is never the
-bottleneck. Workers are forked (they never touch torch or CUDA), die with their parent, and decode
-exactly as data=default does (decode_rgb, torchvision's antialiased Resize on the PIL image).
+Work is split into groups of ``chunk_images`` images (one checksum chunk each), made by a pool of
+processes (pool.py); the files being written and their journals are parts.py's. The main process
+only journals (journal.py) and draws the progress bar, so it is never the bottleneck.
 """
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
 from fastpipe import signals
-from fastpipe.data.pack.format import DTYPE_JPEG, DTYPE_UINT8, TRAIN
+from fastpipe.data.pack.format import DTYPE_JPEG, DTYPE_UINT8
+from fastpipe.data.pack.job import ImagesJob
 from fastpipe.data.pack.journal import build_lock, partial_path
 from fastpipe.data.pack.parts import (LAYOUT_NAME, Part, PartWriter, check_out, complete_file, plan_parts,
                                      remove_other_kind)
-from fastpipe.errors import ConfigError, DataError
-
-SHARD_SEED = 0  # the fixed shuffle of a sharded pack's training images (the same for every codec)
-
-
-@dataclass
-class ImagesJob:
-    """What to pack: image files in pack order (train first), their labels and splits, and how."""
-
-    files: List[str]
-    labels: List[int]
-    split: List[int]
-    classes: List[str]
-    shape: Tuple[int, int]  # stored (height, width)
-    codec: str = "raw"  # raw | jpeg
-    quality: int = 90
-    chunk_images: int = 256
-    meta: Optional[dict] = None
-    key: str = ""  # what the pack is built from: reuse and resume require the same key
-    shard_bytes: Optional[int] = None  # None: one file; else shards of about this many bytes
-
-    def __post_init__(self) -> None:
-        self.labels, self.split = np.asarray(self.labels, dtype=np.int64), np.asarray(self.split, dtype=np.uint8)
-
-    @property
-    def image_bytes(self) -> int:
-        return self.shape[0] * self.shape[1] * 3
-
-    def order(self) -> np.ndarray:
-        """Item ids in the order they are stored: sharded packs shuffle the training images once
-        (fixed seed), so every shard holds a sample of every class and sequential reads stay random."""
-        ids = np.arange(len(self.files))
-        if not self.shard_bytes:
-            return ids
-        train, val = ids[self.split == TRAIN], ids[self.split != TRAIN]
-        return np.concatenate([np.random.default_rng(SHARD_SEED).permutation(train), val])
-
-
-# ----------------------------------------------------------------------------- worker side
-class _Worker:
-    """What one worker process (or the main process, with one worker) needs to make groups."""
-
-    def __init__(self, job: ImagesJob, order: np.ndarray) -> None:
-        from torchvision import transforms
-
-        self.job, self.order, self.fds = job, order, {}
-        self.resize = transforms.Resize(job.shape, antialias=True)
-
-    def pixels(self, item: int) -> np.ndarray:
-        from fastpipe.data.images import decode_rgb
-
-        path = self.job.files[item]
-        try:
-            return np.asarray(self.resize(decode_rgb(path)))
-        except Exception as exc:  # name the file: "cannot identify image" alone is no help
-            raise DataError(f"cannot read image {path}: {exc}; remove or replace the file") from None
-
-    def encode_group(self, task: tuple) -> tuple:
-        """(part, group, start, stop, target): pixels of positions start..stop of the pack order; raw:
-        written at target = (path, offset), returns (part, group, crc, None, None); JPEG: returns
-        the bytes and each image's length."""
-        from fastpipe.data.pack.jpeg import encode
-
-        part, group, start, stop, target = task
-        items = self.order[start:stop]
-        if self.job.codec == "jpeg":
-            files = [encode(self.pixels(int(i)), self.job.quality) for i in items]
-            data = b"".join(files)
-            return part, group, zlib.crc32(data), data, [len(f) for f in files]
-        data = b"".join(np.ascontiguousarray(self.pixels(int(i))).tobytes() for i in items)
-        path, offset = target
-        fd = self.fds.get(path)
-        if fd is None:
-            fd = self.fds[path] = os.open(path, os.O_WRONLY)
-        view = memoryview(data)
-        while view:  # pwrite may write less than asked
-            view = view[os.pwrite(fd, view, offset + len(data) - len(view)):]
-        return part, group, zlib.crc32(data), None, None
-
-    def jpeg_size(self, item: int) -> int:
-        from fastpipe.data.pack.jpeg import encode
-
-        return len(encode(self.pixels(item), self.job.quality))
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-
-
-_WORKER: Optional[_Worker] = None  # in each pool process
-
-
-def _init_worker(job: ImagesJob, order: np.ndarray, parent: int) -> None:
-    global _WORKER
-    from fastpipe.runtime import die_with_parent
-
-    signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
-    die_with_parent(parent)  # an orphan must not go on writing a file another builder now resumes
-    _WORKER = _Worker(job, order)
-
-
-def _encode_group(task: tuple) -> tuple:
-    return _WORKER.encode_group(task)
-
-
-def _jpeg_size(item: int) -> int:
-    return _WORKER.jpeg_size(item)
-
-
-# ----------------------------------------------------------------------------- main side
-class _Pool:
-    """A fork pool of ``workers`` processes, or the calling process itself for one worker."""
-
-    def __init__(self, job: ImagesJob, order: np.ndarray, workers: int) -> None:
-        self.pool, self.local = None, None
-        if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
-            self.pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (job, order, os.getpid()))
-        else:
-            self.local = _Worker(job, order)
-
-    def map(self, fn: str, tasks, ordered: bool = True):
-        """``fn`` ("encode_group" or "jpeg_size") over ``tasks``, in order unless ``ordered`` is false."""
-        if self.pool is None:
-            return map(getattr(self.local, fn), tasks)
-        work = {"encode_group": _encode_group, "jpeg_size": _jpeg_size}[fn]
-        # a stop signal is checked while waiting, too: its workers may have died of it
-        return signals.pool_results((self.pool.imap if ordered else self.pool.imap_unordered)(work, tasks, chunksize=1))
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
-        if self.local is not None:
-            self.local.close()
-
-
-def _estimate_jpeg_bytes(job: ImagesJob, order: np.ndarray, pool: _Pool, samples: int = 64) -> float:
-    picks = order[np.linspace(0, len(order) - 1, min(samples, len(order))).astype(int)]
-    sizes = list(pool.map("jpeg_size", [int(i) for i in picks]))
-    return float(np.mean(sizes))
+from fastpipe.data.pack.pool import Pool
+from fastpipe.errors import ConfigError
 
 
 def build_images(job: ImagesJob, out: Path, workers: int = 1, progress: bool = False, force: bool = False,
@@ -214,7 +71,13 @@ def _size_text(n: float) -> str:
     return f"{n:.0f}B"
 
 
-def _layout(job: ImagesJob, out: Path, order: np.ndarray, pool: _Pool) -> List[Part]:
+def _estimate_jpeg_bytes(job: ImagesJob, order: np.ndarray, pool: Pool, samples: int = 64) -> float:
+    picks = order[np.linspace(0, len(order) - 1, min(samples, len(order))).astype(int)]
+    sizes = list(pool.map("jpeg_size", [int(i) for i in picks]))
+    return float(np.mean(sizes))
+
+
+def _layout(job: ImagesJob, out: Path, order: np.ndarray, pool: Pool) -> List[Part]:
     if not job.shard_bytes:
         return [Part(out.name, 0, len(order))]
     saved = out / LAYOUT_NAME
@@ -245,7 +108,7 @@ def _build(job: ImagesJob, out: Path, workers: int, progress: bool) -> int:
 
 
 def _build_with(job: ImagesJob, out: Path, order: np.ndarray, groups: int, workers: int, progress: bool) -> int:
-    pool = _Pool(job, order, max(1, min(workers, groups)))
+    pool = Pool(job, order, max(1, min(workers, groups)))
     try:
         parts = _layout(job, out, order, pool)
         folder = out if job.shard_bytes else out.parent
