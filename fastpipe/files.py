@@ -99,6 +99,7 @@ def file_lock(path, *, wait: bool = True, on_wait: Optional[Callable[[str], None
                 on_wait(holder)
             fcntl.flock(file, fcntl.LOCK_EX)
             waited = True
+        holder_pid = os.getpid()
         try:
             if owner is not None:
                 file.seek(0)
@@ -108,4 +109,7 @@ def file_lock(path, *, wait: bool = True, on_wait: Optional[Callable[[str], None
             yield waited
         finally:
             # Unlocked explicitly: a forked child that inherited the descriptor would otherwise keep it.
-            fcntl.flock(file, fcntl.LOCK_UN)
+            # Only by the process that locked: the lock belongs to the descriptor, which a forked child
+            # shares, and a child finalizing its copy of this generator must not unlock its parent's.
+            if os.getpid() == holder_pid:
+                fcntl.flock(file, fcntl.LOCK_UN)

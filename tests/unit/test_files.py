@@ -143,3 +143,22 @@ def test_a_lock_is_released_on_exit_even_when_a_forked_child_keeps_its_descripto
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def test_a_forked_child_leaving_the_block_does_not_unlock_its_parents_lock(tmp_path):
+    lock = tmp_path / ".run.lock"
+    held = file_lock(lock)
+    held.__enter__()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child's copy of the block ends (as its interpreter would finalize it)
+            try:
+                held.__exit__(None, None, None)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        with pytest.raises(LockBusy):
+            with file_lock(lock, wait=False):
+                pass
+    finally:
+        held.__exit__(None, None, None)
