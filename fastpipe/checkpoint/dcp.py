@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from fastpipe.checkpoint.files import TRAIN_STATE, fsync_folder, sha256, write_sidecar
+from fastpipe.checkpoint.files import TRAIN_STATE, sha256, write_sidecar
 from fastpipe.errors import DataError
+from fastpipe.files import fsync_folder
 
 FORMAT = 1
 

@@ -19,6 +19,7 @@ from typing import List, Optional
 import torch
 
 from fastpipe.errors import ConfigError, unwritable
+from fastpipe.files import atomic_write
 
 FORMAT = 1
 NAME = re.compile(r"^step-(\d{8})\.(pt|dcp)$")
@@ -28,20 +29,14 @@ def _before_publish(tmp: Path) -> None:
     """Called when a checkpoint's temporary file is durable, just before its rename (a test seam)."""
 
 
-def _write_durably(path: Path, write) -> None:
-    """``write(fh)`` into a temporary file, fsync, rename to ``path``. A failed write (a full disk, a
-    signal) leaves nothing behind and raises, for a full or read-only disk, that OSError naming ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def _write_durably(path: Path, data, sync_folder: bool = False) -> None:
+    """``data`` (bytes, or ``write(fh)``) into a temporary file, fsync, rename to ``path`` (then sync the
+    folder). A failed write (a full disk, a signal) leaves nothing behind and raises, for a full or
+    read-only disk, that OSError naming ``path``."""
     try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if path.suffix == ".pt":
-            _before_publish(tmp)
-        os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
+        atomic_write(path, data, sync_folder=sync_folder,
+                     before_replace=_before_publish if path.suffix == ".pt" else None)
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
         cause = unwritable(exc)  # also inside torch.save's RuntimeError ("unexpected pos")
         if cause is not None:
             raise OSError(cause.errno, cause.strerror, str(path)) from exc  # the file it was to become
@@ -74,16 +69,8 @@ def write_checkpoint(folder: Path, state: dict, name: Optional[str] = None) -> P
 
 def write_sidecar(path: Path, sidecar: dict) -> None:
     """``path``'s sidecar, written durably last: from now on ``path`` counts as complete."""
-    _write_durably(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(sidecar, indent=2).encode()))
-    fsync_folder(path.parent)  # the renames themselves survive a power cut
-
-
-def fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # sync_folder: the renames themselves survive a power cut
+    _write_durably(path.with_suffix(".json"), json.dumps(sidecar, indent=2).encode(), sync_folder=True)
 
 
 def checkpoints_in(folder: Path) -> List[Path]:

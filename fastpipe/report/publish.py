@@ -4,11 +4,11 @@ Called by the Hydra callback when a ``-m`` sweep ends and by ``python -m fastpip
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
 from fastpipe.errors import ConfigError
+from fastpipe.files import atomic_write
 from fastpipe.report import hparams, plots, tables, winner
 from fastpipe.report.sweep import (
     SweepResult,
@@ -22,10 +22,9 @@ ARTEFACTS = ("report.md", "report.csv", "report.png", "hparams/", "best.yaml")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a report."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write via a temporary file and rename, so a reader never sees half a report (not synced: a
+    report is rewritten from the run folders)."""
+    atomic_write(path, text, fsync=False)
 
 
 def write_report(sweep_dir: Path, spec: Optional[SweepSpec] = None, save_best: Optional[Path] = None) -> SweepResult:

@@ -60,11 +60,9 @@ def _dumps(outcome) -> bytes:
 
 
 def _write_result(path: str, outcome) -> None:
-    data = _dumps(outcome)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    from fastpipe.files import atomic_write
+
+    atomic_write(path, _dumps(outcome), fsync=False)  # the sweep process reads it once this process has ended
 
 
 def main(job_file: str) -> int:

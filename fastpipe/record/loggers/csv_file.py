@@ -7,9 +7,10 @@ and the file is written again with the wider header, so it is a well-formed CSV 
 from __future__ import annotations
 
 import csv
-import os
+import io
 from typing import Dict, List, Optional
 
+from fastpipe.files import atomic_write
 from fastpipe.record.loggers import RunInfo
 
 
@@ -37,12 +38,11 @@ class CsvLogger:
         self.rows.append(row)
         if new or len(self.rows) == 1:
             self.columns += new
-            tmp = self._path.with_name(f".{self._path.name}.tmp")
-            with open(tmp, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=self.columns, lineterminator="\n")
-                writer.writeheader()
-                writer.writerows(self.rows)
-            os.replace(tmp, self._path)
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=self.columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.rows)
+            atomic_write(self._path, text.getvalue(), fsync=False)  # as the appended rows, not synced
         else:
             with open(self._path, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=self.columns, lineterminator="\n").writerow(row)

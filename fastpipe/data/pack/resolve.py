@@ -10,11 +10,11 @@ from typing import Optional
 import numpy as np
 
 from fastpipe.config import MmapLoaderConfig
-from fastpipe.data.cache import ensure_cached_pack, stored_shape
-from fastpipe.data.jpeg import Decoder, gather
-from fastpipe.data.packfile import TRAIN, VAL
-from fastpipe.data.shardplan import LanePlan
-from fastpipe.data.shards import PackSet, index_of
+from fastpipe.data.pack.cache import ensure_cached_pack, stored_shape
+from fastpipe.data.pack.format import TRAIN, VAL
+from fastpipe.data.pack.jpeg import Decoder, gather
+from fastpipe.data.pack.lanes import LanePlan
+from fastpipe.data.pack.shards import PackSet, index_of
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import ConfigError, DataError, EnvironmentProblem
 from fastpipe.runtime import Runtime

@@ -10,12 +10,12 @@ from typing import List, Optional
 
 import numpy as np
 
-from fastpipe.data.packfile import PackReader
-from fastpipe.data.packwriter import fsync_rename
-from fastpipe.data.packformat import (DTYPE_JPEG, MAGIC, TRAIN, VAL, chunks_of, data_offset_for, header_region,
+from fastpipe.data.pack.format import (DTYPE_JPEG, MAGIC, TRAIN, VAL, chunks_of, data_offset_for, header_region,
                                       index_bytes)
-from fastpipe.data.packjournal import Journal, partial_path
+from fastpipe.data.pack.journal import Journal, partial_path
+from fastpipe.data.pack.reader import PackReader
 from fastpipe.errors import ConfigError, DataError
+from fastpipe.files import commit
 
 INDEX_NAME = "index.json"
 
@@ -207,7 +207,7 @@ class PartWriter:
         self.file.seek(0)
         self.file.write(region)
         self.file.truncate(self.data_offset + data_bytes)
-        fsync_rename(self.file, partial_path(self.final), self.final)
+        commit(self.file, partial_path(self.final), self.final)
         self.file.close()
         self.journal.close(remove=True)
         self.done = True

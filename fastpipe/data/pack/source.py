@@ -6,8 +6,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from fastpipe.data.jpeg import Decoder, gather
-from fastpipe.data.shards import PackSet
+from fastpipe.data.pack.jpeg import Decoder, gather
+from fastpipe.data.pack.shards import PackSet
 
 
 class PackImages:

@@ -15,7 +15,9 @@ from typing import Any, List, Tuple
 import numpy as np
 import torch
 
-from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, TRAIN, VAL, PackReader, PackWriter
+from fastpipe.data.pack.format import DEFAULT_CHUNK_IMAGES, TRAIN, VAL
+from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.writer import PackWriter
 from fastpipe.errors import DataError
 
 

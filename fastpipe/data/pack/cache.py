@@ -1,13 +1,12 @@
 """The pack cache: a dataset packed once under ``<cache>/packs``, keyed by what changes it.
 
 ``ensure_cached_pack`` is what ``data=mmap`` calls when no ``data.path`` is given: image datasets
-(``ImageFiles``) are decoded and resized into an images pack (raw or JPEG, packbuild.py); any other
+(``ImageFiles``) are decoded and resized into an images pack (raw or JPEG, build.py); any other
 dataset of fixed-shape samples is written sample by sample into a records pack (records.py).
-``pack_images`` also serves ``python -m fastpipe.pack``. The format itself is in packformat.py.
+``pack_images`` also serves ``python -m fastpipe.pack``. The format itself is in format.py.
 """
 from __future__ import annotations
 
-import fcntl
 import glob
 import hashlib
 import json
@@ -17,9 +16,11 @@ from typing import Callable, Optional, Tuple
 
 from fastpipe.data.cachedir import writing_into
 from fastpipe.data.images import ImageFiles
-from fastpipe.data.packbuild import ImagesJob, build_images
-from fastpipe.data.packformat import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, JPEG_VERSION, TRAIN, VAL
-from fastpipe.data.records import pack_records
+from fastpipe.data.pack.build import build_images
+from fastpipe.data.pack.format import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, JPEG_VERSION, TRAIN, VAL
+from fastpipe.data.pack.job import ImagesJob
+from fastpipe.data.pack.records import pack_records
+from fastpipe.files import file_lock
 
 
 def stored_shape(stored_size, image_size: int, augment: bool) -> Tuple[int, int]:
@@ -93,8 +94,7 @@ def _clean_after_dead_writers(path: Path) -> None:
     try:
         if not _leftovers(path):
             return
-        with open(path.parent / f".{path.name}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with file_lock(path.parent / f".{path.name}.lock", wait=False):
             for tmp in _leftovers(path):
                 tmp.unlink(missing_ok=True)
     except OSError:  # locked by a packer, or not ours to write
@@ -112,8 +112,7 @@ def _cached(folder: Path, filename: str, make: Callable[[Path], Path]) -> Tuple[
     with writing_into(folder):  # the first write into the cache: an unwritable one is one clear line
         folder.mkdir(parents=True, exist_ok=True)
         lock_path.touch()
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes; one DDP rank packs
+    with file_lock(lock_path):  # one DDP rank packs
         if path.is_file():  # another process packed it while this one waited
             return path, "packed by another process"
         for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):  # a dead writer's: we hold the lock

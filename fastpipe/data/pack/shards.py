@@ -9,16 +9,17 @@ file, or the shards of a sharded pack that this process needs, opened (and verif
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
-from fastpipe.data.packfile import TRAIN, PackReader
-from fastpipe.data.packparts import INDEX_NAME
+from fastpipe.data.pack.format import TRAIN
+from fastpipe.data.pack.parts import INDEX_NAME
+from fastpipe.data.pack.reader import PackReader
 from fastpipe.errors import DataError
+from fastpipe.files import atomic_write
 
 INDEX_FORMAT, INDEX_VERSION = "fastpipe-shards", 1
 REPACK_SHARDS = "repack it with `python -m fastpipe.pack SRC OUT --shard-size SIZE`"
@@ -36,12 +37,7 @@ def write_index(out: Path, job, shards: List[dict]) -> Path:
              "val": sum(s["val"] for s in shards), "order": "train shuffled (seed 0), then val",
              "meta": job.meta or {}, "shards": shards}
     index["crc"] = _crc(index)
-    tmp = out / f".{INDEX_NAME}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(index, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out / INDEX_NAME)
+    atomic_write(out / INDEX_NAME, json.dumps(index, indent=1))
     return out / INDEX_NAME
 
 

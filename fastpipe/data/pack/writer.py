@@ -1,16 +1,15 @@
 """``PackWriter``: a pack written one image (or record) at a time, atomically (temporary file,
-fsync, rename). Records packs use it; images packs are built in parallel by packbuild.py."""
+fsync, rename). Records packs use it; images packs are built in parallel by build.py."""
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 import numpy as np
 
-from fastpipe.data.packformat import (
+from fastpipe.data.pack.format import (
     DEFAULT_CHUNK_IMAGES,
     DTYPE_RECORDS,
     DTYPE_UINT8,
@@ -19,19 +18,7 @@ from fastpipe.data.packformat import (
     index_bytes,
 )
 from fastpipe.errors import DataError
-
-
-def fsync_rename(file, tmp: Path, path: Path) -> None:
-    """Sync ``file`` (open on ``tmp``), rename ``tmp`` to ``path`` and sync the folder: the name
-    says the pack exists only once its bytes are on disk."""
-    file.flush()
-    os.fsync(file.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+from fastpipe.files import commit, temp_path
 
 
 class PackWriter:
@@ -56,7 +43,7 @@ class PackWriter:
         layout = {"dtype": "uint8", "layout": "NHWC"} if record_bytes is None else {"kind": "records"}
         self.meta = json.dumps({**(meta or {}), "classes": list(classes), **layout}, sort_keys=True).encode()
         self.data_offset = data_offset_for(len(self.meta), self.count, chunk_images, jpeg=False)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.tmp = temp_path(self.path)
         self.crcs: List[int] = []
         self.written = 0
 
@@ -102,4 +89,4 @@ class PackWriter:
         self.file.seek(0)
         self.file.write(header_region(self.data_offset, self.count * int(np.prod(self.shape)), self.count, self.shape,
                                       self.chunk_images, self.meta, self.dtype_code, index))
-        fsync_rename(self.file, self.tmp, self.path)
+        commit(self.file, self.tmp, self.path)  # the name says the pack exists only once its bytes are on disk

@@ -10,7 +10,6 @@ fails that check and is built again.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sys
@@ -18,6 +17,8 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
+
+from fastpipe.files import atomic_write, file_lock
 
 
 def partial_path(final: Path) -> Path:
@@ -46,9 +47,8 @@ class Journal:
 
     def __init__(self, final: Path, head: dict, entries: List[dict] = ()) -> None:
         self.path = journal_path(final)
-        tmp = self.path.with_name(self.path.name + ".new")
-        tmp.write_text("".join(_line(e) for e in [head, *entries]))
-        os.replace(tmp, self.path)  # a kill never leaves a journal that mixes two builds
+        # a kill never leaves a journal that mixes two builds; not synced, as its lines are not
+        atomic_write(self.path, "".join(_line(e) for e in [head, *entries]), fsync=False)
         self.file = open(self.path, "a")
 
     @staticmethod
@@ -78,20 +78,10 @@ def build_lock(final: Path, what: str, quiet: bool = False) -> Iterator[bool]:
     """Hold ``.NAME.lock`` beside ``final`` while building it; yields whether another process held it
     first (this one waited, saying so on stderr unless ``quiet``). The kernel drops the lock when
     its holder dies."""
-    lock_path = final.with_name(f".{final.name}.lock")
-    with open(lock_path, "a+") as lock:
-        waited = False
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            if not quiet:
-                print(f"fastpipe: waiting for process {holder}, which is packing {what}", file=sys.stderr, flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            waited = True
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
+    def say_so(holder: str) -> None:
+        if not quiet:
+            print(f"fastpipe: waiting for process {holder or '?'}, which is packing {what}", file=sys.stderr,
+                  flush=True)
+
+    with file_lock(final.with_name(f".{final.name}.lock"), on_wait=say_so, owner=str(os.getpid())) as waited:
         yield waited

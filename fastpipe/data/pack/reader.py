@@ -1,8 +1,8 @@
-"""Pack files: ``PackReader`` opens and checks any pack; ``PackWriter`` (packwriter.py) writes one
+"""Pack files: ``PackReader`` opens and checks any pack; ``PackWriter`` (writer.py) writes one
 sample at a time.
 
-The byte layout is described in one place, packformat.py; the parallel, resumable builder of
-images packs is packbuild.py. The reader checks magic, version, sizes and the header checksum
+The byte layout is described in one place, format.py; the parallel, resumable builder of
+images packs is build.py. The reader checks magic, version, sizes and the header checksum
 when it opens a file, and ``verify()`` checks every chunk of data.
 """
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import List
 
 import numpy as np
 
-from fastpipe.data.packformat import (  # noqa: F401  (DEFAULT_CHUNK_IMAGES, HEADER, TRAIN: imported from here)
+from fastpipe.data.pack.format import (
     ALIGN,
-    DEFAULT_CHUNK_IMAGES,
     DTYPE_JPEG,
     DTYPE_RECORDS,
     DTYPE_UINT8,
@@ -25,11 +24,9 @@ from fastpipe.data.packformat import (  # noqa: F401  (DEFAULT_CHUNK_IMAGES, HEA
     MAGIC,
     READABLE_VERSIONS,
     REPACK,
-    TRAIN,
     VAL,
     chunks_of,
 )
-from fastpipe.data.packwriter import PackWriter  # noqa: F401  (imported from here too)
 from fastpipe.errors import DataError
 
 
