@@ -2,9 +2,9 @@
 
 Each YAML file under conf/<group>/ starts from its schema (``defaults: [schema_<name>]``) and holds
 only what differs from it, so each key's default and meaning live in one place, its schema here.
-A wrong type fails with OmegaConf's own message, an unknown key when the config is converted
-(config/keys.py). ``to_settings`` converts the composed DictConfig to these dataclasses once, at the
-edge; nothing past it sees Hydra. fastpipe 0.1's spellings are no schema's keys: config/legacy.py.
+A wrong type fails with OmegaConf's own message, an unknown key as Hydra composes the config (or,
+on a node open to another choice's keys, when it is converted: config/keys.py). ``to_settings``
+converts the composed DictConfig to these dataclasses once, at the edge; nothing past it sees Hydra.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fastpipe.config import keys, legacy, registry
+from fastpipe.config import keys, registry
 from fastpipe.config._checks import one_of
 from fastpipe.config.compile import CompileConfig
 from fastpipe.config.context import RunContext
@@ -115,14 +115,9 @@ class Config:
                               "is not set: add train.target=VALUE and train.eval_every=N")
 
     @property
-    def deprecations(self) -> List[str]:
-        """What old spellings in this config should become (warned about, never fatal)."""
-        return [n for g in OBJECT_GROUPS for n in getattr(getattr(self, g), "deprecations", [])]
-
-    @property
     def notes(self) -> List[str]:
-        """Everything converting the config has to say: the deprecations, then the keys dropped."""
-        return self.deprecations + self.dropped_keys
+        """Everything converting the config has to say (warned about, never fatal): the keys dropped."""
+        return list(self.dropped_keys)
 
     def check(self) -> None:
         """The checks that import the project's callables: each ``_target_`` and its keys, and the
@@ -193,8 +188,7 @@ GROUPS = tuple(f.name for f in fields(Config) if f.metadata.get("group"))
 
 def group_schemas() -> Dict[str, Dict[str, type]]:
     """``{group: {schema name: schema}}``: the closed groups' from their registry (choices a project
-    registered included), and the profile group's (fastpipe 0.1's schema_model / schema_dataset:
-    config/legacy.py)."""
+    registered included), and the profile group's."""
     return {
         **{group: registry.schemas(group) for group in registry.CLOSED_GROUPS},
         "profile": {"profile": ProfileConfig},
@@ -248,16 +242,13 @@ def register_configs() -> None:
     for group, schemas in group_schemas().items():
         for name, kind in schemas.items():  # a group of several schemas takes their keys (config/keys.py)
             cs.store(group=group, name=f"schema_{name}", node=keys.schema_node(kind, open_keys=len(schemas) > 1))
-    for group, schemas in legacy.SCHEMAS.items():  # schema_model / schema_dataset, for 0.1's YAML files
-        for name, kind in schemas.items():
-            cs.store(group=group, name=f"schema_{name}", node=kind)
     for name, node in LOGGER_SCHEMAS.items():  # each logger's keys under its own name: several compose
         cs.store(group="logger", name=f"schema_{name}", node=node)
 
 
 def root_schema() -> DictConfig:
-    """The root config's structured node, its ``train`` open to fastpipe 0.1's keys (config/legacy.py)."""
-    return legacy.accepting_old_train_keys(OmegaConf.structured(Config))
+    """The root config's structured node."""
+    return OmegaConf.structured(Config)
 
 
 def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check: bool = True) -> Config:
@@ -265,7 +256,6 @@ def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check
     also import each ``_target_`` and check its keys and the combination (``Config.check``). ``cfg``
     itself is left as it is."""
     cfg = copy.deepcopy(cfg)
-    old = legacy.take_old_train_keys(cfg)  # fastpipe 0.1's train keys, taken out
     dropped = keys.drop_other_choices_keys(cfg, group_schemas())
     keys.refuse_added_keys(cfg)
     try:
@@ -274,7 +264,6 @@ def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check
         raise
     except Exception as exc:  # OmegaConf's own messages name the key; keep them
         raise ConfigError(str(exc).splitlines()[0]) from exc
-    legacy.apply_old_train_keys(old, settings)
     settings.dropped_keys = dropped
     settings.choices = dict(choices or {})
     if check:
