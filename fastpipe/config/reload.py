@@ -18,7 +18,9 @@ def run_settings(run_dir: Path, overrides=()):
     its schema again; the ``_target_`` s are not imported until something is built."""
     from omegaconf import DictConfig, OmegaConf
 
-    from fastpipe.config import group_schemas, keys, register_configs, root_schema, to_settings
+    from fastpipe.config import keys
+    from fastpipe.config.convert import to_settings
+    from fastpipe.config.store import group_schemas, register_configs, root_schema
 
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
