@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from fastpipe.cli.help import register_help_resolver
 from fastpipe.record.run_record import failed
 from fastpipe.config import config_dir, job_choices, register_configs, to_settings
+from fastpipe.config.keys import old_spelling_note
 from fastpipe.record import results
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
@@ -114,12 +115,24 @@ def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = No
     return record.to_dict()
 
 
+def name_old_spellings(args: list) -> None:
+    """After a failed command: one line naming today's spelling of each of fastpipe 0.1's keys on it
+    (``train.lr=0.1``: Hydra says only that it cannot override ``train.lr``)."""
+    note = old_spelling_note([a for a in args if not a.startswith("-")])
+    if note:
+        print(f"fastpipe: {note}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()
     try:
         run()
+    except SystemExit as exc:  # Hydra's own error (exit 1: a key it cannot compose), or a refused run
+        if exc.code not in (0, None):
+            name_old_spellings(sys.argv[1:])
+        raise
     except Preempted as exc:  # a stop signal outside any job (between a sweep's jobs)
         print(f"fastpipe: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_PREEMPTED)

@@ -7,11 +7,9 @@ goes to the callable (docs/project.md).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, Optional
 
-from fastpipe.config.legacy import moved_target, old_object_spelling
 from fastpipe.errors import ConfigError
 
 # Keywords fastpipe passes at run time to a callable that accepts them (and whose config does not
@@ -27,7 +25,6 @@ class ObjectConfig:
 
     target: str = ""
     params: Dict[str, Any] = field(default_factory=dict)
-    deprecations: List[str] = field(default_factory=list)  # what an old spelling should become
 
     GROUP: ClassVar[str] = ""
     OWN_KEYS: ClassVar[tuple] = ()  # fastpipe's own keys in this group (fields of the subclass)
@@ -38,19 +35,15 @@ class ObjectConfig:
         """From the composed group node (a dict after ``OmegaConf.to_object``)."""
         if isinstance(node, cls):
             return node
-        if dataclasses.is_dataclass(node):  # schema_model / schema_dataset of 0.1 (config/legacy.py)
-            node = {k: v for k, v in dataclasses.asdict(node).items()}
         if not isinstance(node, dict):
             raise ConfigError(f"{cls.GROUP}: expected a config with a _target_, got {node!r}")
-        node, notes = old_object_spelling(cls.GROUP, dict(node), cls.OWN_KEYS)  # fastpipe 0.1's spellings
+        node = dict(node)
         target = node.pop("_target_", None)
         if not target:
             raise ConfigError(f"the {cls.GROUP} config has no _target_; give {cls.GROUP}._target_=pkg.module.Callable "
                               f"(or choose a built-in: {cls.GROUP}=NAME)")
-        target, note = moved_target(f"{cls.GROUP}._target_", str(target))
-        notes += [note] if note else []
         own = {k: node.pop(k) for k in cls.OWN_KEYS if k in node}
-        return cls(target=str(target), params=node, deprecations=notes, **own)
+        return cls(target=str(target), params=node, **own)
 
     @property
     def key(self) -> str:

@@ -1,5 +1,4 @@
-"""``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints
-(fastpipe 0.1's ``train.lr`` and friends: config/legacy.py)."""
+"""``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints."""
 from __future__ import annotations
 
 from dataclasses import dataclass

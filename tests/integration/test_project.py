@@ -74,19 +74,3 @@ def test_sweep_report_judges_parity_by_the_primary_metric_and_its_direction(proj
         assert r["parity"] == ("baseline" if r is base else "ok" if worse <= 0.5 + 1e-9 else "FAIL")
     best = next(r for r in rows if r["best"] == "True")
     assert best["parity"] in ("ok", "baseline") and "mse" in (project / "sweep" / "best.yaml").read_text()
-
-
-def test_an_old_project_config_runs_and_warns(tmp_path):
-    conf = tmp_path / "conf" / "model"
-    conf.mkdir(parents=True)
-    conf.joinpath("old.yaml").write_text("defaults:\n  - schema_model\n_target_: fastpipe.models.TinyCNN\n"
-                                         "kwargs:\n  width: 8\n")
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "--config-dir", str(tmp_path / "conf"), "model=old",
-                           "dataset.num_images=120", "dataset.image_size=16", "train.max_steps=6",
-                           "runtime.progress=false", "data.num_workers=0", "launcher.fresh_process=false",
-                           f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "fastpipe: warning: model.kwargs is deprecated" in proc.stderr
-    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert m["status"] == "ok" and any("model.kwargs is deprecated" in w for w in m["warnings"])
