@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, read_jsonl, run_fastpipe, skipped, status_text,
+from lib.runner import (Deadline, add_common_args, append_jsonl, read_jsonl, run_fastpipe, skipped, status_text,
                     write_markdown_table)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,14 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, median, run_fastpipe, run_json, skipped,
+from lib.runner import (Deadline, add_common_args, append_jsonl, median, run_fastpipe, run_json, skipped,
                     write_markdown_table)
 
 HERE = Path(__file__).resolve().parent
 
 
 def hand_command(model: str, mode: str, a) -> list:
-    return [sys.executable, str(HERE / "handloop.py"), "--model", model, "--batch", a.batch,
+    return [sys.executable, str(HERE / "lib" / "handloop.py"), "--model", model, "--batch", a.batch,
             "--image-size", a.image_size, "--compile", mode, "--warmup", a.warmup, "--steps", a.steps,
             "--device", a.device, "--classes", a.classes]
 

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import append_jsonl, read_jsonl, run_command, write_markdown_table
+from lib.runner import append_jsonl, read_jsonl, run_command, write_markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 

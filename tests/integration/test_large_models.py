@@ -1,4 +1,4 @@
-"""benchmarks/perf3.py --smoke (issue 27): the H200 plan's phases 2 and 3 on the CPU, and what their runs show.
+"""benchmarks/large_models.py --smoke: its H200 phases 2 and 3 on the CPU, and what their runs show.
 
 One script run covers the batch search's command, a GPT built on its device (the 10B build's command
 at a tiny shape) and the fp8-against-bf16 loss pair, whose fp8 run is torchao's emulation, compiled
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def phase2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("perf3")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "perf3.py"), "--phase", "2,3", "--out", str(out),
+    out = tmp_path_factory.mktemp("large_models")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "large_models.py"), "--phase", "2,3", "--out", str(out),
                            "--smoke", "--deadline", "400"], cwd=REPO / "benchmarks", capture_output=True, text=True,
                           timeout=500, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -32,10 +32,10 @@ def phase2(tmp_path_factory):
 def test_each_phase_writes_its_table_rows_and_archive(phase2):
     out, stdout = phase2
     for phase in ("p2", "p3"):
-        assert sorted(p.name for p in (out / phase).iterdir() if p.is_file()) == ["perf3.jsonl", "perf3.log",
-                                                                                "perf3.md", "runs.tgz"]
+        files = sorted(p.name for p in (out / phase).iterdir() if p.is_file())
+        assert files == ["large_models.jsonl", "large_models.log", "large_models.md", "runs.tgz"]
     folder = out / "p2"
-    rows = {r["what"]: r for r in map(json.loads, (folder / "perf3.jsonl").read_text().splitlines())}
+    rows = {r["what"]: r for r in map(json.loads, (folder / "large_models.jsonl").read_text().splitlines())}
     assert all(r["status"] == "ok" for r in rows.values()), rows
     search = rows["batch search resnet50"]
     assert search["chosen"] == 64 and search["probes"] == 2 and search["search_s"] > 0  # 32 fits, then the cap 64
@@ -44,8 +44,8 @@ def test_each_phase_writes_its_table_rows_and_archive(phase2):
         assert {"runs/build10b/graph.txt", "runs/search/metrics.json"} <= set(tar.getnames())
     with tarfile.open(out / "p3" / "runs.tgz") as tar:
         assert "runs/loss-fp8/graph.txt" in tar.getnames()
-    assert stdout.strip().splitlines()[0] == "perf3 phase 2 (smoke: CPU, tiny models)"
-    assert "perf3 phase 3 (smoke: CPU, tiny models)" in stdout
+    assert stdout.strip().splitlines()[0] == "large_models phase 2 (smoke: CPU, tiny models)"
+    assert "large_models phase 3 (smoke: CPU, tiny models)" in stdout
 
 
 def test_the_emulated_fp8_run_trains_the_layers_graph_txt_names_as_bf16_does(phase2):

@@ -4,7 +4,7 @@ Same model, batch, precision, channels_last, compile mode, optimizer and data as
 `dataset=synthetic` runs, timed the same way (warm-up excluded, synchronise at the edges).
 Prints one JSON line: {"throughput": samples/s, ...}.
 
-    python benchmarks/handloop.py --model resnet50 --batch 256 --compile default --steps 150
+    python benchmarks/lib/handloop.py --model resnet50 --batch 256 --compile default --steps 150
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ page cache (posix_fadvise DONTNEED on every file of the pack: no root needed), s
 from the disk and epoch 2 from memory. Prints one JSON line last: img/s per epoch, the loader's
 description, and the pack's bytes.
 
-    python benchmarks/pack_read.py --pack /tmp/p.fppack --cold --epochs 2 -- dataset=shapes ...
+    python benchmarks/lib/pack_read.py --pack /tmp/p.fppack --cold --epochs 2 -- dataset=shapes ...
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def pack_files(pack: Path) -> list:

@@ -12,7 +12,7 @@
 # 60 % of the grid's wall time. "Within 5 %" is judged on the grid's own measurements (the grid's
 # throughput of the combination halving picked against the grid's winner), which removes the
 # run-to-run noise of a shared VM; halving's own measurement of its winner is printed beside it.
-#   bash benchmarks/cpu_halving.sh > benchmarks/results/cpu-halving.log 2>&1
+#   D=$(bash benchmarks/lib/result_dir.sh halving cpu) && bash benchmarks/halving.sh > "$D/halving.log" 2>&1
 # Run it on an idle machine (uptime's load below 1): concurrent work skews both the throughputs
 # and the wall times.
 set -euo pipefail
@@ -23,7 +23,7 @@ grid=(precision=fp32,amp compile=off,default data=default,mmap)
 common=(train.epochs="${EPOCHS:-60}" runtime.progress=false)  # EPOCHS=1: a quick check of the script itself
 export FASTPIPE_CACHE="$work/data-cache"
 echo "# $(date -u '+%F %T') UTC · $(nproc) CPU cores · $(python -c 'import torch; print("torch", torch.__version__)')" \
-  "· load $(cut -d' ' -f1-3 /proc/loadavg) · work folder $work"
+  "· fastpipe $(git rev-parse --short HEAD 2>/dev/null || echo "?") · load $(cut -d' ' -f1-3 /proc/loadavg) · work folder $work"
 echo "# grid: ${grid[*]} ${common[*]}"
 
 # The dataset and the mmap pack, once, outside the timings.

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# fastpipe measured against hand-written loops (ResNet-50 and GPT-2 small), what checkpoints cost,
+# The H200 plan: the GPU questions of benchmarks/README.md in four `device` calls. fastpipe measured
+# against hand-written loops (ResNet-50 and GPT-2 small), what checkpoints cost,
 # DDP's remaining levers, FSDP2 and a 10B GPT, and the JPEG pipeline at batch 256/512 with CUDA graphs
 # and max-autotune, through mmap and DALI. Four phases, one `device` call each, back
 # to back on nvidia-h200-x2 (the machine keeps /tmp while warm: the JPEG folder, the mmap pack,
 # Inductor's cache and DALI's parts carry over). From the repository root:
-#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_handloops_checkpoints_jpeg512.sh N
+#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/h200_plan.sh N
 # carrying .devwheels/base and .devwheels/daliK in call K+1 (install.sh installs DALI in call 4).
 #
 # Phases (default wall-clock deadline of each; the four must fit 30 minutes of device time with the
 # machine's start, so each phase also stops by BUDGET seconds after phase 1 began). On two GPUs:
 #   1 (340 s) GPU facts; two streams at once, one per GPU on half the cores each (taskset), because
-#     the session is short: GPU 0 overhead.py (resnet50 eager and compile=default vs handloop.py,
+#     the session is short: GPU 0 overhead.py (resnet50 eager and compile=default vs lib/handloop.py,
 #     15 warm-up + 100 steps) then checkpoint_stall.py; GPU 1 the JPEG folder and its mmap pack (8,192
-#     images of 500x375), then lm.py (gpt2_small, fastpipe vs lm_handloop.py, 2 repeats). Every
+#     images of 500x375), then lm.py (gpt2_small, fastpipe vs lib/lm_handloop.py, 2 repeats). Every
 #     comparison is paired inside its stream in alternating order, so the other stream's load falls
 #     on both sides of it.
 #   2 (420 s) DDP on both GPUs: ddp.py, compiled ResNet-50, with the levers this fastpipe offers
@@ -39,7 +40,7 @@
 # SMOKE=1 runs a phase on this CPU with tiny models and data (WORK and OUT under /tmp/fp-smoke by
 # default): it checks the commands, not speed.
 set -uo pipefail
-phase=${1:?usage: h200_handloops_checkpoints_jpeg512.sh PHASE (1-4)}
+phase=${1:?usage: h200_plan.sh PHASE (1-4)}
 SMOKE=${SMOKE:-0}
 if [[ $SMOKE == 1 ]]; then W=${WORK:-/tmp/fp-smoke}; OUT=${OUT:-$W/out}; else W=${WORK:-/tmp}; OUT=${OUT:-/tmp/out}; fi
 P=$OUT/p$phase; LOGS=$W/logs-p$phase; mkdir -p "$P" "$LOGS"
@@ -68,13 +69,13 @@ cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }
 echo "phase $phase: deadline ${DEADLINE} s, $NGPU GPU(s) (SMOKE=$SMOKE, work $W, out $P)"
 
 # --- the workloads
-RUN=("$PY" $B/runner.py --jsonl "$LOGS/runs.jsonl")  # one fastpipe run or sweep, a row per call
+RUN=("$PY" $B/lib/runner.py --jsonl "$LOGS/runs.jsonl")  # one fastpipe run or sweep, a row per call
 HALF=$(( $(nproc) / 2 )); HALF=$(( HALF > 0 ? HALF : 1 ))
 pin() { command -v taskset > /dev/null && (( $(nproc) > 1 )) && taskset -cp "$1" "$BASHPID" > /dev/null; }  # this shell and its children
 CORES_A=0-$((HALF - 1)); CORES_B=$HALF-$(( $(nproc) - 1 ))
 # ImageNet-like JPEG folder: 8,192 generated images of 500x375 (80 % train: 25 steps of 256 per
 # epoch), trained at 224 with random-resized-crop + flip; zero_init_residual and a 10-step lr warm-up
-# let ResNet-50 learn the shapes in 100 steps (as in h200_ddp_dali_jpeg_v2.sh).
+# let ResNet-50 learn the shapes in 100 steps.
 DATA=(dataset=shapes "dataset.source_size=[500,375]" dataset.num_images=8192 dataset.image_size=224
       dataset.augment=true train.epochs=4 measure.warmup_steps=10 measure.window=5 runtime.progress=false)
 MODEL=(model=resnet50 +model.zero_init_residual=true)

@@ -1,4 +1,4 @@
-"""Performance III on one H200 (issue 27): fp8 against bf16 at 1.3B parameters, a 10B build, the batch search.
+"""Large models on one H200: fp8 against bf16 (1.3B and GPT-2 small), a 10B GPT's build, the batch search.
 
 Each phase is one device call (at most 10 minutes), in priority order; every run is a fresh process
 through runner.py, rows written the moment each run ends; a phase starts no run its --deadline cannot
@@ -17,15 +17,15 @@ hold.
   5 (about 5 min) compile_reuse.py --gpu: what a compiled ResNet-50 probe costs, eager and cold, and
     what its Inductor cache saves the full run.
 
-Writes to --out/pN (at most 8 files): perf3.md (the short table, printed last), perf3.jsonl (every
-row), perf3.log (every command and its output), runs.tgz (each run's metrics.json and graph.txt, and
-the called script's own files), and lm.md or compile_reuse.md (that script's table: medians, the
-ratios to the hand loop and to bf16). ``--smoke`` runs phases on the CPU with tiny models (the
-test suite runs 2 and 3): it checks the commands, not speed.
+Writes to --out/pN (at most 8 files): large_models.md (the short table, printed last),
+large_models.jsonl (every row), large_models.log (every command and its output), runs.tgz (each run's
+metrics.json and graph.txt, and the called script's own files), and lm.md or compile_reuse.md (that
+script's table: medians, the ratios to the hand loop and to bf16). ``--smoke`` runs phases on the CPU
+with tiny models (the test suite runs 2 and 3): it checks the commands, not speed.
 
     bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD
-    python benchmarks/perf3.py --phase 1 --out $OUT --deadline 540
-    python benchmarks/perf3.py --phase 2,3 --out /tmp/p3 --smoke
+    python benchmarks/large_models.py --phase 1 --out $OUT --deadline 540
+    python benchmarks/large_models.py --phase 2,3 --out /tmp/p3 --smoke
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import tarfile
 from pathlib import Path
 
 import lm
-from runner import Deadline, append_jsonl, read_jsonl, run_command, run_fastpipe, skipped, write_markdown_table
+from lib.runner import Deadline, append_jsonl, read_jsonl, run_command, run_fastpipe, skipped, write_markdown_table
 
 HERE = Path(__file__).resolve().parent
 SEARCH = ["model=resnet50", "dataset=synthetic", "precision=amp", "compile=off", "train.batch_size=auto",
@@ -76,7 +76,7 @@ def lm_rows(a, folder: Path, deadline: Deadline, log, extra: list) -> list:
                      "reason": row.get("reason"), "tokens_per_s": row.get("tokens_per_s"), "mfu": row.get("mfu"),
                      "warmup_s": row.get("warmup_s"), "wall_s": row.get("wall_s"), "peak_mem_gb": row.get("peak_mem_gb")})
     table = folder / "lm.md"
-    if table.exists():  # lm.py's own table (medians, vs hand, vs bf16) beside perf3.md
+    if table.exists():  # lm.py's own table (medians, vs hand, vs bf16) beside large_models.md
         (folder.parent / "lm.md").write_text(table.read_text())
     log.write(table.read_text() if table.exists() else "lm.py wrote no table\n")
     return rows
@@ -180,9 +180,9 @@ def main(argv=None) -> int:
 def run_phase(a, phase: int, deadline: Deadline) -> bool:
     out = (a.out / f"p{phase}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    jsonl = out / "perf3.jsonl"
+    jsonl = out / "large_models.jsonl"
     jsonl.write_text("")
-    with open(out / "perf3.log", "w") as log:
+    with open(out / "large_models.log", "w") as log:
         if not a.smoke:  # the machine, for the log (each run's metrics.json has it too)
             run_command(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                          "--format=csv"], 30, log)
@@ -197,7 +197,7 @@ def run_phase(a, phase: int, deadline: Deadline) -> bool:
                ("val loss", "val_loss", ".4f"), ("vs bf16", "loss_vs_bf16"), ("peak GB", "peak_mem_gb", ".1f"),
                ("wall s", "wall_s", ".0f"), ("status", lambda r: "ok" if r.get("status") == "ok" else
                                              f"{r.get('status')}: {r.get('reason')}")]
-    text = write_markdown_table(out / "perf3.md", rows, columns, f"perf3 phase {phase}"
+    text = write_markdown_table(out / "large_models.md", rows, columns, f"large_models phase {phase}"
                                 + (" (smoke: CPU, tiny models)" if a.smoke else ""))
     print(text)
     return all(r.get("status") == "ok" for r in rows)

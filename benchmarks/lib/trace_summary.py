@@ -11,7 +11,7 @@ steps (the ``ProfilerStep#N`` spans):
   thread, and the costliest operations on the loop's thread (inclusive time);
 - GPU idle time, its gaps, and the host operations covering most of each of the longest gaps.
 
-    python benchmarks/trace_summary.py run/profile/*.pt.trace.json[.gz] [--gaps 5]
+    python benchmarks/lib/trace_summary.py run/profile/*.pt.trace.json[.gz] [--gaps 5]
 """
 from __future__ import annotations
 

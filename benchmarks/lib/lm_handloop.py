@@ -9,8 +9,8 @@ window of --window steps (as fastpipe measures), so the step time is a median ov
 one JSON line: tokens_per_s, step_ms_median, mfu (GPT.flops_per_sample over fastpipe.measure.flops'
 peak for the device), peak_mem_gb (max allocated after warm-up), ...
 
-    python benchmarks/lm_handloop.py --batch 32 --compile default          # GPT-2 small on a GPU
-    python benchmarks/lm_handloop.py --device cpu --smoke                  # a tiny GPT on the CPU
+    python benchmarks/lib/lm_handloop.py --batch 32 --compile default          # GPT-2 small on a GPU
+    python benchmarks/lib/lm_handloop.py --device cpu --smoke                  # a tiny GPT on the CPU
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # fastpipe from this checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # fastpipe from this checkout
 from fastpipe.measure.flops import peak_tflops  # noqa: E402
 from fastpipe.models import GPT  # noqa: E402
 

@@ -15,9 +15,9 @@ as its timeout, so a script given a budget ends inside it with every finished ru
 
 Shell scripts use the same runner from the command line (one run or sweep, its row appended to a jsonl):
 
-    python benchmarks/runner.py --name prep --out /tmp/prep --timeout 240 --log /tmp/prep.log \
+    python benchmarks/lib/runner.py --name prep --out /tmp/prep --timeout 240 --log /tmp/prep.log \
         --jsonl /tmp/runs.jsonl -- model=tiny_cnn data=mmap train.max_steps=1
-    python benchmarks/runner.py --multirun --name sweep --out /tmp/sweep ... -- compile=off,default
+    python benchmarks/lib/runner.py --multirun --name sweep --out /tmp/sweep ... -- compile=off,default
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence, TextIO, Tuple, Union
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FASTPIPE = [sys.executable, "-m", "fastpipe"]  # the command; tests swap in a stand-in
 KILL_GRACE_S = 10  # after SIGTERM: time for fastpipe to record the stop before SIGKILL
 TAIL_LINES = 200  # per stream, kept in memory to find a failure's reason
@@ -353,8 +353,8 @@ def main(argv=None) -> int:
     """The same runner for shell scripts: one fastpipe run or sweep, its row appended to --jsonl."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python benchmarks/runner.py", description=main.__doc__,
-                                epilog="e.g. python benchmarks/runner.py --name prep --out /tmp/prep --timeout 240 "
+    p = argparse.ArgumentParser(prog="python benchmarks/lib/runner.py", description=main.__doc__,
+                                epilog="e.g. python benchmarks/lib/runner.py --name prep --out /tmp/prep --timeout 240 "
                                        "--log /tmp/logs/prep.log -- model=tiny_cnn data=mmap train.max_steps=1")
     p.add_argument("--name", default="run", help="the row's name in --jsonl and the printed line")
     p.add_argument("--out", type=Path, required=True, help="the run folder (emptied first), or the sweep folder (kept)")

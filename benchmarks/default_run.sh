@@ -2,10 +2,10 @@
 # The README's set-up promise on a 2-core CPU: `python -m fastpipe` (default config, first-time
 # dataset generation included: a fresh cache) for seeds 0-3; wall time and the held-out metrics.
 # Seed 0's whole output (graph and summary) is kept: the README quotes it.
-#   bash benchmarks/cpu_default.sh > benchmarks/results/cpu-default-run.log 2>&1
+#   D=$(bash benchmarks/lib/result_dir.sh default-run cpu) && bash benchmarks/default_run.sh > "$D/default-run.log" 2>&1
 set -u
 cache=$(mktemp -d)
-echo "# $(date -u +%F) $(nproc) CPU cores, $(python -c 'import torch; print("torch", torch.__version__)')"
+echo "# $(date -u +%F) $(nproc) CPU cores, fastpipe $(git rev-parse --short HEAD 2>/dev/null || echo "?"), $(python -c 'import torch; print("torch", torch.__version__)')"
 for seed in 0 1 2 3; do
   rm -rf "$cache"/*
   start=$(date +%s.%N)
