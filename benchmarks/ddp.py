@@ -13,7 +13,7 @@ bf16 gradient compression); a variant whose key this fastpipe's config does not 
 (benchmarks/lib/trace_summary.py reads it). Each run starts in an empty folder. ``--deadline`` skips the
 runs that no longer fit.
 
-    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/ddp.py --out benchmarks/results/ddp-h200x2   # 2 GPUs
+    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/ddp.py --out $OUT/ddp   # 2 GPUs
     python3 benchmarks/ddp.py --out /tmp/ddp --variant "bf16:launcher.comm_hook=bf16" --profile
     python benchmarks/ddp.py --smoke --out /tmp/ddp-smoke     # CPU, TinyCNN, gloo (the test suite)
 

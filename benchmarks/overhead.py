@@ -6,7 +6,7 @@ the same model, batch, bf16 autocast, channels_last, fused SGD and GPU-resident 
 prints the ratio of the median throughputs. Writes to --out, as each run ends: overhead.jsonl (every
 run), overhead.md (the table) and overhead.log (commands and output).
 
-    python benchmarks/overhead.py --out results/overhead            # on a GPU
+    python benchmarks/overhead.py --out /tmp/o                      # on a GPU
     python benchmarks/overhead.py --out /tmp/o --smoke              # CPU, tiny, for the tests
 """
 from __future__ import annotations
