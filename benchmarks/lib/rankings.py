@@ -46,10 +46,10 @@ def print_rankings(sweep: Path) -> None:
         w = next(r for r in by_time if label(r) == win_rate)
 
         def reached(r):
-            return (f"{float(r['time_to_target_s']):.1f} s" if r["time_to_target_s"]
+            return (f"in {float(r['time_to_target_s']):.1f} s" if r["time_to_target_s"]
                     else f"not reached in {float(r['target_seconds']):.1f} s")
 
-        print(f"  {win_time}: {float(t['throughput']):,.1f} samples/s, target in {reached(t)}; "
+        print(f"  {win_time}: {float(t['throughput']):,.1f} samples/s, target {reached(t)}; "
               f"{win_rate}: {float(w['throughput']):,.1f} samples/s, target {reached(w)}")
 
 
