@@ -1,6 +1,6 @@
 """The fastpipe pack format: a dataset stored once, memory-mappable, every byte checksummed.
 
-Layout (all integers little-endian; this table is the format's one description, docs/data.md links here):
+Layout (all integers little-endian; this table is the format's one description, docs/pack-format.md links here):
 
     offset  size  field
          0     8  magic            b"\\x89FPPACK\\n"

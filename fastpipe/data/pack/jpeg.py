@@ -2,7 +2,7 @@
 
 Encoding (pack time) uses Pillow (libjpeg-turbo) at the given quality with full-resolution chroma
 (4:4:4): at quality 90 and 256x256 the mean error against the raw pack is 3.06 (0..255) with
-4:2:0 and 2.58 with 4:4:4, for 41 % more bytes (benchmarks/results/cpu-jpeg-fidelity.md).
+4:2:0 and 2.58 with 4:4:4, for 41 % more bytes (benchmarks/results/jpeg-fidelity/cpu-2026-12-01-347cbad/jpeg-fidelity.md).
 Decoding uses torchvision: batched nvJPEG (``decode_jpeg(..., device="cuda")``) when
 ``data.decoder`` is gpu, libjpeg-turbo in a pool of threads (torchvision's op drops the GIL) when
 it is cpu.

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (docs/errors.md), the rows found while building or training: each input and
+"""The bad-input catalogue (docs/errors/, mostly runs.md), the rows found while building or training: each input and
 exactly what the user sees."""
 from __future__ import annotations
 
