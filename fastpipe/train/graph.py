@@ -109,8 +109,8 @@ def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
 
 
 def with_batch_size(settings: Config, batch_size: int) -> Config:
-    """``settings`` training at ``batch_size`` per process (a shallow copy: the Config's own post-init,
-    which reads old spellings into the groups, does not run twice)."""
+    """``settings`` training at ``batch_size`` per process (a shallow copy: the Config's own post-init
+    does not run twice)."""
     settings = copy.copy(settings)
     settings.train = dataclasses.replace(settings.train, batch_size=batch_size)
     return settings

@@ -38,7 +38,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
     record.set(name=settings.name, tags=list(settings.tags), code=settings.context.code)
-    for note in settings.notes:  # old spellings to update, keys dropped for this choice
+    for note in settings.notes:  # keys dropped for this choice
         record.warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
