@@ -87,6 +87,7 @@ class RaceRecord:
     seed_base: int
     combos: List[List[str]]  # configuration N's overrides, in the grid's order
     baseline: Optional[int]
+    entrants: List[int] = field(default_factory=list)  # the grid numbers raced (halving: its finalists)
     folder: str = ""  # where the configurations' folders are, inside the sweep folder ("race/" for halving)
     rounds: List[dict] = field(default_factory=list)
     winner: Optional[int] = None
@@ -99,7 +100,7 @@ class RaceRecord:
     parallel: int = 1
     version: int = VERSION
 
-    KEYS = ("version", "settings", "seed_base", "combos", "baseline", "folder", "rounds", "winner", "tie",
+    KEYS = ("version", "settings", "seed_base", "combos", "baseline", "entrants", "folder", "rounds", "winner", "tie",
             "survivors", "eliminated", "stopped_by", "started", "ended", "parallel")
 
     def to_json(self) -> dict:

@@ -63,7 +63,7 @@ def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_d
              extra: List[str] = (), earlier: Optional[RaceRecord] = None) -> RaceRecord:
     """Race every configuration of ``record.combos`` (module docstring); returns the finished record.
     ``earlier``: the record a stopped race left, whose rounds' wall-clock times are kept on resume."""
-    survivors, stopped_by = list(range(len(record.combos))), "max_rounds"
+    survivors, stopped_by = list(record.entrants), "max_rounds"
     record.write(sweep_dir)
     for round_no in range(settings.max_rounds):
         if settings.max_wall_s is not None and record.wall_s() >= settings.max_wall_s:
@@ -105,10 +105,11 @@ def _keep_wall_clock(entry: dict, earlier: Optional[RaceRecord]) -> None:
 
 
 def new_record(combos: List[List[str]], seed_base: int, baseline: Optional[int], settings: RaceSettings,
-               clock: str, parallel: int, folder: str = "") -> RaceRecord:
-    """A race's record before its first round."""
+               clock: str, parallel: int, folder: str = "", entrants: Optional[List[int]] = None) -> RaceRecord:
+    """A race's record before its first round; ``entrants``: the grid numbers raced (default: all)."""
     return RaceRecord(settings={"min_rounds": settings.min_rounds, "max_rounds": settings.max_rounds,
                                 "alpha": settings.alpha, "cap": settings.cap, "max_wall_s": settings.max_wall_s,
                                 "clock": clock},
-                      seed_base=seed_base, combos=[list(c) for c in combos], baseline=baseline, folder=folder,
+                      seed_base=seed_base, combos=[list(c) for c in combos], baseline=baseline,
+                      entrants=list(range(len(combos))) if entrants is None else sorted(entrants), folder=folder,
                       parallel=parallel)

@@ -113,8 +113,9 @@ class HalvingSweeper(GridSweeper):
 
             refuse(ConfigError(f"hydra.sweeper.budget_s={self.budget_s} must be > 0 (training-clock seconds of "
                                "round 1), or null: from the baseline's time to the target"))
+        self._finalist_race()  # its settings checked before any job runs
         alive = [n for n in range(len(combos)) if n != base]
-        record = HalvingRecord(settings={"mode": "time_to_target", "keep": plan.keep, "finalists": plan.finalists,
+        record = HalvingRecord(settings={"mode": "time_to_target", "finalist_rounds": self.finalist_rounds, "keep": plan.keep, "finalists": plan.finalists,
                                          "budget_s": self.budget_s, "inductor_cache": self.inductor_cache},
                                combos=combos, baseline=base, probe_keys=["train.time_budget_s", "train.resume"],
                                parallel=self.parallel())
@@ -163,9 +164,47 @@ class HalvingSweeper(GridSweeper):
         if finals:  # the finalists train on to the end of their runs (with the baseline, if no round ran)
             log.info(f"Finalists {sorted(alive) if not done else []} train on to the end of their runs")
             returns.append(self.launch_batch(finals, "the finalists' runs"))
-        record.finals_ended = record.ended = time.time()
+        record.finals_ended = time.time()
+        record.write(sweep_dir)
+        reached = {n for r in record.rounds for n in r.get("reached") or []}
+        self._race_finalists(combos, configs, base, sorted(set(record.finals) | reached), sweep_dir, extra, returns)
+        record.ended = time.time()
         record.write(sweep_dir)
         return returns
+
+    def _race_finalists(self, combos, configs, base: int, contenders: List[int], sweep_dir: Path, extra: List[str],
+                        returns: list) -> None:
+        """The contenders left by the halving rounds (the finalists, the baseline, whoever reached the
+        target) raced over ``finalist_rounds`` seeds in ``race/N/round-K/``, so that the winner is not one
+        run's fluke; hydra.sweeper.finalist_rounds=0 names the winner from the halving runs alone."""
+        from fastpipe.sweeps.race import read
+        from fastpipe.sweeps.race_run import new_record, run_race
+
+        if not self.finalist_rounds or len(contenders) < 2:
+            return
+        settings = self._finalist_race()
+        if any(int(c.report.repeats) != 1 for c in configs):
+            extra = extra + ["report.repeats=1"]  # the race's seeds are its repeats
+        clock = str(OmegaConf.select(self.config, "report.target_clock", default="training"))
+        record = new_record(combos, int(configs[0].seed), base, settings, clock, self.parallel(), folder="race/",
+                            entrants=contenders)
+        log.info(f"Racing the contenders {contenders} over {self.finalist_rounds} seeds before naming a winner")
+        run_race(lambda batch, stage: returns.append(self.launch_batch(batch, f"the finalists' race, {stage}")),
+                 record, settings, sweep_dir, clock, extra, earlier=read(sweep_dir))
+
+
+    def _finalist_race(self):
+        """The finalists' race settings (None: hydra.sweeper.finalist_rounds=0, no race)."""
+        from fastpipe.errors import ConfigError
+        from fastpipe.sweeps.race import RaceSettings
+
+        if not self.finalist_rounds:
+            return None
+        try:
+            return RaceSettings(min_rounds=self.finalist_rounds, max_rounds=self.finalist_rounds)
+        except ConfigError:
+            refuse(ConfigError(f"hydra.sweeper.finalist_rounds={self.finalist_rounds} must be 0 (no race) or >= 2 "
+                               "seeds (5, the default, is the fewest a paired test can separate two with)"))
 
 
 def _higher_is_better(records) -> bool:
