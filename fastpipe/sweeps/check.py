@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fastpipe.errors import ConfigError
 
-GRID_SWEEPERS = ("BasicSweeper", "HalvingSweeper")  # sweepers whose jobs are the grid of the overrides
+GRID_SWEEPERS = ("BasicSweeper", "HalvingSweeper", "RaceSweeper")  # sweepers whose jobs are the grid of the overrides
 
 
 def sweep_jobs(config: DictConfig) -> List[List[str]]:

@@ -14,113 +14,51 @@ own (the probes, and the finalists' full runs after them); this sweeper's tests 
 """
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.plugins.sweeper import Sweeper
-from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.fastpipe_sweeps.grid import GridSweeper, quote, refuse
 
 log = logging.getLogger(__name__)
 
 
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+class HalvingSweeper(GridSweeper):
+    name = "halving sweep"
+    resume_note = "the probes and full runs that finished are kept, a stopped job continues from its checkpoint"
 
-
-class HalvingSweeper(Sweeper):
     def __init__(self, probe_steps: int = 30, keep: float = 0.5, finalists: int = 2,
                  inductor_cache: Optional[str] = None, params: Optional[Dict[str, str]] = None,
-                 budget_s: Optional[float] = None) -> None:
-        super().__init__()
+                 budget_s: Optional[float] = None, finalist_rounds: int = 5) -> None:
+        super().__init__(params)
         self.probe_steps, self.keep, self.finalists, self.budget_s = probe_steps, keep, finalists, budget_s
-        self.inductor_cache = inductor_cache
-        self.params = params or {}
-        self.config: Optional[DictConfig] = None
-        self.hydra_context: Optional[HydraContext] = None
-        self.launcher = None
-        self.job_idx = 0
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from hydra.core.plugins import Plugins
-
-        self.config, self.hydra_context = config, hydra_context
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
-
-    # ------------------------------------------------------------------ the grid
-    def _grid(self, arguments: List[str]) -> List[List[str]]:
-        """Every combination, in the order (and so with the numbers) Hydra's basic sweeper gives them."""
-        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
-        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(lines), None)
-        return [list(c) for c in batch]
-
-    def _baseline(self, combos: List[List[str]], configs: List[DictConfig]) -> int:
-        """The combination the report will call the baseline (report.baseline, else the first values)."""
-        from fastpipe.config import job_choices
-        from fastpipe.report.sweep import Job, pick_baseline, spec_from_config
-
-        jobs = [Job(n, Path(str(n)), combo, {"choices": job_choices(c.hydra.runtime.choices, c)})
-                for n, (combo, c) in enumerate(zip(combos, configs))]
-        base = pick_baseline(jobs, spec_from_config(self.config))
-        return 0 if base is None else base.num
-
-    # ------------------------------------------------------------------ running
-    def _launch(self, batch: List[List[str]], stage: str) -> list:
-        from fastpipe.errors import EXIT_PREEMPTED
-        from hydra_plugins.fastpipe_sweeps.gpus_launcher import GpusLauncher
-
-        try:
-            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
-        except SystemExit as exc:  # a job stopped by a signal (75) or Ctrl-C (130) ended the sweep
-            if exc.code in (EXIT_PREEMPTED, 130) and not isinstance(self.launcher, GpusLauncher):  # it says so itself
-                print(f"fastpipe: error: the halving sweep stopped during {stage}; run the same command with "
-                      "sweep.resume=true to continue it (the probes and full runs that finished are kept, a "
-                      "stopped job continues from its checkpoint)", file=sys.stderr, flush=True)
-            raise
-        self.job_idx += len(batch)
-        for r in returns:
-            _ = r.return_value  # an exception the job raised ends the sweep, as in the basic sweeper
-        return list(returns)
+        self.inductor_cache, self.finalist_rounds = inductor_cache, finalist_rounds
 
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.record import results
         from fastpipe.errors import ConfigError
         from fastpipe.sweeps.halving import HalvingRecord, HalvingSettings, probe_folder, select
-        from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse
 
         assert self.config is not None and self.hydra_context is not None
         try:
             plan = HalvingSettings(self.probe_steps, self.keep, self.finalists)
         except ConfigError as exc:
             refuse(exc)
-        combos = self._grid(arguments)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        # Compose every job before any starts (a bad override fails at once, as with the basic sweeper);
-        # each combination's own warm-up length sets its probes' length.
-        loader = self.hydra_context.config_loader
-        configs = [loader.load_sweep_config(self.config, combo) for combo in combos]
-        try:
-            base = self._baseline(combos, configs)
-        except ConfigError as exc:
-            refuse(exc)
+        # Every job composed before any starts; each combination's own warm-up length sets its probes' length.
+        combos, configs, sweep_dir = self.start(arguments)
+        base = self.baseline(combos, configs)
         extra = []
         if self.inductor_cache:
             cache = Path(str(self.inductor_cache)).absolute()
-            extra = [f"++hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR={_quote(str(cache))}"]
+            extra = [f"++hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR={quote(str(cache))}"]
         if str(OmegaConf.select(self.config, "report.objective", default="")) == "time_to_target":
             return self._sweep_to_target(plan, combos, configs, base, sweep_dir, extra)
         record = HalvingRecord(settings={"probe_steps": plan.probe_steps, "keep": plan.keep,
                                          "finalists": plan.finalists, "inductor_cache": self.inductor_cache},
                                combos=combos, baseline=base, probe_keys=["train.max_steps", "report.repeats"],
-                               parallel=len(getattr(self.launcher, "slots", None) or [None]))
+                               parallel=self.parallel())
         record.write(sweep_dir)
         alive = [n for n in range(len(combos)) if n != base]
         log.info(f"Successive halving of {len(combos)} combinations: baseline #{base} runs in full; "
@@ -141,7 +79,7 @@ class HalvingSweeper(Sweeper):
             entry = {"round": round_no, "folder": folder, "steps": steady, "jobs": list(alive),
                      "started": time.time()}
             log.info(f"Round {round_no}: {len(alive)} probes of {steady} steady-state steps")
-            returns.append(self._launch(batch, f"round {round_no} (its probes in {folder}/)"))
+            returns.append(self.launch_batch(batch, f"round {round_no} (its probes in {folder}/)"))
             probes = {n: results.read(sweep_dir / folder / str(n)) for n in alive}
             outcome = select(probes, plan.keep, plan.finalists)
             entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, failed=outcome.failed,
@@ -156,7 +94,7 @@ class HalvingSweeper(Sweeper):
         record.finals_started = time.time()
         record.write(sweep_dir)
         log.info(f"Full runs: {record.finals} (the baseline first)")
-        returns.append(self._launch([combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in record.finals],
+        returns.append(self.launch_batch([combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in record.finals],
                                     "the full runs"))
         record.finals_ended = record.ended = time.time()
         record.write(sweep_dir)
@@ -172,15 +110,15 @@ class HalvingSweeper(Sweeper):
 
         if self.budget_s is not None and not float(self.budget_s) > 0:
             from fastpipe.errors import ConfigError
-            from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse
 
             refuse(ConfigError(f"hydra.sweeper.budget_s={self.budget_s} must be > 0 (training-clock seconds of "
                                "round 1), or null: from the baseline's time to the target"))
+        self._finalist_race()  # its settings checked before any job runs
         alive = [n for n in range(len(combos)) if n != base]
-        record = HalvingRecord(settings={"mode": "time_to_target", "keep": plan.keep, "finalists": plan.finalists,
+        record = HalvingRecord(settings={"mode": "time_to_target", "finalist_rounds": self.finalist_rounds, "keep": plan.keep, "finalists": plan.finalists,
                                          "budget_s": self.budget_s, "inductor_cache": self.inductor_cache},
                                combos=combos, baseline=base, probe_keys=["train.time_budget_s", "train.resume"],
-                               parallel=len(getattr(self.launcher, "slots", None) or [None]))
+                               parallel=self.parallel())
         record.write(sweep_dir)
         job = {n: combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in range(len(combos))}
         returns: List[list] = []
@@ -188,12 +126,11 @@ class HalvingSweeper(Sweeper):
         first = [job[base]] if self.budget_s is not None or not rounds else []  # the baseline beside round 1
         if not first:
             log.info(f"Time to target: the baseline #{base} trains first; its time sets the rounds' budgets")
-            returns.append(self._launch([job[base]], "the baseline's run"))
+            returns.append(self.launch_batch([job[base]], "the baseline's run"))
         base_metrics = results.read(sweep_dir / str(base)) or {}
         reference = (base_metrics.get("target") or {}).get("seconds")
         if rounds and self.budget_s is None and not reference:
             from fastpipe.errors import ConfigError
-            from hydra_plugins.fastpipe_sweeps.gpus_launcher import refuse
 
             refuse(ConfigError(f"the baseline (job {base}) has no training time to set the budgets from (status "
                                f"{base_metrics.get('status')}: {base_metrics.get('reason')}); give "
@@ -206,7 +143,7 @@ class HalvingSweeper(Sweeper):
             batch = first + [job[n] + [f"train.time_budget_s={budget:.6g}"] + resume for n in alive]
             entry = {"round": round_no, "budget_s": budget, "jobs": list(alive), "started": time.time()}
             log.info(f"Round {round_no}: {len(alive)} combination(s) train to {budget:.1f} s on the training clock")
-            returns.append(self._launch(batch, f"round {round_no} (to {budget:.1f} s of training)"))
+            returns.append(self.launch_batch(batch, f"round {round_no} (to {budget:.1f} s of training)"))
             first = []
             ran = {n: results.read(sweep_dir / str(n)) for n in alive}
             outcome = judge(ran, plan.keep, plan.finalists, _higher_is_better(ran.values()))
@@ -226,10 +163,48 @@ class HalvingSweeper(Sweeper):
                           if not done else [])
         if finals:  # the finalists train on to the end of their runs (with the baseline, if no round ran)
             log.info(f"Finalists {sorted(alive) if not done else []} train on to the end of their runs")
-            returns.append(self._launch(finals, "the finalists' runs"))
-        record.finals_ended = record.ended = time.time()
+            returns.append(self.launch_batch(finals, "the finalists' runs"))
+        record.finals_ended = time.time()
+        record.write(sweep_dir)
+        reached = {n for r in record.rounds for n in r.get("reached") or []}
+        self._race_finalists(combos, configs, base, sorted(set(record.finals) | reached), sweep_dir, extra, returns)
+        record.ended = time.time()
         record.write(sweep_dir)
         return returns
+
+    def _race_finalists(self, combos, configs, base: int, contenders: List[int], sweep_dir: Path, extra: List[str],
+                        returns: list) -> None:
+        """The contenders left by the halving rounds (the finalists, the baseline, whoever reached the
+        target) raced over ``finalist_rounds`` seeds in ``race/N/round-K/``, so that the winner is not one
+        run's fluke; hydra.sweeper.finalist_rounds=0 names the winner from the halving runs alone."""
+        from fastpipe.sweeps.race import read
+        from fastpipe.sweeps.race_run import new_record, run_race
+
+        if not self.finalist_rounds or len(contenders) < 2:
+            return
+        settings = self._finalist_race()
+        if any(int(c.report.repeats) != 1 for c in configs):
+            extra = extra + ["report.repeats=1"]  # the race's seeds are its repeats
+        clock = str(OmegaConf.select(self.config, "report.target_clock", default="training"))
+        record = new_record(combos, int(configs[0].seed), base, settings, clock, self.parallel(), folder="race/",
+                            entrants=contenders)
+        log.info(f"Racing the contenders {contenders} over {self.finalist_rounds} seeds before naming a winner")
+        run_race(lambda batch, stage: returns.append(self.launch_batch(batch, f"the finalists' race, {stage}")),
+                 record, settings, sweep_dir, clock, extra, earlier=read(sweep_dir))
+
+
+    def _finalist_race(self):
+        """The finalists' race settings (None: hydra.sweeper.finalist_rounds=0, no race)."""
+        from fastpipe.errors import ConfigError
+        from fastpipe.sweeps.race import RaceSettings
+
+        if not self.finalist_rounds:
+            return None
+        try:
+            return RaceSettings(min_rounds=self.finalist_rounds, max_rounds=self.finalist_rounds)
+        except ConfigError:
+            refuse(ConfigError(f"hydra.sweeper.finalist_rounds={self.finalist_rounds} must be 0 (no race) or >= 2 "
+                               "seeds (5, the default, is the fewest a paired test can separate two with)"))
 
 
 def _higher_is_better(records) -> bool:
