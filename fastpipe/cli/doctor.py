@@ -4,7 +4,8 @@ Reports torch, CUDA, cuDNN and driver versions, each GPU with its memory, NCCL, 
 OmegaConf, whether the CPU computes bf16 natively, the TF32 switches, whether fastpipe's configs
 compose (as ``python -m fastpipe`` composes them) and a tiny torch.compile smoke test. Exits 1 when
 something required is broken (listed under "problems"), 0 otherwise; optional things that are
-missing are "notes".
+missing are "notes": among them each package a registered choice or logger declares it needs
+(config/registry.py's ``Requirement``), which ``--require EXTRA`` makes required.
 ``--json`` prints the same as JSON; ``--bench`` adds the hardware ceilings (fastpipe/measure/bench.py).
 """
 from __future__ import annotations
@@ -16,14 +17,17 @@ import json
 import platform
 import sys
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
+from fastpipe.config.logger import logger_class, logger_names
+from fastpipe.config.registry import Requirement
+from fastpipe.config.registry import requirements as choice_requirements
 from fastpipe.runtime import cpu_bf16
 
 REQUIRED_RANGES = {"hydra-core": ("1.3.2", "1.4"), "omegaconf": ("2.3", "2.4")}  # pyproject's pins
-OPTIONAL = ("cuda", "nccl", "dali", "compile")  # what --require can make mandatory
+MACHINE = ("cuda", "nccl", "compile")  # what --require can make mandatory, beside the packages choices need
 SWEEP_PLUGINS = {"hydra/launcher=gpus": "GpusLauncher", "hydra/sweeper=halving": "HalvingSweeper"}
 
 
@@ -93,6 +97,35 @@ def dali() -> dict:
         except Exception as exc:  # e.g. a CUDA library it needs is missing
             info["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     return info
+
+
+def requirements() -> Dict[str, Requirement]:
+    """``{"data=dali": Requirement}``: the packages fastpipe's registered choices and loggers need beyond
+    its own dependencies (each choice's registration, each logger class's ``requires``)."""
+    import fastpipe.config  # noqa: F401  (registers fastpipe's own choices)
+
+    found = choice_requirements()
+    for name in logger_names():
+        declared = getattr(logger_class(name), "requires", None)
+        if declared:
+            found[f"logger={name}"] = Requirement(*declared)
+    return found
+
+
+def optional_choices() -> tuple:
+    """What ``--require`` takes: the machine's parts, then each required package's extra (``dali``, ``fp8``)."""
+    return MACHINE + tuple(dict.fromkeys(r.extra for r in requirements().values()))
+
+
+def package_notes(dali_info: dict) -> Dict[str, Optional[str]]:
+    """``{extra: note, or None when fine}`` for each package a registered choice or logger needs: not
+    installed; DALI, which the report imports, also installed but not importing."""
+    notes: Dict[str, Optional[str]] = {}
+    for who, needed in requirements().items():
+        notes[needed.extra] = notes.get(needed.extra) or (None if needed.installed() else needed.missing_text(who))
+    if dali_info["installed"] and not dali_info["version"]:
+        notes["dali"] = f"DALI is installed but does not import ({dali_info['error']})"
+    return notes
 
 
 def tf32() -> dict:
@@ -176,11 +209,9 @@ def diagnose(compile_backend: str = "inductor", require=()) -> dict:
     optional = {
         "cuda": None if cuda else "no CUDA device: training runs on the CPU (device=auto)",
         "nccl": None if report["nccl"]["available"] else "NCCL unavailable: launcher=ddp uses gloo",
-        "dali": None if report["dali"]["version"] else (
-            f"DALI is installed but does not import ({report['dali']['error']})" if report["dali"]["installed"]
-            else 'DALI is not installed: data=dali needs pip install "fastpipe[dali]"'),
         "compile": None if report["compile"]["ok"] else (
             f"torch.compile smoke test failed ({report['compile']['error']}): compile=* falls back to eager"),
+        **package_notes(report["dali"]),
     }
     missing = [c for c in SWEEP_PLUGINS if c not in report["sweep_plugins"]]
     if missing:  # fastpipe's own entry point registers them; other Hydra apps need the scan
@@ -241,8 +272,8 @@ def main(argv=None) -> int:
     parser.add_argument("--copy-mb", type=int, default=None, help="bench copy size in MiB (default 1024 GPU, 64 CPU)")
     parser.add_argument("--repeats", type=int, default=10, help="bench: timed repeats (median is reported)")
     parser.add_argument("--compile-backend", default="inductor", help="backend of the compile smoke test")
-    parser.add_argument("--require", action="append", default=[], choices=OPTIONAL,
-                        help="treat this optional component as required (repeatable)")
+    parser.add_argument("--require", action="append", default=[], choices=optional_choices(),
+                        help="treat this optional component (or the package of this extra) as required (repeatable)")
     args = parser.parse_args(argv)
     report = diagnose(args.compile_backend, set(args.require))
     if args.bench:

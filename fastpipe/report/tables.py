@@ -7,6 +7,7 @@ import platform
 from importlib import metadata
 from typing import List, Optional
 
+from fastpipe.config.logger import logger_class, logger_names
 from fastpipe.record.provenance import describe
 from fastpipe.report.formats import metric_text
 from fastpipe.report.sweep import SweepResult
@@ -257,16 +258,13 @@ def markdown(result: SweepResult) -> str:
     return "\n".join(out) + "\n"
 
 
-# What each logger choice leaves in a job's folder, for the report's footer.
-LOGGER_FILES = {"tensorboard": "TensorBoard scalars (`tb/`)", "csv": "`metrics.csv`",
-                "mlflow": "its MLflow run (`trackers.json` says where)", "wandb": "its W&B run (`wandb/`, `trackers.json`)"}
-
-
 def _job_files(rows) -> str:
-    """The files every job's folder holds, from the loggers the jobs chose (``[tensorboard,mlflow]``)."""
+    """The files every job's folder holds, from the loggers the jobs chose (``[tensorboard,mlflow]``), in each
+    registered logger's own words (its class's ``writes``)."""
     chosen = {name.strip() for r in rows for name in str((r.get("choices") or {}).get("logger") or "tensorboard")
               .strip("[]").split(",")}
-    return ", ".join(["metrics.json", "graph.txt"] + [text for name, text in LOGGER_FILES.items() if name in chosen])
+    written = [getattr(logger_class(name), "writes", "") for name in logger_names() if name in chosen]
+    return ", ".join(["metrics.json", "graph.txt"] + [text for text in written if text])
 
 
 def csv_text(result: SweepResult) -> str:
