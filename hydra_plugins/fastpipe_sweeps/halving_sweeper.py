@@ -63,7 +63,8 @@ class HalvingSweeper(Sweeper):
     def _baseline(self, combos: List[List[str]], configs: List[DictConfig]) -> int:
         """The combination the report will call the baseline (report.baseline, else the first values)."""
         from fastpipe.config import job_choices
-        from fastpipe.report.sweep import Job, pick_baseline, spec_from_config
+        from fastpipe.report.baseline import pick_baseline
+        from fastpipe.report.jobs import Job, spec_from_config
 
         jobs = [Job(n, Path(str(n)), combo, {"choices": job_choices(c.hydra.runtime.choices, c)})
                 for n, (combo, c) in enumerate(zip(combos, configs))]
