@@ -2,25 +2,14 @@
 ``build_loader`` builds the one ``data.name`` names."""
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Optional
 
 from fastpipe.config import LoaderConfig
 from fastpipe.config.registry import choice
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError
+from fastpipe.protocols import Loader
 from fastpipe.runtime import Runtime
-
-
-class Loader(Protocol):
-    """What every loader gives the loop: batches of (inputs, targets) on the training device."""
-
-    def __len__(self) -> int: ...  # batches per epoch on this process
-
-    def __iter__(self) -> Iterator[tuple]: ...
-
-    def set_epoch(self, epoch: int) -> None: ...  # the epoch's order (and augmentation) from (seed, epoch)
-
-    def describe(self) -> str: ...  # graph.txt's loader line
 
 
 def data_format(splits) -> str:
@@ -31,7 +20,7 @@ def data_format(splits) -> str:
 
 
 def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, seed: int, train: bool,
-                 channels_last: bool, limit=None):
+                 channels_last: bool, limit=None) -> Optional[Loader]:
     """A ``Loader`` over ``splits`` (a DataSplits): the registered builder of ``cfg.name``, called with
     the same arguments; None when there is no held-out split. ``limit`` (held-out only): the split's
     first ``limit`` samples in split order, shared out over the ranks as the whole split would be

@@ -21,9 +21,10 @@ from torch import nn
 from fastpipe.config import Config, DefaultLoaderConfig, LoaderConfig, TrainConfig
 from fastpipe.config.data import resize_schedule
 from fastpipe.config.registry import choice
-from fastpipe.data import Loader, build_loader
+from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, FastpipeWarning
+from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
