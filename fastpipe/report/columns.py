@@ -39,6 +39,9 @@ class Source:
 
 @dataclass(frozen=True)
 class Column:
+    """One report column. A column shown differently by the two kinds of table (the speed-up, parity and
+    warm-up of a time-to-target table) is two entries of one key, only one of them a report.csv field."""
+
     key: str  # the row's key, and report.csv's field when ``csv``
     value: Optional[Callable[[Source], Any]] = None  # from the job; None: set by the aggregation (starts None)
     header: str = ""  # report.md's header ("{metric}": the sweep's primary metric); "" = not in report.md
@@ -56,6 +59,7 @@ class Column:
 
 
 def num(value: Optional[float], spec: str, suffix: str = "") -> str:
+    """A number in a cell (``n/a`` when unknown)."""
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
