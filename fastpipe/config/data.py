@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Union
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
-from fastpipe.config.registry import register
+from fastpipe.config.registry import Requirement, register
 from fastpipe.errors import ConfigError
 
 
@@ -53,7 +53,8 @@ class LoaderCommon:
 
 
 @register("data", "default", builder="fastpipe.data.default:build_default_loader",
-          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True)
+          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True, held_out_subset=True,
+          streams=True)
 @dataclass
 class DefaultLoaderConfig(LoaderCommon):
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
@@ -80,7 +81,8 @@ class DefaultLoaderConfig(LoaderCommon):
         return _pin(self.pin_memory, device_type)
 
 
-@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"))
+@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"),
+          held_out_subset=True)
 @dataclass
 class MmapLoaderConfig(LoaderCommon):
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
@@ -148,7 +150,9 @@ class MmapLoaderConfig(LoaderCommon):
         return _pin(self.pin_memory, device_type)
 
 
-@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",))
+@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",),
+          held_out_subset=True, overfit_batches=False,  # DALI's reader takes whole image folders
+          requires=Requirement("nvidia.dali", "fastpipe[dali]", "NVIDIA DALI", "data=default"))
 @dataclass
 class DaliLoaderConfig(LoaderCommon):
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""

@@ -7,12 +7,12 @@ from typing import Any, Union
 from omegaconf import MISSING
 
 from fastpipe.config._checks import auto_or_bool, one_of
-from fastpipe.config.registry import names, register
+from fastpipe.config.registry import Requirement, names, register
 from fastpipe.errors import ConfigError
 
 
 # Decorators apply bottom-up: the choices register (and are listed) as fp32, amp (then fp8, below).
-@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision")
+@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision", half=True)
 @register("precision", "fp32", builder="fastpipe.stages.precision:build_fp32", schema_name="precision")
 @dataclass
 class PrecisionConfig:
@@ -36,7 +36,8 @@ class PrecisionConfig:
         return self.dtype
 
 
-@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8")
+@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8", half=True,
+          requires=Requirement("torchao", "fastpipe[fp8]", "torchao's float8 training", "precision=amp"))
 @dataclass
 class Fp8PrecisionConfig:
     """precision=fp8: the chosen Linear layers' matmuls in float8 (torchao's float8 training, docs/precision.md),

@@ -123,7 +123,9 @@ class Config:
         """Each closed group's choice against what it supports (config/registry.py): the launcher it runs
         under, and for the loader the dataset's format and collate function."""
         for group in registry.CLOSED_GROUPS:
-            registry.choice(group, getattr(self, group).name).refuse_unsupported(launcher=self.launcher.name)
+            chosen = registry.choice(group, getattr(self, group).name)
+            chosen.refuse_unsupported(launcher=self.launcher.name)
+            chosen.refuse_missing()
         loader = registry.choice("data", self.data.name)
         if self.dataset.collate_fn is not None and not loader.uses_collate_fn:
             collating = [c for c in registry.names("data") if registry.choice("data", c).uses_collate_fn]
@@ -139,16 +141,11 @@ class Config:
                               f"data={' or data='.join(allowed)}")
 
     def _check_fp8(self) -> None:
-        """precision=fp8's combinations: compiled (eager fp8 casts cost more than they save), torchao present."""
-        from importlib.util import find_spec
-
+        """precision=fp8 compiled: eager fp8 casts cost more than they save (torchao: its registered requirement)."""
         if self.compile.name == "off":
             raise ConfigError("precision=fp8 with compile=off: without torch.compile the fp8 casts run as separate "
                               "kernels and training is slower than bf16; use compile=default (or another mode), "
                               "or precision=amp")
-        if find_spec("torchao") is None:
-            raise EnvironmentProblem("precision=fp8 needs torchao's float8 training, which is not installed: "
-                                     "pip install 'fastpipe[fp8]' (or use precision=amp)")
 
 
 # The config groups, in the order of the root config's fields: one list for the entry point,

@@ -27,7 +27,6 @@ from fastpipe.data.pack.records import RecordPack
 from fastpipe.data.pack.resolve import jpeg_decoder, open_own_shards, read_plan, resolve_pack
 from fastpipe.data.pack.source import PackImages
 from fastpipe.data.splits import DataSplits
-from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError, no_full_batch
 from fastpipe.runtime import Runtime
 
@@ -146,9 +145,6 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         raise ConfigError("data.pin_memory=true needs CUDA (pinned memory speeds host-to-GPU copies); "
                           "use data.pin_memory=auto")
     dataset = splits.train if train else splits.val
-    if is_stream(splits.train) or is_stream(splits.val):
-        raise ConfigError(f"data=mmap reads samples by index, but dataset={splits.name} is a stream (an "
-                          "IterableDataset); use data=default")
     if hasattr(dataset, "read_batch") and not cfg.path:  # memory-mapped itself: no pack
         source, indices, how = DatasetSource(dataset), np.arange(len(dataset))[:limit], "the dataset's own memory map"
         prepare, geometry, plan = MovePrep(device), "as read", None

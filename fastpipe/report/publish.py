@@ -10,13 +10,8 @@ from typing import Optional
 from fastpipe.errors import ConfigError
 from fastpipe.files import atomic_write
 from fastpipe.report import hparams, plots, tables, winner
-from fastpipe.report.sweep import (
-    SweepResult,
-    SweepSpec,
-    aggregate,
-    load_jobs,
-    load_spec,
-)
+from fastpipe.report.jobs import SweepSpec, load_jobs, load_spec
+from fastpipe.report.sweep import SweepResult, aggregate
 
 ARTEFACTS = ("report.md", "report.csv", "report.png", "hparams/", "best.yaml")
 

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from fastpipe.record.overrides import override_key
 from fastpipe.record.provenance import describe
-from fastpipe.report.tables import metric_text
+from fastpipe.report.formats import metric_text
 
 # Overrides that select a preset sweep or a ladder step: the step's group choices are pinned
 # instead (ladder steps only choose groups, so nothing is lost).

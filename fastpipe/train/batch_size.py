@@ -24,7 +24,7 @@ from typing import Callable, List, Optional
 import torch
 
 from fastpipe.config import Config
-from fastpipe.config.registry import choice
+from fastpipe.config.registry import choice, lower_precision
 from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 from fastpipe.measure.steps import synchronize
 from fastpipe.runtime import Runtime
@@ -133,7 +133,8 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
         probes = _agree(runtime.dist.gather(probes))
     fitting = [p for p in probes if p.fits]
     if not fitting:
-        fixes = [f for f in memory_fixes("auto", settings.precision.name, settings.model.activation_checkpointing,
+        fixes = [f for f in memory_fixes("auto", lower_precision(settings.precision.name),
+                                         settings.model.activation_checkpointing,
                                          launcher.shards) if "batch_size" not in f]
         raise FastpipeError(f"train.batch_size=auto: not even a batch of 1 fits on {device} "
                             f"({probes[-1].why}); use a smaller model; or {'; or '.join(fixes)}")

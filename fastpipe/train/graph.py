@@ -21,9 +21,10 @@ from torch import nn
 from fastpipe.config import Config, DefaultLoaderConfig, LoaderConfig, TrainConfig
 from fastpipe.config.data import resize_schedule
 from fastpipe.config.registry import choice
-from fastpipe.data import Loader, build_loader
+from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, FastpipeWarning
+from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
@@ -121,9 +122,7 @@ def build_splits(settings: Config, runtime: Runtime, progress: bool = False) -> 
     name = settings.choices.get("dataset") or settings.dataset.short_name
     splits = build_dataset(settings.dataset, runtime, name, progress=progress)
     if settings.train.overfit_batches:  # the same first batches every epoch, held out too
-        if settings.data.name == "dali":
-            raise ConfigError("train.overfit_batches works with data=default or data=mmap (DALI reads whole image "
-                              "folders); use data=default")
+        choice("data", settings.data.name).refuse_overfit_batches()
         per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
         splits = splits.first(settings.train.overfit_batches * per_batch)
     return splits

@@ -61,7 +61,8 @@ class GridSweeper(Sweeper):
         """The combination the report will call the baseline (report.baseline, else the first values)."""
         from fastpipe.config import job_choices
         from fastpipe.errors import ConfigError
-        from fastpipe.report.sweep import Job, pick_baseline, spec_from_config
+        from fastpipe.report.baseline import pick_baseline
+        from fastpipe.report.jobs import Job, spec_from_config
 
         jobs = [Job(n, Path(str(n)), combo, {"choices": job_choices(c.hydra.runtime.choices, c)})
                 for n, (combo, c) in enumerate(zip(combos, configs))]

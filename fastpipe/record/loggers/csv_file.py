@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from fastpipe.config.logger import CsvLoggerConfig
 from fastpipe.files import atomic_write
 from fastpipe.record.loggers import RunInfo
 
 
-class CsvLogger:
-    def __init__(self, file: str = "metrics.csv") -> None:
-        self.file = file
+@dataclass(eq=False)
+class CsvLogger(CsvLoggerConfig):
+    writes = "`metrics.csv`"  # what it leaves in the run folder, as the sweep report says
+
+    def __post_init__(self) -> None:
         self.columns: List[str] = ["step"]
         self.rows: List[Dict[str, float]] = []  # written rows, kept to write the file again with a new column
         self.pending: Optional[Dict[str, float]] = None

@@ -1,16 +1,21 @@
 """logger=tensorboard (the default): ``<run>/tb`` event files of every window scalar and held-out metric."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict
 
+from fastpipe.config.logger import TensorBoardLoggerConfig
 from fastpipe.record.loggers import RunInfo
 
 
-class TensorBoardLogger:
+@dataclass(eq=False)
+class TensorBoardLogger(TensorBoardLoggerConfig):
     """TensorBoard's SummaryWriter, made at the first scalars (so ``tb/`` appears once training runs)."""
 
-    def __init__(self, folder: str = "tb") -> None:
-        self.folder, self._writer = folder, None
+    writes = "TensorBoard scalars (`tb/`)"  # what it leaves in the run folder, as the sweep report says
+
+    def __post_init__(self) -> None:
+        self._writer = None
 
     def _scalars(self, run: RunInfo, values: Dict[str, float]) -> None:
         if self._writer is None:

@@ -1,7 +1,8 @@
 """The sweep presets (+sweep=ladder, all): each ladder step is one job with the choices it names."""
 from __future__ import annotations
 
-from fastpipe.report.sweep import SweepSpec, first_values
+from fastpipe.report.baseline import first_values
+from fastpipe.report.jobs import SweepSpec
 
 from conftest import REPO, compose
 

@@ -11,7 +11,9 @@ from omegaconf import OmegaConf
 
 from conftest import RESUMABLE, compose, run_in_process
 from fastpipe.errors import ConfigError
-from fastpipe.report.sweep import SweepSpec, aggregate, first_values, load_jobs, parity, pick_baseline
+from fastpipe.report.baseline import first_values, parity, pick_baseline
+from fastpipe.report.jobs import SweepSpec, load_jobs
+from fastpipe.report.sweep import aggregate
 from fastpipe.report.winner import winner_yaml
 from job_metrics import job_metrics as metrics
 

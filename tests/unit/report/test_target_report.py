@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from fastpipe.report.publish import write_report
-from fastpipe.report.sweep import SweepSpec
+from fastpipe.report.jobs import SweepSpec
 
 LRS = ["0.001", "0.003", "0.01", "0.03"]
 
