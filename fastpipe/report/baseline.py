@@ -76,6 +76,13 @@ def parity(value: Optional[float], base_value: Optional[float], tol: float, high
     return "ok" if worse_by <= tol + 1e-12 else "FAIL"
 
 
+def overlap(a: dict, b: dict) -> bool:
+    """Whether two rows' repeated throughputs overlap (min..max); False without repeats."""
+    if a.get("throughput_min") is None or b.get("throughput_min") is None:
+        return False
+    return a["throughput_min"] <= b["throughput_max"] and b["throughput_min"] <= a["throughput_max"]
+
+
 def compare(rows: List[dict], base: Optional[dict], spec: SweepSpec, notes: List[str]) -> None:
     """Mark ``base`` (the baseline's row) and give every row its speed-up and parity verdict against it;
     ``notes`` gets why there are none."""
@@ -95,6 +102,7 @@ def compare(rows: List[dict], base: Optional[dict], spec: SweepSpec, notes: List
     for r in rows:
         if finished and base["throughput"] and r["throughput"] is not None:
             r["speedup"] = r["throughput"] / base["throughput"]
+            r["within_noise"] = r is not base and overlap(r, base)
         comparable = finished and base["metric_value"] is not None and r["metric"] == base["metric"]
         base_value = base["metric_value"] if comparable else None
         if r["metric_value"] is not None and base_value is not None:

@@ -72,7 +72,8 @@ def text_cell(text: str, limit: int = 0) -> str:
 
 
 def _job(r: dict) -> str:
-    return f"{r['job']}" + (" (best)" if r["best"] else " (baseline)" if r["baseline"] else "")
+    return (f"{r['job']}" + (" (best)" if r["best"] else " (baseline)" if r["baseline"] else "")
+            + (" (tie)" if r.get("tie") else ""))
 
 
 def _halving(r: dict) -> str:
@@ -80,11 +81,29 @@ def _halving(r: dict) -> str:
 
 
 def _throughput(r: dict) -> str:
+    """The median samples/s; with repeats their range and count, UNSTABLE past report.max_spread."""
     text = num(r["throughput"], ",.1f")
     if r["repeats"] > 1 and r["throughput_min"] is not None and r["throughput"]:
-        half = (r["throughput_max"] - r["throughput_min"]) / 2 / r["throughput"]
-        text += f" ±{100 * half:.1f}% (n={r['repeats']})"
-    return text
+        text += f" ({r['throughput_min']:,.1f}-{r['throughput_max']:,.1f}, n={r['repeats']})"
+    return text + (" UNSTABLE" if r.get("unstable") else "")
+
+
+def _speedup(r: dict) -> str:
+    """Throughput over the baseline's; "within noise" where the two jobs' repeats overlap."""
+    return num(r["speedup"], ".2f", "x") + (" (within noise)" if r.get("within_noise") else "")
+
+
+def _race(r: dict) -> str:
+    """A raced job's outcome: winner / tie / out in round R (p) / failed, and the seeds it ran."""
+    race = r.get("race")
+    if race is None:
+        return "–"
+    seeds = f"{race['seeds']} seed{'s' if race['seeds'] != 1 else ''}"
+    if race["state"] == "out":
+        return f"out after round {race['round']} (p = {race['p']:.2g}), {seeds}"
+    if race["state"] == "failed":
+        return f"failed in round {race['round']}"
+    return f"{race['state']}, {seeds}"
 
 
 def _warmup(r: dict) -> str:
@@ -146,6 +165,8 @@ COLUMNS = (
     Column("target_samples", target("target_samples"), "samples", lambda r: num(r["target_samples"], ",.0f"),
            TIME_TO_TARGET),
     Column("parity", None, "reached", lambda r: r["parity"], TIME_TO_TARGET, csv=False),  # target.py's verdict
+    Column("race", None, "race", _race, TIME_TO_TARGET, shown_if=lambda result: result.race is not None,
+           csv=False),  # the race's outcome per job (race.json has every round)
     Column("compile_cache", target("compile_cache"), "compile cache", lambda r: r.get("compile_cache") or "off",
            TIME_TO_TARGET),
     Column("throughput", metric("throughput"), "throughput (samples/s)", _throughput,
@@ -153,7 +174,9 @@ COLUMNS = (
     Column("throughput_min", metric("repeats.min")),
     Column("throughput_max", metric("repeats.max")),
     Column("repeats", metric("repeats.n", 1)),
-    Column("speedup", None, "speed-up", lambda r: num(r["speedup"], ".2f", "x"), THROUGHPUT,
+    Column("step_time_median_ms", metric("step_time_ms.median"), "step (ms)",
+           lambda r: num(r["step_time_median_ms"], ".2f"), THROUGHPUT),  # the steady state's median step
+    Column("speedup", None, "speed-up", _speedup, THROUGHPUT,
            hparam="speedup", description="throughput / the baseline's"),
     Column("epoch_time_s", metric("epoch_time_s"), "epoch (s)", lambda r: num(r["epoch_time_s"], ".2f"), THROUGHPUT,
            hparam="epoch_time_s", description="last epoch's training wall time (s)"),
@@ -182,7 +205,6 @@ COLUMNS = (
     Column("parity", lambda s: "n/a", "parity", _parity, THROUGHPUT),
     Column("status", lambda s: s.status, "status", _status),
     Column("reason", lambda s: s.reason),
-    Column("step_time_median_ms", metric("step_time_ms.median")),
     Column("step_time_p90_ms", metric("step_time_ms.p90")),
     Column("final_loss", metric("final_loss")),
     Column("target_reached", target("target_reached"), hparam="target_reached",

@@ -131,6 +131,29 @@ def halving_lines(h: dict) -> List[str]:
     return lines + [line]
 
 
+def race_lines(record) -> List[str]:
+    """What a race did: its settings, rounds, who left when, and its runs against fixed repeats."""
+    s, rounds = record.settings, record.rounds
+    runs = sum(len(r["jobs"]) for r in rounds)
+    capped = sum(len(r.get("capped") or []) for r in rounds)
+    cap = f"each round capped at {s['cap']:g}x the leader's median time" if s.get("cap") else "no cap"
+    seeds = f"seeds {record.seed_base}..{record.seed_base + len(rounds) - 1}" if rounds else "no round yet"
+    who = "the finalists' race" if record.folder else "race"
+    lines = [f"- {who}: {len(record.entrants)} configurations over {seeds} (tests from the {s['min_rounds']}th seed, "
+             f"at most {s['max_rounds']}, alpha {s['alpha']:g}, {cap}); {len(rounds)} round(s), {runs} runs in "
+             f"{_duration(record.wall_s())} of rounds" + (f", {record.parallel} at a time" if record.parallel > 1 else "")
+             + (f"; stopped: {record.stopped_by.replace('_', ' ')}" if record.stopped_by else "")]
+    out = [f"job {n} after round {e['round']} (p = {e['p']:.2g})" for n, e in record.eliminated.items() if e["p"] is not None]
+    failed = [f"job {n} in round {e['round']} ({e['reason']})" for n, e in record.eliminated.items() if e["p"] is None]
+    if out or failed:
+        lines.append("- " + "; ".join(x for x in (f"eliminated: {', '.join(out)}" if out else "",
+                                                  f"failed: {', '.join(failed)}" if failed else "") if x))
+    if rounds:
+        lines.append(f"- cost: {runs} runs against {len(record.entrants) * len(rounds)} for every job on every seed "
+                     f"(report.repeats={len(rounds)})" + (f"; the caps stopped {capped} run(s) early" if capped else ""))
+    return lines
+
+
 def header_lines(result: SweepResult) -> List[str]:
     """The lines above the table."""
     rows, cols, base, best = result.rows, result.columns, result.baseline, result.best
@@ -156,6 +179,9 @@ def header_lines(result: SweepResult) -> List[str]:
                        f"samples/s{speed}{by} → `best.yaml`")
     if result.halving:
         out += halving_lines(result.halving)
+    if result.race is not None:
+        out += race_lines(result.race)
+    out += result.confidence.lines
     out += [f"- note: {n}" for n in result.notes]
     kinds = sorted({r["peak_mem_kind"] for r in rows if r.get("peak_mem_kind")})
     if kinds:

@@ -3,6 +3,8 @@
 - A plain sweep: every folder under the sweep holding ``.hydra/overrides.yaml``, by Hydra's job number.
 - A halving sweep (``halving.json`` in the folder): one job per grid combination; a combination dropped
   after a probe is its last probe's folder, marked pruned (sweeps/halving.py keeps the record).
+- A race (``race.json``): one job per raced configuration, its rounds combined in ``N/metrics.json``
+  (sweeps/race.py); a halving sweep's raced finalists are their ``race/N/`` folders.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ class SweepSpec:
     parity_tol: float = 0.01  # report.parity_tol
     objective: str = "throughput"  # report.objective: what makes the winner
     target_clock: str = "training"  # report.target_clock: the clock time_to_target ranks by
+    max_spread: float = 0.10  # report.max_spread: repeats of a throughput spread wider than this are unstable
+    aggregate: str = "median"  # report.aggregate: how several runs' times to target make one
 
 
 @dataclass
@@ -60,10 +64,11 @@ def spec_from_config(cfg: DictConfig) -> SweepSpec:
     task = (hydra.get("overrides") or {}).get("task") or []
     params = (hydra.get("sweeper") or {}).get("params") or {}
     report = plain.get("report") or {}
-    tol = report.get("parity_tol")
+    tol, spread = report.get("parity_tol"), report.get("max_spread")
     return SweepSpec([str(o) for o in task], {str(k): str(v) for k, v in params.items()},
                      report.get("baseline"), 0.01 if tol is None else float(tol),
-                     str(report.get("objective") or "throughput"), str(report.get("target_clock") or "training"))
+                     str(report.get("objective") or "throughput"), str(report.get("target_clock") or "training"),
+                     0.10 if spread is None else float(spread), str(report.get("aggregate") or "median"))
 
 
 def load_spec(sweep_dir: Path) -> SweepSpec:
@@ -81,9 +86,15 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
-    record = read(sweep_dir)
+    from fastpipe.sweeps import race
+
+    record, raced = read(sweep_dir), race.read(sweep_dir)
     if record is not None:
-        return halving_jobs(Path(sweep_dir), record)
+        jobs = halving_jobs(Path(sweep_dir), record)
+        return jobs if raced is None else [race_job(Path(sweep_dir), raced, j.num) if j.num in raced.entrants else j
+                                           for j in jobs]
+    if raced is not None:
+        return [race_job(Path(sweep_dir), raced, num) for num in raced.entrants]
     for path in sorted(Path(sweep_dir).glob("**/.hydra/overrides.yaml")):
         job_dir = path.parent.parent
         if job_dir.parent.name.startswith(PROBE_PREFIX) and job_dir.parent.parent == Path(sweep_dir):
@@ -96,6 +107,12 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
         jobs.append(Job(int(num), job_dir, overrides, results.read(job_dir)))
     return sorted(jobs, key=lambda j: j.num)
+
+
+def race_job(sweep_dir: Path, record, num: int) -> Job:
+    """A raced configuration: its folder ``<folder>N/``, whose metrics.json combines its rounds."""
+    folder = sweep_dir / f"{record.folder}{num}"
+    return Job(num, folder, list(record.combos[num]), results.read(folder), full=bool(record.folder))
 
 
 def halving_jobs(sweep_dir: Path, record) -> List[Job]:

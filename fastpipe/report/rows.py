@@ -35,7 +35,7 @@ def swept_columns(jobs: List[Job]) -> List[str]:
     return [k for k in keys if len({j.values().get(k) for j in jobs}) > 1]
 
 
-def source(job: Job, clock: str = "training") -> Source:
+def source(job: Job, clock: str = "training", aggregate: str = "median") -> Source:
     """What ``job``'s row is read from: its status (a pruned probe's own), primary metric and records."""
     m = job.metrics or {}
     status, reason = job_status(job.metrics)
@@ -48,13 +48,13 @@ def source(job: Job, clock: str = "training") -> Source:
                                           if m.get("accuracy") is not None else {})  # records before 0.2
     if pruned:  # a probe's held-out numbers come from a few steps of training: never compared
         primary = {}
-    return Source(job, m, status, reason, primary, launcher_info(job.dir), target_fields(m, clock))
+    return Source(job, m, status, reason, primary, launcher_info(job.dir), target_fields(m, clock, aggregate))
 
 
-def row(job: Job, columns: List[str], clock: str = "training") -> dict:
+def row(job: Job, columns: List[str], clock: str = "training", aggregate: str = "median") -> dict:
     """``job``'s row: every column's value, the swept keys' values (``swept``) and what the report's
     header, the winner, HParams and the plot read besides (its choices, environment, code, target)."""
-    s = source(job, clock)
+    s = source(job, clock, aggregate)
     values, m = job.values(), s.metrics
     facts = {"swept": {k: values.get(k, "") for k in columns}, "choices": dict(m.get("choices") or {}),
              "higher_is_better": s.primary.get("higher_is_better", True),

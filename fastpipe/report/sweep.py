@@ -10,11 +10,13 @@ result to the writers in tables.py, plots.py, hparams.py and winner.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
+from fastpipe.report import confidence
 from fastpipe.report import target as to_target
+from fastpipe.report.confidence import Confidence
 from fastpipe.report.baseline import compare, pick_baseline
 from fastpipe.report.jobs import Job, SweepSpec
 from fastpipe.report.rows import row, swept_columns
@@ -27,9 +29,12 @@ class SweepResult:
     rows: List[dict]  # sorted: fastest first, rows without a throughput last
     columns: List[str]  # the swept keys
     baseline: Optional[dict]
-    best: Optional[dict]
+    best: Optional[dict]  # the winner the measurements support; None on a tie or an unstable leader
     notes: List[str]
     halving: Optional[dict] = None  # halving sweeps: rounds and times (fastpipe/report/timing.py)
+    confidence: Confidence = field(default_factory=lambda: Confidence("none"))  # how sure the ranking is
+    candidate: Optional[dict] = None  # the leader when no winner is named (--save-best --force writes it)
+    race: Optional[object] = None  # a race's record (fastpipe/sweeps/race.py), for its rounds and panel
 
 
 def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]:
@@ -46,25 +51,68 @@ def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]
 
 
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
-    """Rows with speed-ups and parity verdicts, the baseline row and the winner."""
+    """Rows with speed-ups and parity verdicts, the baseline row, the leader and how sure the ranking is."""
     from fastpipe.report.timing import summarize
+    from fastpipe.sweeps import race
     from fastpipe.sweeps.halving import read
 
     columns = swept_columns(jobs)
-    rows = [row(j, columns, spec.target_clock) for j in jobs]
+    rows = [row(j, columns, spec.target_clock, spec.aggregate) for j in jobs]
     base_job, notes = pick_baseline(jobs, spec), []
     base = next((r for r in rows if base_job is not None and r["job"] == base_job.num), None)
     compare(rows, base, spec, notes)
+    raced = race.read(sweep_dir)
     if spec.objective == "time_to_target":
         best = to_target.rank(rows, base, notes)
+        if raced is not None:
+            best, verdict = race_leader(raced, rows) or best, confidence.race(raced, rows)
+        else:
+            verdict = confidence.target(rows, best)
     else:
         best = pick_best(rows, spec.objective)
         if best is None:
             notes.append("no job qualifies as best (none is ok with its primary metric held)")
-    if best is not None:
-        best["best"] = True
+        verdict = confidence.throughput(rows, best, spec.max_spread)
+    candidate = None
+    if best is not None and not verdict.crowns:
+        best, candidate = None, best
+    for r in rows:
+        r["best"], r["tie"], r["unstable"] = r is best, r["job"] in verdict.tie, r["job"] in verdict.unstable
     record = read(sweep_dir)
     halving = summarize(Path(sweep_dir), record, jobs, rows) if record is not None else None
     rows.sort(key=to_target.sort_key if spec.objective == "time_to_target" else
               lambda r: (r["throughput"] is None, -(r["throughput"] or 0.0), r["job"]))
-    return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes, halving)
+    if raced is not None:
+        mark_race(raced, rows)
+        rows.sort(key=race_order)
+    return SweepResult(Path(sweep_dir), spec, rows, columns, base, best, notes, halving, verdict, candidate, raced)
+
+
+def race_leader(record, rows: List[dict]) -> Optional[dict]:
+    """The race's winner's row, or the best median of its tie set."""
+    leader = record.winner if record.winner is not None else (record.tie or [None])[0]
+    return next((r for r in rows if r["job"] == leader), None)
+
+
+def mark_race(record, rows: List[dict]) -> None:
+    """Each raced row's outcome: winner, tie, out in round r (p), failed; seeds run."""
+    for r in rows:
+        if r["job"] not in record.entrants:
+            continue
+        out = record.eliminated.get(str(r["job"]))
+        seeds = sum(r["job"] in rnd["jobs"] for rnd in record.rounds)
+        if out is not None:
+            r["race"] = {"state": "failed" if out["p"] is None else "out", "round": out["round"], "p": out["p"],
+                         "seeds": seeds}
+        else:
+            state = "winner" if record.winner == r["job"] else "tie" if r["job"] in (record.tie or []) else "racing"
+            r["race"] = {"state": state, "round": None, "p": None, "seeds": seeds}
+
+
+def race_order(r: dict):
+    """Survivors first, then the eliminated by how long they lasted, then the failed; the time within each."""
+    race_ = r.get("race")
+    if race_ is None:
+        return (3, 0, to_target.sort_key(r))
+    group = {"winner": 0, "tie": 0, "racing": 0, "out": 1, "failed": 2}[race_["state"]]
+    return (group, -(race_["round"] or 0), to_target.sort_key(r))

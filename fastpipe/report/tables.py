@@ -18,7 +18,9 @@ TARGET_NOTE = ("Time to target: the clock when the first whole-split evaluation 
                "(– when the baseline did not reach it); steps and samples up to that evaluation; compile cache = "
                "Inductor's FX-graph cache for the job's compilation (warm: every graph from the cache, cold: none, "
                "off: not compiled). ")
-THROUGHPUT_NOTE = ("; speed-up = throughput / the baseline's. MFU = model FLOPs (fwd+bwd, the model's own count or "
+THROUGHPUT_NOTE = ("; with report.repeats, its median and (min-max, n=repeats), UNSTABLE past report.max_spread; "
+                   "step (ms) = the median steady-state step; speed-up = throughput / the baseline's, (within noise) "
+                   "where the two jobs' repeats overlap. MFU = model FLOPs (fwd+bwd, the model's own count or "
                    "torch.utils.flop_counter: metrics.json's flops_method) x samples/s over the GPU's dense datasheet "
                    "peak for the precision (bf16's for precision=fp8). warm-up/compile names a compiled job's Inductor "
                    "FX-graph cache: (cold) every graph compiled, (warm) every one from the cache, (partial), or (none): "
@@ -26,8 +28,14 @@ THROUGHPUT_NOTE = ("; speed-up = throughput / the baseline's. MFU = model FLOPs 
 BATCH_NOTE = "batch = the batch size each job trained at (train.batch_size=auto found it: graph.txt says how). "
 GPUS_NOTE = ("gpus = the GPU(s) that measured the job: those the gpus launcher gave it (its CUDA_VISIBLE_DEVICES; "
              "cpu = none), else its CUDA device. ")
-TARGET_HALVING_NOTE = ("halving: full = trained on to its end (or the target); round R = dropped after round R (status "
+TARGET_RACE_NOTE = ("race: each configuration's outcome: winner, tie (still in the race at its end), out after round R "
+             "(p: the Holm-corrected p of the test that dropped it), failed; and the seeds it trained on, over which "
+             "its time to target is the median (report.aggregate) with their min-max. ")
+HALVING_NOTE = ("halving: full = trained on to its end (or the target); round R = dropped after round R (status "
                        "pruned: its numbers are where it stopped). ")
+RACE_NOTE = ("race: each configuration's outcome: winner, tie (still in the race at its end), out after round R "
+             "(p: the Holm-corrected p of the test that dropped it), failed; and the seeds it trained on, over which "
+             "its time to target is the median (report.aggregate) with their min-max. ")
 HALVING_NOTE = ("halving: full = trained at full length; round R = dropped after round R's probe (status pruned: the "
                 "throughput is the probe's; its held-out metric is not compared). ")
 
@@ -60,6 +68,7 @@ def footer(result: SweepResult) -> str:
              "timed apart as warm-up/compile)" + (". " if to_target else THROUGHPUT_NOTE),
              BATCH_NOTE if batch else "", GPUS_NOTE if gpus else "",
              (TARGET_HALVING_NOTE if to_target else HALVING_NOTE) if halving else "",
+             RACE_NOTE if result.race is not None else "",
              f"Every job's folder holds its {_job_files(result.rows)}; the sweep's HParams are in `hparams/` "
              "(`tensorboard --logdir <sweep>/hparams`)."]
     return "".join(notes)
