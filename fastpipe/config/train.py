@@ -124,8 +124,8 @@ class TrainConfig:
             raise ConfigError(f"train.lr_find_min={self.lr_find_min:g} and train.lr_find_max={self.lr_find_max:g}: the "
                               "range test's ramp needs 0 < lr_find_min < lr_find_max (defaults 1e-7 and 10)")
         if self.lr_find_steps < 10:
-            raise ConfigError(f"train.lr_find_steps={self.lr_find_steps} must be >= 10: the rules skip the ramp's first "
-                              "tenth and last 5 steps (default 100)")
+            raise ConfigError(f"train.lr_find_steps={self.lr_find_steps} must be >= 10: the rules skip the ramp's "
+                              "first tenth and last 5 steps (default 100)")
 
     def _check_target(self) -> None:
         """train.target and its companions: what a time-to-target run needs."""
