@@ -109,3 +109,18 @@ def test_the_provisional_rate_stands_in_only_for_auto():
 def test_nonsense_is_refused_when_composed(bad, said):
     with pytest.raises(ConfigError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
         make_settings([*AUTO, bad])
+
+
+def test_the_lr_preset_races_the_suggestion_against_a_third_and_three_times_it():
+    from hydra import compose, initialize_config_dir
+    from conftest import CONF_DIR
+
+    from fastpipe.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["+sweep=lr", "train.target=0.9", "train.eval_every=5"], return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_.endswith("RaceSweeper")
+    assert cfg.hydra.sweeper.params == {"optimizer.lr_auto_factor": "0.3,1,3"}
+    assert (cfg.optimizer.lr, cfg.train.lr_find_seed, cfg.report.objective) == ("auto", 0, "time_to_target")
+    assert cfg.report.baseline == "optimizer.lr_auto_factor=1"
