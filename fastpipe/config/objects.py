@@ -169,6 +169,13 @@ class OptimizerConfig(ObjectConfig):
         """optimizer.lr=auto: the rate is found by a range test before training."""
         return self.params.get("lr") == "auto"
 
+    def refuse_auto_with(self, launcher: str, shards: bool) -> None:
+        """optimizer.lr=auto under a launcher that shards the model (``shards``): refused in one line."""
+        if self.lr_auto and shards:
+            raise ConfigError(f"optimizer.lr=auto with launcher={launcher}: the range test is not supported for a "
+                              "sharded model; find the rate with launcher=ddp at the same global batch and set "
+                              "optimizer.lr=RATE")
+
 
 @dataclass
 class LrScheduleConfig(ObjectConfig):

@@ -68,7 +68,7 @@ def readable(lrs: List[float], losses: List[float], steps: int) -> Optional[Tupl
 
 def valley(lrs: List[float], losses: List[float]) -> float:
     """fastai's default rule: the longest descent of the curve (the longest sequence of points, in order,
-    each lower than the one before), and the rate about half-way down it."""
+    each lower than the one before), and the rate half-way along it in steps of the ramp."""
     longest = [1] * len(losses)  # the longest descent ending at each point
     end = 0
     for i in range(1, len(losses)):

@@ -43,7 +43,7 @@ def figure(search: dict, title: str = ""):
     ax.set(xlabel="learning rate", ylabel="training loss (smoothed)")
     ax.set_title(title or f"range test: {search['steps']} steps from {search['min']:g} to {search['max']:g}",
                  fontsize=9)
-    ax.grid(alpha=0.3, which="both")
+    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -30,7 +30,7 @@ import torch
 
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
-from fastpipe.errors import ConfigError, FastpipeWarning, TrainingError
+from fastpipe.errors import FastpipeWarning, TrainingError
 from fastpipe.measure import lr_range
 from fastpipe.runtime import Runtime, seed_everything
 from fastpipe.train import graph
@@ -82,11 +82,7 @@ def settle(settings: Config, runtime: Runtime) -> Tuple[Config, Optional[LrSearc
             warnings.warn(f"optimizer.lr_auto_factor={opt.lr_auto_factor:g} multiplies a rate optimizer.lr=auto finds; "
                           f"optimizer.lr={opt.params.get('lr')} is given, so it does nothing", FastpipeWarning)
         return settings, None
-    launcher = choice("launcher", settings.launcher.name)
-    if launcher.shards:
-        raise ConfigError(f"optimizer.lr=auto with launcher={launcher.name}: the range test is not supported for a "
-                          "sharded model; find the rate with launcher=ddp at the same global batch and set "
-                          "optimizer.lr=RATE")
+    opt.refuse_auto_with(settings.launcher.name, choice("launcher", settings.launcher.name).shards)
     search = find_lr(settings, runtime)
     if runtime.dist.is_main:
         stop = f", stopped at {search.diverged_at:.3g} where the loss diverged" if search.diverged_at else ""
@@ -145,8 +141,8 @@ def find_lr(settings: Config, runtime: Runtime) -> LrSearch:
     suggestion = lr_range.suggest(cfg.lr_find_rule, curve, cfg.lr_find_steps)
     if suggestion is None:
         raise TrainingError(f"optimizer.lr=auto: the range test's loss diverged after {len(curve.losses)} step(s), at "
-                            f"lr {curve.diverged_at:.3g}: too few points to read a rate from; lower "
-                            "train.lr_find_max, or give optimizer.lr")
+                            f"lr {curve.diverged_at:.3g}: too few points to read a rate from; ramp more slowly "
+                            "(a lower train.lr_find_max or more train.lr_find_steps), or give optimizer.lr")
     return LrSearch(cfg.lr_find_rule, cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps,
                     list(zip(curve.lrs, curve.losses)), curve.diverged_at, suggestion,
                     float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw))

@@ -83,7 +83,7 @@ def test_a_model_that_cannot_train_is_named_and_one_that_diverges_stops_there():
 
 def test_fsdp_is_refused_and_a_factor_without_auto_is_a_warning():
     with pytest.raises(ConfigError, match="^optimizer.lr=auto with launcher=fsdp: .*set optimizer.lr=RATE$"):
-        lr_find.settle(make_settings([*AUTO, "launcher=fsdp"]), cpu_runtime())
+        make_settings([*AUTO, "launcher=fsdp"])  # when the config is read, before any process starts
     given = make_settings([*TINY, "optimizer.lr_auto_factor=3"])
     with pytest.warns(FastpipeWarning, match=r"optimizer.lr_auto_factor=3 .* optimizer.lr=0.003 is given"):
         assert lr_find.settle(given, cpu_runtime()) == (given, None)
