@@ -79,6 +79,14 @@ def test_a_model_that_cannot_train_is_named_and_one_that_diverges_stops_there():
         _found(*nan)
     late = _found("model._target_=fault_models.NaNAfter", "+model.after=7")
     assert late.diverged_at == ramp(1e-7, 10.0, 10)[len(late.curve)] and late.suggestion < late.diverged_at
+    with pytest.raises(TrainingError, match=r"^optimizer.lr=auto: the range test's loss diverged after 2 step\(s\), "
+                                            r"at lr 5.99e-06: too few points to read a rate from"):
+        _found("model._target_=fault_models.NaNAfter", "+model.after=2")
+
+
+def test_under_amp_the_test_runs_in_bf16_autocast_and_finds_a_finite_rate():
+    found = _found("precision=amp")
+    assert 1e-7 < found.suggestion < 10 and len(found.curve) == 10
 
 
 def test_fsdp_is_refused_and_a_factor_without_auto_is_a_warning():
@@ -110,17 +118,3 @@ def test_nonsense_is_refused_when_composed(bad, said):
     with pytest.raises(ConfigError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
         make_settings([*AUTO, bad])
 
-
-def test_the_lr_preset_races_the_suggestion_against_a_third_and_three_times_it():
-    from hydra import compose, initialize_config_dir
-    from conftest import CONF_DIR
-
-    from fastpipe.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", ["+sweep=lr", "train.target=0.9", "train.eval_every=5"], return_hydra_config=True)
-    assert cfg.hydra.sweeper._target_.endswith("RaceSweeper")
-    assert cfg.hydra.sweeper.params == {"optimizer.lr_auto_factor": "0.3,1,3"}
-    assert (cfg.optimizer.lr, cfg.train.lr_find_seed, cfg.report.objective) == ("auto", 0, "time_to_target")
-    assert cfg.report.baseline == "optimizer.lr_auto_factor=1"
