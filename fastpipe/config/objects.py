@@ -138,10 +138,36 @@ class TaskConfig(ObjectConfig):
 
 @dataclass
 class OptimizerConfig(ObjectConfig):
-    """optimizer: a torch.optim optimizer (or a project's own) with ``_partial_: true``."""
+    """optimizer: a torch.optim optimizer (or a project's own) with ``_partial_: true``. Its ``lr`` may be
+    ``auto``: found by a range test before training (train/lr_find.py; ``train.lr_find_*``)."""
+
+    # optimizer.lr=auto: the found rate times this (a sweep varies it: +sweep=lr); 1.0 = the rule's rate.
+    lr_auto_factor: float = 1.0
 
     GROUP: ClassVar[str] = "optimizer"
+    OWN_KEYS: ClassVar[tuple] = ("lr_auto_factor",)
     RUNTIME_KEYS: ClassVar[tuple] = OPTIMIZER_RUNTIME_KEYS
+
+    def __post_init__(self) -> None:
+        lr = self.params.get("lr")
+        if isinstance(lr, str) and lr != "auto":
+            raise ConfigError(f"optimizer.lr={lr!r} is not valid; give a number, or auto (found by a range test)")
+        if isinstance(self.lr_auto_factor, bool) or not isinstance(self.lr_auto_factor, (int, float)) \
+                or not self.lr_auto_factor > 0:
+            raise ConfigError(f"optimizer.lr_auto_factor={self.lr_auto_factor!r} must be a number > 0 (it multiplies "
+                              "the rate optimizer.lr=auto finds)")
+
+    @property
+    def lr_auto(self) -> bool:
+        """optimizer.lr=auto: the rate is found by a range test before training."""
+        return self.params.get("lr") == "auto"
+
+    def refuse_auto_with(self, launcher: str, shards: bool) -> None:
+        """optimizer.lr=auto under a launcher that shards the model (``shards``): refused in one line."""
+        if self.lr_auto and shards:
+            raise ConfigError(f"optimizer.lr=auto with launcher={launcher}: the range test is not supported for a "
+                              "sharded model; find the rate with launcher=ddp at the same global batch and set "
+                              "optimizer.lr=RATE")
 
 
 @dataclass

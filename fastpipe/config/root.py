@@ -105,6 +105,7 @@ class Config:
             check_target(self.train.target, self.task.declared("primary"), self.task.declared("bounds"),
                          self.choices.get("task", self.task.short_name))
         self._check_closed_choices()
+        self.optimizer.refuse_auto_with(self.launcher.name, registry.choice("launcher", self.launcher.name).shards)
         if self.precision.name == "fp8":
             self._check_fp8()
 

@@ -16,6 +16,7 @@ from fastpipe.config import Config
 from fastpipe.errors import FastpipeWarning, TrainingError
 from fastpipe.train.description import describe
 from fastpipe.train.failures import fixable_failure, record_failure, write_record
+from fastpipe.train import lr_find
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.loop import train
 from fastpipe.measure.clock import RunClock, cache_counts, compile_cache
@@ -79,15 +80,19 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.env = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
     search = None
-    if settings.train.batch_size == "auto":
+    if settings.train.batch_size == "auto":  # first the batch, then the rate at that batch
         settings, search = _with_found_batch_size(settings, runtime)
         record.batch_size_search = search.record()
     record.batch_size = settings.train.batch_size
+    settings, lr_search = lr_find.settle(settings, runtime)  # optimizer.lr=auto
+    if lr_search is not None:
+        record.lr_search = lr_search.record()
+        recorder.lr_find(record.lr_search, lr_search.raw)
     g = training_graph.build(settings, runtime, progress=show)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
     check_first_batches(g, settings)  # the project's parts on a first batch of each split, before any step
-    description = describe(g, settings, search)
+    description = describe(g, settings, search, lr_search)
     if dist.is_main:
         print(description, flush=True)
     recorder.write_text("graph.txt", description)
@@ -111,7 +116,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
     record.set(status="ok")
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
-    recorder.write_text("graph.txt", describe(g, settings, search))  # again: a compile fall-back is noted there
+    recorder.write_text("graph.txt", describe(g, settings, search, lr_search))  # again: a compile fall-back is noted there
     record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
     if dist.is_main:
         print(summary_text(record), flush=True)
@@ -121,7 +126,7 @@ def _with_found_batch_size(settings: Config, runtime) -> tuple:
     """``settings`` with ``train.batch_size=auto`` replaced by the size the search found, and the search."""
     from fastpipe.train.batch_size import find_batch_size
 
-    search = find_batch_size(settings, runtime)
+    search = find_batch_size(lr_find.provisional(settings), runtime)  # optimizer.lr=auto: any rate sizes the step
     if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)

@@ -5,6 +5,7 @@ import pytest
 from conftest import TINY, cpu_runtime, make_settings, run_in_process, shapes_splits
 
 from fastpipe.errors import TrainingError
+from fastpipe.record.run_record import SCHEMA_VERSION
 
 TARGET = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.target_eval_samples=24"]
 
@@ -18,7 +19,7 @@ def parts_add_up(breakdown: dict) -> None:
 def test_a_reached_target_stops_the_run_at_the_confirming_evaluation(tmp_path):
     m = run_in_process(tmp_path, TARGET)
     t = m["target"]
-    assert m["status"] == "ok" and m["schema_version"] == 3 and m["stopped_by"] == "target", m.get("reason")
+    assert m["status"] == "ok" and m["schema_version"] == SCHEMA_VERSION and m["stopped_by"] == "target", m.get("reason")
     assert t["reached"] and t["reached_value"] >= 0.6 and t["metric"] == "accuracy" and t["eval_samples"] == 24
     assert m["steps"] == t["steps"] < 60 and t["samples"] == t["steps"] * 16  # stopped at that evaluation
     assert t["seconds_end_to_end"] > t["seconds"] > 0
