@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from fastpipe.record.overrides import measured_overrides
 from fastpipe.report.formats import metric_text
+from fastpipe.report.lr_found import found_rate
 from fastpipe.report.target import time_cell
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds
 
@@ -169,6 +170,10 @@ COLUMNS = (
            csv=False),  # the race's outcome per job (race.json has every round)
     Column("compile_cache", target("compile_cache"), "compile cache", lambda r: r.get("compile_cache") or "off",
            TIME_TO_TARGET),
+    Column("lr_found", lambda s: found_rate(s.metrics), "lr (found)", lambda r: num(r.get("lr_found"), ".3g"),
+           shown_if=_any_row("lr_found")),  # optimizer.lr=auto: the rate the job trained at
+    Column("lr_rule", metric("lr_search.rule")),
+    Column("lr_factor", metric("lr_search.factor")),
     Column("throughput", metric("throughput"), "throughput (samples/s)", _throughput,
            hparam="throughput", description="training samples/s, steady state"),
     Column("throughput_min", metric("repeats.min")),

@@ -9,6 +9,7 @@ from typing import List, Optional
 from fastpipe.record.provenance import describe
 from fastpipe.report.columns import num
 from fastpipe.report.formats import metric_text
+from fastpipe.report.lr_found import suggestion_lines
 from fastpipe.report.sweep import SweepResult
 from fastpipe.report.target import header_lines as target_header
 
@@ -181,7 +182,7 @@ def header_lines(result: SweepResult) -> List[str]:
         out += halving_lines(result.halving)
     if result.race is not None:
         out += race_lines(result.race)
-    out += result.confidence.lines
+    out += result.confidence.lines + suggestion_lines(result)
     out += [f"- note: {n}" for n in result.notes]
     kinds = sorted({r["peak_mem_kind"] for r in rows if r.get("peak_mem_kind")})
     if kinds:

@@ -20,8 +20,9 @@ class StubLaunch:
     """A launcher that 'trains' job N of round K for ``times(n, seed)`` seconds (None: it never reaches the
     target, ending at 50 s), obeying the round's cap; ``failing``: (job, seed) pairs that fail."""
 
-    def __init__(self, sweep_dir, times, failing=(), stop_in_round=None):
+    def __init__(self, sweep_dir, times, failing=(), stop_in_round=None, extra=None):
         self.sweep_dir, self.times, self.failing, self.stop_in_round = sweep_dir, times, set(failing), stop_in_round
+        self.extra = extra or (lambda num: {})  # more of job N's record (its lr_search, ...)
         self.trained = []  # (job, seed) of every run that trained (not skipped as finished)
 
     def __call__(self, batch, stage):
@@ -43,13 +44,15 @@ class StubLaunch:
             else:
                 record = stub_record(min(cap, 50.0), False, "time_budget" if cap < 50.0 else None)
             (self.sweep_dir / folder).mkdir(parents=True)
-            results.write(self.sweep_dir / folder, record)
+            results.write(self.sweep_dir / folder, record.set(**self.extra(num)))
 
 
-def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, **settings):
+def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, combos=None, extra=None, **settings):
+    """Race ``n`` stub configurations (``optimizer.lr=j``, or ``combos``) into ``tmp_path``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    launch = StubLaunch(tmp_path, times, failing, stop_in_round)
-    record = new_record([[f"optimizer.lr={j}"] for j in range(n)], 0, 0, RaceSettings(**settings), "training", 1)
+    launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra)
+    combos = combos or [[f"optimizer.lr={j}"] for j in range(n)]
+    record = new_record(combos, 0, 0, RaceSettings(**settings), "training", 1)
     return run_race(launch, record, RaceSettings(**settings), tmp_path, "training", earlier=earlier), launch
 
 

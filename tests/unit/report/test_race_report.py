@@ -40,3 +40,16 @@ def test_a_separated_winner_is_named_and_saved(tmp_path):
     assert "| 0 (best) (baseline) |" not in md and (tmp_path / "best.yaml").is_file()
     time = result.best["time_to_target_s"]
     assert result.best["target_min"] <= time <= result.best["target_max"] and result.best["target_repeats"] == 5
+
+
+def test_the_lr_race_says_whether_the_range_tests_suggestion_won(tmp_path):
+    factors = ["1", "0.3", "3"]
+    search = lambda num: {"lr_search": {"rule": "valley", "suggestion": 0.002, "factor": float(factors[num])}}  # noqa: E731
+    race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 2 else 3.0 + n), n=3, extra=search,
+         combos=[[f"optimizer.lr_auto_factor={f}"] for f in factors])
+    result = write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr_auto_factor=1,0.3,3"],
+                                              objective="time_to_target"))
+    md = (tmp_path / "report.md").read_text()
+    assert result.best["job"] == 2 and "| lr (found) |" in md and "| 0.006 |" in md
+    assert "- learning rate: 3x the suggestion won (0.006, median 10." in md
+    assert "commit optimizer.lr=0.006 or optimizer.lr_auto_factor=3" in md
