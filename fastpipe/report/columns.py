@@ -18,6 +18,7 @@ from fastpipe.report.formats import metric_text
 from fastpipe.report.lr_found import found_rate
 from fastpipe.report.target import time_cell
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds
+from fastpipe.sweeps.race_stats import p_text
 
 THROUGHPUT = ("throughput", "primary_metric")  # objectives whose table ranks by throughput
 TIME_TO_TARGET = ("time_to_target",)
@@ -101,7 +102,7 @@ def _race(r: dict) -> str:
         return "–"
     seeds = f"{race['seeds']} seed{'s' if race['seeds'] != 1 else ''}"
     if race["state"] == "out":
-        return f"out after round {race['round']} (p = {race['p']:.2g}), {seeds}"
+        return f"out after round {race['round']} ({p_text(race['p'])}), {seeds}"
     if race["state"] == "failed":
         return f"failed in round {race['round']}"
     return f"{race['state']}, {seeds}"

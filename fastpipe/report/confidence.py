@@ -106,11 +106,13 @@ def target(rows: List[dict], best: Optional[dict]) -> Confidence:
 
 
 def _test_text(verdict, runs: int) -> str:
+    from fastpipe.sweeps.race_stats import p_text
+
     if verdict.test == "wilcoxon":
         (p,) = [v["p"] for v in verdict.posthoc.values()]
-        return f"one-sided Wilcoxon signed-rank test of the paired ranks, p = {p:.3g}"
+        return f"one-sided Wilcoxon signed-rank test of the paired ranks, {p_text(p)}"
     f = verdict.friedman
-    text = f"Friedman test over {runs} seeds, p = {f['p']:.3g}"
+    text = f"Friedman test over {runs} seeds, {p_text(f['p'])}"
     if verdict.posthoc:
         worst = max(v["p_holm"] for j, v in verdict.posthoc.items() if j in verdict.worse) if verdict.worse else None
         text += ("; Conover's post-hoc against the leader, Holm-corrected" +

@@ -12,6 +12,7 @@ from fastpipe.report.formats import metric_text
 from fastpipe.report.lr_found import suggestion_lines
 from fastpipe.report.sweep import SweepResult
 from fastpipe.report.target import header_lines as target_header
+from fastpipe.sweeps.race_stats import p_text
 
 MEMORY_KINDS = {"cpu_max_rss_process": "the training process's peak RSS (CPU)",
                 "cuda_max_memory_allocated_after_warmup": "torch.cuda.max_memory_allocated after warm-up"}
@@ -144,7 +145,7 @@ def race_lines(record) -> List[str]:
              f"at most {s['max_rounds']}, alpha {s['alpha']:g}, {cap}); {len(rounds)} round(s), {runs} runs in "
              f"{_duration(record.wall_s())} of rounds" + (f", {record.parallel} at a time" if record.parallel > 1 else "")
              + (f"; stopped: {record.stopped_by.replace('_', ' ')}" if record.stopped_by else "")]
-    out = [f"job {n} after round {e['round']} (p = {e['p']:.2g})" for n, e in record.eliminated.items() if e["p"] is not None]
+    out = [f"job {n} after round {e['round']} ({p_text(e['p'])})" for n, e in record.eliminated.items() if e["p"] is not None]
     failed = [f"job {n} in round {e['round']} ({e['reason']})" for n, e in record.eliminated.items() if e["p"] is None]
     if out or failed:
         lines.append("- " + "; ".join(x for x in (f"eliminated: {', '.join(out)}" if out else "",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from fastpipe.sweeps.race_stats import p_text
+
 FACTOR = "optimizer.lr_auto_factor"
 
 
@@ -19,7 +21,7 @@ def _time(r: dict) -> str:
 
 def _fate(r: dict) -> str:
     race = r.get("race") or {}
-    return f" (out after round {race['round']}, p = {race['p']:.2g})" if race.get("state") == "out" else ""
+    return f" (out after round {race['round']}, {p_text(race['p'])})" if race.get("state") == "out" else ""
 
 
 def suggestion_lines(result) -> List[str]:

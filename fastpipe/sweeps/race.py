@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.record.results import write_json_atomic
-from fastpipe.sweeps.race_stats import judge, ranking
+from fastpipe.sweeps.race_stats import judge, p_text, ranking
 
 FILE = "race.json"
 VERSION = 1
@@ -178,7 +178,7 @@ def decide_round(record: RaceRecord, entry: dict, survivors: List[int], failed: 
         p = verdict.posthoc[n]["p_holm"]
         record.eliminated[str(n)] = {"round": entry["round"], "p": p,
                                      "reason": f"slower than job {verdict.leader} after {len(rounds)} seeds "
-                                               f"({verdict.test}, p = {p:.3g} < alpha {settings.alpha:g})"}
+                                               f"({verdict.test}, {p_text(p)} < alpha {settings.alpha:g})"}
     return [n for n in alive if n not in verdict.worse]
 
 

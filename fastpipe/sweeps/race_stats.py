@@ -28,6 +28,11 @@ import numpy as np
 EXACT_MAX = 20  # seeds up to which the two-survivor test enumerates all 2^n sign assignments
 
 
+def p_text(p: float) -> str:
+    """A p value as a report says it: ``p = 0.031``, or ``p < 0.001``."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
+
+
 def seed_ranks(values: Sequence[Sequence[float]]) -> np.ndarray:
     """Within-seed ranks of ``values`` (rows: seeds, columns: configurations; a miss is ``inf``):
     1 = the soonest, ties (two misses) share their average rank."""

@@ -22,9 +22,9 @@ def test_a_tie_is_reported_as_one_row_per_job_and_save_best_refuses_it(tmp_path,
     assert [r["job"] for r in result.rows][:2] in ([0, 1], [1, 0]) and len(result.rows) == 4
     assert result.best is None and sorted(result.confidence.tie) == [0, 1]
     assert "- race: 4 configurations over seeds 0..9" in md and "stopped: max rounds" in md
-    assert "eliminated: job 2 after round 4 (p = " in md and "- cost: 30 runs against 40 for every job" in md
+    assert "eliminated: job 2 after round 4 (p < 0.001)" in md and "- cost: 30 runs against 40 for every job" in md
     assert "- tie: jobs 0, 1 (10 seeds; max_rounds reached)" in md or "- tie: jobs 1, 0 (10 seeds; max_rounds reached)" in md
-    assert "| tie, 10 seeds |" in md and "| out after round 4 (p = " in md and ", 5 seeds |" in md
+    assert "| tie, 10 seeds |" in md and "| out after round 4 (p < 0.001), 5 seeds |" in md and ", 5 seeds |" in md
     assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
     assert "--save-best: no winner to save: jobs " in capsys.readouterr().err
     assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml"), "--force"]) == 0
