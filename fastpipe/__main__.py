@@ -8,11 +8,12 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fastpipe.cli.help import register_help_resolver
-from fastpipe.cli.mistakes import explain_hydra_errors
+from fastpipe.cli.mistakes import explain_hydra_errors, report_like_hydra
 from fastpipe.record.run_record import failed
 from fastpipe.config import config_dir, job_choices, register_configs, to_settings
 from fastpipe.config.keys import old_spelling_note
@@ -127,12 +128,20 @@ def explain_failure(args: list, explanation: str = None) -> None:
         print(f"fastpipe: {note}", file=sys.stderr, flush=True)
 
 
+def hydra_app() -> None:
+    """The Hydra app; a config ``--help`` cannot compose is reported as Hydra reports a run's (exit 1)."""
+    try:
+        run()
+    except ConfigCompositionException as exc:
+        report_like_hydra(exc)
+
+
 def main() -> None:
     from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()
     try:
-        run()
+        hydra_app()
     except SystemExit as exc:  # Hydra's own error (exit 1: a key it cannot compose), or a refused run
         if exc.code not in (0, None):
             explain_failure(sys.argv[1:], getattr(exc, "explanation", None))

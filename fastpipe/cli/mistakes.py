@@ -70,6 +70,17 @@ def explain_hydra_errors(config_name: str) -> None:
         module.run_and_report = run_and_report
 
 
+def report_like_hydra(exc: Exception) -> None:
+    """Report the composition error ``exc`` as Hydra reports one (its message, exit 1, fastpipe's line):
+    for ``--help``, whose composition Hydra leaves outside its report (a traceback otherwise)."""
+    from hydra._internal import utils
+
+    def fail():
+        raise exc
+
+    utils.run_and_report(fail)
+
+
 def without_schemas(exc: Exception) -> Exception:
     """``exc``, or for a missing config the same error without ``schema_*`` entries among its options."""
     from hydra.errors import MissingConfigException
@@ -128,6 +139,8 @@ def unknown_key(override: str, argv: List[str], config_name: str) -> Optional[st
     from fastpipe.config import job_choices, to_settings
     from fastpipe.config.objects import OBJECT_GROUPS
 
+    if not GlobalHydra.instance().is_initialized():  # --help: Hydra has let go of its search path
+        return None
     args = get_args_parser().parse_args(argv)
     parsed = OverridesParser.create().parse_overrides(args.overrides)
     jobs = [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]

@@ -40,6 +40,8 @@ def test_a_choice_of_a_conf_folder_here_names_config_dir(app, project):
     assert err.startswith("In 'config': Could not find 'model/ringnet'")  # Hydra's own message, first
     assert last_line(err) == ("fastpipe: model=ringnet is conf/model/ringnet.yaml, which this command does not "
                               "search: add --config-dir conf")
+    code, out, help_err = app("--help", "model=ringnet")  # --help composes outside Hydra's report: the same
+    assert code == 1 and out == "" and "Traceback" not in help_err and last_line(help_err) == last_line(err)
     code, out, _ = app("--cfg", "job", "--config-dir", "conf", "model=ringnet")
     assert code == 0 and OmegaConf.create(out).model._target_ == "rings.Net"
 
