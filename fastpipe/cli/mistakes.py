@@ -16,7 +16,7 @@ import difflib
 import re
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from fastpipe.config.registry import SCHEMA_PREFIX
 from fastpipe.errors import FastpipeError
@@ -35,7 +35,7 @@ class Explained(SystemExit):
 def explain_hydra_errors(config_name: str) -> None:
     """Wrap Hydra's ``run_and_report`` (once) as the module docstring says; ``config_name``: the app's
     primary config, composed again to explain a key the config lacks."""
-    from hydra._internal import hydra as hydra_app, utils
+    from hydra._internal import hydra as hydra_class, utils
 
     report = utils.run_and_report
     if getattr(report, "explains", False):
@@ -61,12 +61,12 @@ def explain_hydra_errors(config_name: str) -> None:
                 raise
             try:
                 line = explain(failed[0], sys.argv[1:], config_name)
-            except Exception:  # noqa: BLE001 - a courtesy: Hydra's message stands without it, never a traceback
+            except Exception:  # a courtesy: Hydra's message stands without it, never with a traceback
                 line = None
             raise Explained(stop.code, line) from None
 
     run_and_report.explains = True
-    for module in (utils, hydra_app):  # --info reports through the name hydra.py imported
+    for module in (utils, hydra_class):  # --info reports through the name hydra.py imported
         module.run_and_report = run_and_report
 
 
@@ -106,16 +106,15 @@ def explain(exc: Exception, argv: List[str], config_name: str) -> Optional[str]:
     return None
 
 
-def missing_choice(path: str, options: List[str], here: Path, argv: List[str] = ()) -> Optional[str]:
+def missing_choice(path: str, options: Sequence[str], here: Path, argv: Sequence[str] = ()) -> Optional[str]:
     """The line for ``path`` (``model/ringnet``), which no searched config folder holds, with ``+`` when
     the command line ``argv`` adds the group (``+experiment=regression``)."""
     group, _, name = path.rpartition("/")
     if not group:
         return None
     plus = "+" if any(arg.startswith(f"+{group}=") for arg in argv) else ""
-    depth = len(group.split("/")) + 1
     for found in sorted(here.glob(f"{group}/{name}.yaml")) + sorted(here.glob(f"*/{group}/{name}.yaml")):
-        folder = found.parents[depth - 1].relative_to(here)
+        folder = found.parents[len(group.split("/"))].relative_to(here)  # the folder holding group/
         return (f"{plus}{group}={name} is {found.relative_to(here)}, which this command does not search: add "
                 f"--config-dir {folder}")
     choices = sorted(o for o in options if not o.startswith(SCHEMA_PREFIX))
@@ -156,8 +155,8 @@ def unknown_key(override: str, argv: List[str], config_name: str) -> Optional[st
         choices = job_choices(cfg.hydra.runtime.choices, cfg)
         with open_dict(cfg):
             del cfg["hydra"]
-        group = override.split(".", 1)[0]
-        to_settings(cfg, choices, check=False).check_own_values([g for g in OBJECT_GROUPS if g == group], False)
+        group = override.split(".", 1)[0]  # a _target_ group's keys are checked against its callable
+        to_settings(cfg, choices, check=False).check_own_values([group] if group in OBJECT_GROUPS else [], False)
     except FastpipeError as exc:
         return str(exc)
     finally:
