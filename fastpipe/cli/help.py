@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe.config.meanings import meaning
 from fastpipe.config.objects import OBJECT_GROUPS, ObjectConfig
 from fastpipe.config.registry import SCHEMA_PREFIX
+from fastpipe.targets import HYDRA_KEYS
 
 RESOLVERS = ("fastpipe_help_groups", "fastpipe_help_config")
 MEANING_COLUMN = 40  # where the meanings start, unless a key's line is longer
@@ -98,10 +99,10 @@ def _annotated(plain: Dict[str, Any], node: DictConfig, kind: Optional[type], in
 
 def _meaning(kind: Optional[type], key: str, plain: Dict[str, Any]) -> Optional[str]:
     """``key``'s one-line meaning in a node of schema ``kind``; a ``_target_`` group's other keys are
-    its callable's arguments."""
+    its callable's arguments (but Hydra's own: ``_partial_``...)."""
     if key == "_target_":
         return meaning(ObjectConfig, "target")
-    if kind is None or not dataclasses.is_dataclass(kind):
+    if key in HYDRA_KEYS or kind is None or not dataclasses.is_dataclass(kind):
         return None
     if issubclass(kind, ObjectConfig) and key not in kind.OWN_KEYS:
         return f"an argument of {plain.get('_target_', 'the _target_')}"

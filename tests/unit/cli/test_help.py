@@ -28,4 +28,5 @@ def test_help_prints_each_keys_meaning_from_its_schemas_comment():
     assert notes["data.prefetch"] == "batches read ahead of the training step"  # its comment in config/data.py
     assert notes["train.cutmix_alpha"] == notes["train.mixup_alpha"]  # one comment above both
     assert notes["dataset.num_images"] == "an argument of fastpipe.data.images.shapes"
+    assert notes["optimizer._target_"].startswith("the callable that builds it") and not notes["optimizer._partial_"]
     assert notes["model.activation_checkpointing"].startswith("recompute each block's activations")
