@@ -59,7 +59,7 @@ class LoaderCommon:
 class DefaultLoaderConfig(LoaderCommon):
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
 
-    name: str = "default"
+    name: str = "default"  # the choice: data=default
     num_workers: Any = "auto"  # worker processes; auto = min(16, this process's share of the CPU cores)
     pin_memory: Any = "auto"  # page-locked batches for non-blocking copies; auto = on when training on CUDA
     persistent_workers: bool = True  # keep workers alive between epochs
@@ -87,7 +87,7 @@ class DefaultLoaderConfig(LoaderCommon):
 class MmapLoaderConfig(LoaderCommon):
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
 
-    name: str = "mmap"
+    name: str = "mmap"  # the choice: data=mmap
     path: Optional[str] = None  # a pack file, or a sharded pack (its folder or index.json); null = the cache
     # Image size stored in the cache: N or [height, width]; null = image_size (8/7 of it with augment).
     stored_size: Any = None
@@ -157,7 +157,7 @@ class MmapLoaderConfig(LoaderCommon):
 class DaliLoaderConfig(LoaderCommon):
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
 
-    name: str = "dali"
+    name: str = "dali"  # the choice: data=dali
     decoder: str = "auto"  # auto = mixed (nvJPEG + the hardware decoder) when training on CUDA, else cpu
     num_threads: Any = "auto"  # DALI CPU threads per process; auto = this process's share of the cores
     prefetch_queue_depth: int = 2  # batches DALI prepares ahead

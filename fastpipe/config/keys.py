@@ -13,6 +13,7 @@ fastpipe 0.1 spelled differently (``OLD_SPELLINGS``) gets one more line, naming 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -73,8 +74,10 @@ def refuse_added_keys(node: DictConfig, path: str = "") -> None:
         known = set(field_names(kind))
         extra = sorted(k for k in node.keys() if k not in known)
         if extra:
-            raise ConfigError(f"{path}{extra[0]} is not a key of {kind.__name__} (its keys: {', '.join(sorted(known))}); "
-                              "fix the spelling")
+            nearest = difflib.get_close_matches(extra[0], sorted(known), n=1)
+            near = f"the nearest: {path}{nearest[0]}; " if nearest else ""
+            raise ConfigError(f"{path}{extra[0]} is not a key of {kind.__name__} ({near}its keys: "
+                              f"{', '.join(sorted(known))}); fix the spelling")
     for key in node.keys():
         child = node._get_node(key)
         if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():

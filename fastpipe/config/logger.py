@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from fastpipe.config._checks import one_of
-from fastpipe.config.registry import Requirement
+from fastpipe.config.registry import SCHEMA_PREFIX, Requirement
 from fastpipe.errors import ConfigError, EnvironmentProblem
 
 LOGGERS = "fastpipe.record.loggers"
@@ -36,7 +36,7 @@ def register_logger(name: str, target: str):
 
         node = make_dataclass(f"{keys.__name__}Node", [("_target_", str, field(default=target))], bases=(keys,))
         SCHEMAS[name] = {name: node}
-        ConfigStore.instance().store(group="logger", name=f"schema_{name}", node=SCHEMAS[name])
+        ConfigStore.instance().store(group="logger", name=SCHEMA_PREFIX + name, node=SCHEMAS[name])
         return keys
 
     return add

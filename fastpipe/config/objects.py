@@ -23,8 +23,8 @@ SCHEDULE_RUNTIME_KEYS = ("optimizer", "total_steps", "T_max")
 class ObjectConfig:
     """A ``_target_`` and its keyword arguments (``params``, nested ``_target_`` s included)."""
 
-    target: str = ""
-    params: Dict[str, Any] = field(default_factory=dict)
+    target: str = ""  # the callable that builds it, pkg.module.Name (the config's _target_; docs/project.md)
+    params: Dict[str, Any] = field(default_factory=dict)  # the callable's keyword arguments (the other keys)
 
     GROUP: ClassVar[str] = ""
     OWN_KEYS: ClassVar[tuple] = ()  # fastpipe's own keys in this group (fields of the subclass)

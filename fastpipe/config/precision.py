@@ -44,7 +44,7 @@ class Fp8PrecisionConfig:
     bf16 autocast around everything else. Needs torch.compile and a GPU of compute capability >= 8.9
     (Ada, Hopper and newer); on the CPU torchao emulates it (slower than bf16: for tests and debugging)."""
 
-    name: str = "fp8"
+    name: str = "fp8"  # the choice: precision=fp8
     # How float8 scales are taken: tensorwise = one scale per tensor (fastest); rowwise = one per row
     # (closer to bf16's accuracy, a little slower).
     recipe: str = "tensorwise"

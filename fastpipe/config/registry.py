@@ -25,6 +25,9 @@ from fastpipe.errors import ConfigError, EnvironmentProblem
 
 CLOSED_GROUPS = ("data", "launcher", "precision", "compile")
 DEVICES = ("cpu", "cuda")
+# A schema's name in Hydra's ConfigStore: schema_<name>, in its group beside the choices (a config
+# file's ``defaults: [schema_<name>]``); never a choice, so no list of choices shows it.
+SCHEMA_PREFIX = "schema_"
 
 # What a dataset is, as far as a loader is concerned: a dataset callable declares one (its
 # ``data_format`` attribute; undeclared: ``samples``), a loader registers the formats it ``reads``.
@@ -162,7 +165,8 @@ def _store(group: str, choice: Choice) -> None:
     """The schema in Hydra's ConfigStore, for a config file's ``defaults: [schema_<name>]``."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group=group, name=f"schema_{choice.schema_name or choice.name}", node=choice.schema)
+    name = SCHEMA_PREFIX + (choice.schema_name or choice.name)
+    ConfigStore.instance().store(group=group, name=name, node=choice.schema)
 
 
 def choice(group: str, name: str) -> Choice:

@@ -21,10 +21,10 @@ class ReportConfig:
     # own units and direction: 0.01 = one point of accuracy (0..1), or 0.01 nats of an LM's loss.
     parity_tol: float = 0.01
     repeats: int = 1  # measure each combination this many times (repeat-K/ folders); median and spread
-    # What the sweep optimises: the report's winner is the fastest job (throughput), the one with the
-    # best primary held-out metric in its direction (primary_metric), or the one that reached
-    # train.target soonest (time_to_target, docs/time-to-target.md); a sweeper that optimises a value
-    # (hydra/sweeper=optuna) gets this number as each job's return.
+    # What the sweep optimises: the fastest job wins (throughput), the best primary held-out metric in
+    # its direction (primary_metric), or the first to reach train.target (time_to_target,
+    # docs/time-to-target.md). A sweeper that optimises a value (hydra/sweeper=optuna) gets this number
+    # as each job's return.
     objective: str = "throughput"
     # time_to_target: which clock ranks the jobs: training (from the first training step: compilation,
     # evaluations and checkpoints included) or end_to_end (from the job's start: data, model build too).

@@ -34,18 +34,20 @@ def _object_group(kind):
 
 @dataclass
 class Config:
-    """A run's settings: ``to_settings`` gives one, ``Config.check`` judges the choices together."""
+    """A run's settings: ``to_settings`` gives one, ``Config.check`` judges the choices together. A
+    group's field holds its node, and once converted its schema's object (``dataset`` a DatasetConfig,
+    ``data`` a loader's schema, ``profile`` a ProfileConfig or None for profile=off)."""
 
-    dataset: Any = _object_group(DatasetConfig)  # a DatasetConfig once converted
-    model: Any = _object_group(ModelConfig)  # a ModelConfig
-    task: Any = _object_group(TaskConfig)  # a TaskConfig
-    optimizer: Any = _object_group(OptimizerConfig)  # an OptimizerConfig
-    lr_schedule: Any = _object_group(LrScheduleConfig)  # an LrScheduleConfig
-    data: Any = _group()
-    precision: Any = _group()
-    compile: Any = _group()
-    launcher: Any = _group()
-    profile: Any = _group(None)  # a ProfileConfig (profile=off|on); None = off
+    dataset: Any = _object_group(DatasetConfig)  # the samples: a callable giving a map-style Dataset, its arguments
+    model: Any = _object_group(ModelConfig)  # the network: an nn.Module class or factory, its arguments
+    task: Any = _object_group(TaskConfig)  # the objective: loss, metrics and the primary metric (docs/project.md)
+    optimizer: Any = _object_group(OptimizerConfig)  # a torch.optim optimizer (_partial_: true), its arguments
+    lr_schedule: Any = _object_group(LrScheduleConfig)  # the learning rate over the run's steps
+    data: Any = _group()  # the loader: how batches reach the device (docs/data.md)
+    precision: Any = _group()  # the number format of the step: fp32, amp or fp8 (docs/precision.md)
+    compile: Any = _group()  # torch.compile and its mode
+    launcher: Any = _group()  # where the training processes come from: single, ddp or fsdp (docs/distributed.md)
+    profile: Any = _group(None)  # torch.profiler traces of a few steps (docs/tools.md)
     # The trackers the run reports to, one entry per chosen logger (logger=[tensorboard,mlflow]); a
     # {name: Hook} once converted; logger=none: none (docs/tracking.md).
     logger: Any = field(default_factory=dict, metadata={"group": True})
@@ -56,11 +58,11 @@ class Config:
     tags: List[str] = field(default_factory=list)  # labels carried into metrics.json, the report and the trackers
     seed: int = 0  # each rank seeds Python, NumPy and torch with seed + rank
     device: str = "auto"  # auto (cuda when present) | cpu | cuda
-    train: TrainConfig = field(default_factory=TrainConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    measure: MeasureConfig = field(default_factory=MeasureConfig)
-    report: ReportConfig = field(default_factory=ReportConfig)
-    sweep: SweepConfig = field(default_factory=SweepConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)  # the run's length, batch, evaluations and checkpoints
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)  # process-wide switches
+    measure: MeasureConfig = field(default_factory=MeasureConfig)  # how a run measures itself (docs/measuring.md)
+    report: ReportConfig = field(default_factory=ReportConfig)  # how a sweep's report compares its jobs
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # how a sweep runs its jobs
 
     def __post_init__(self) -> None:
         one_of("device", self.device, ("auto", "cpu", "cuda"))

@@ -30,9 +30,10 @@ def register_configs() -> None:
     cs.store(name="fastpipe_schema", node=root_schema())
     for group, schemas in group_schemas().items():
         for name, kind in schemas.items():  # a group of several schemas takes their keys (config/keys.py)
-            cs.store(group=group, name=f"schema_{name}", node=keys.schema_node(kind, open_keys=len(schemas) > 1))
+            node = keys.schema_node(kind, open_keys=len(schemas) > 1)
+            cs.store(group=group, name=registry.SCHEMA_PREFIX + name, node=node)
     for name, node in LOGGER_SCHEMAS.items():  # each logger's keys under its own name: several compose
-        cs.store(group="logger", name=f"schema_{name}", node=node)
+        cs.store(group="logger", name=registry.SCHEMA_PREFIX + name, node=node)
 
 
 def root_schema() -> DictConfig:

@@ -10,10 +10,10 @@ from fastpipe.errors import ConfigError
 
 @dataclass
 class TrainConfig:
-    epochs: int = 3
+    epochs: int = 3  # passes over the training split (max_steps may stop the run sooner)
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     # Samples per process per micro-batch, or auto: the largest that fits in device memory (or, with
-    # batch_size_goal=throughput, the fastest of those), found by trying the real step before training
+    # batch_size_goal=throughput, the fastest of those). auto tries the real step before training
     # (fastpipe/train/batch_size.py; on a CPU up to batch_size_max, which is then the answer for memory).
     batch_size: Any = 64
     batch_size_goal: str = "memory"  # auto: memory (the largest that fits) or throughput (best samples/s)
@@ -62,8 +62,9 @@ class TrainConfig:
     # the target is confirmed at once on the whole split, and only the confirmed evaluation counts.
     target_eval_samples: Optional[int] = None
     # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
-    # compilation included) passes this many seconds, checked where the host syncs anyway (window edges,
-    # evaluations, epoch ends) and agreed by every rank: a final evaluation, a checkpoint (to resume from) and the results. null = no limit.
+    # compilation included) passes this many seconds: a final evaluation, a checkpoint (to resume from)
+    # and the results. Checked where the host syncs anyway (window edges, evaluations, epoch ends) and
+    # agreed by every rank. null = no limit.
     time_budget_s: Optional[float] = None
     # MixUp / CutMix of each training batch on the device (torchvision.transforms.v2, Beta(alpha, alpha));
     # classification of images only (the task's loss takes the soft labels); both set = one of the two

@@ -47,7 +47,7 @@ def test_help_lists_every_real_choice_and_nothing_else(outputs):
     defaults = {k: str(v) for d in root if isinstance(d, dict) for k, v in d.items() if not k.startswith("override")}
     # in brackets each group's choice on this command line (presets such as +experiment have none)
     assert {g: chosen for g, (_, chosen) in listed.items() if chosen} == {**defaults, "precision": "amp"}
-    config = yaml.safe_load(text.split("does not list) ==\n", 1)[1].split("\nEach key's default", 1)[0])
+    config = yaml.safe_load(text.split("does not list) ==\n", 1)[1].split("\nBeside each key", 1)[0])
     assert config == yaml.safe_load(outputs["cfg"])  # the composed config, as --cfg job prints it
 
 

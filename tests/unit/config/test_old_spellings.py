@@ -1,9 +1,7 @@
-"""Every node composes strictly: a misspelt or old key is Hydra's error, an old spelling with one more line
-naming today's key; an older run folder's recorded config (old keys, moved modules) still reads back."""
+"""An old spelling on the command line is Hydra's error and one more line naming today's key (a misspelt
+key: tests/unit/cli/test_mistakes.py); an older run folder's recorded config (old keys, moved modules)
+still reads back."""
 from __future__ import annotations
-
-import signal
-import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -11,30 +9,6 @@ from omegaconf import OmegaConf
 from conftest import compose
 from fastpipe.config.keys import OLD_SPELLINGS
 from fastpipe.config.reload import run_settings
-from fastpipe.signals import STOP_SIGNALS
-
-
-@pytest.fixture
-def app(monkeypatch, capsys):
-    """``python -m fastpipe ARGS`` in this process: (exit code, stdout, stderr)."""
-    import fastpipe.__main__ as entry
-
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # main() installs its own
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["fastpipe", *args])
-        try:
-            entry.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-        finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_an_old_spelling_is_hydras_error_and_one_line_naming_the_new_key(app):
@@ -44,14 +18,6 @@ def test_an_old_spelling_is_hydras_error_and_one_line_naming_the_new_key(app):
     lines = err.strip().splitlines()
     assert lines[-1] == "fastpipe: an old spelling: use optimizer.lr=0.1 instead of train.lr=0.1"
     assert sum("fastpipe:" in line for line in lines) == 1
-
-
-def test_a_misspelt_train_key_fails_cfg_job(app):
-    code, out, err = app("--cfg", "job", "train.epoch=3")
-    assert code == 1 and out == ""
-    assert "Could not override 'train.epoch'." in err and "fastpipe:" not in err  # not an old spelling: no note
-    code, out, _ = app("--cfg", "job", "train.epochs=3")
-    assert code == 0 and OmegaConf.create(out).train.epochs == 3
 
 
 def test_the_note_names_each_old_spelling_and_moved_module():
