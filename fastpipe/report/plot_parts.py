@@ -90,9 +90,9 @@ def table_width(lines: Iterable[str], dpi: float) -> float:
 
 
 def end_labels(ax, ends: Sequence[Tuple[float, float, str, str]], fontsize: float = 8.0) -> None:
-    """Label each line at its end (x, y, text, colour), in the order given: beside the end where that
-    space is free and inside the axes, else a line height or more above or below it, tied to the end
-    by a thin leader; call once the axes' limits are final."""
+    """Label each line at its end (x, y, text, colour), in the order given: right of the end where that
+    space is free and inside the axes, else a line height or more above or below it (on its left when
+    the right has no room), tied to the end by a thin leader; call once the axes' limits are final."""
     from matplotlib.transforms import Bbox
 
     if not ends:
@@ -104,7 +104,9 @@ def end_labels(ax, ends: Sequence[Tuple[float, float, str, str]], fontsize: floa
     for x, y, text, colour in ends:
         px, py = ax.transData.transform((x, y))
         width = text_width(text, fontsize, dpi=fig.dpi) * scale
-        spots = [(dx, k * height) for k in (0, 1, -1, 2, -2, 3, -3, 4, -4) for dx in (pad, -pad - width)]
+        right, left = pad, -pad - width  # left of the end at its own height lies on the line that leads there
+        spots = ([(right, k * height) for k in (0, 1, -1, 2, -2)] + [(left, k * height) for k in (1, -1, 0, 2, -2)]
+                 + [(dx, k * height) for k in (3, -3, 4, -4) for dx in (right, left)])
         boxes = [(dx, dy, Bbox.from_extents(px + dx, py + dy - height / 2, px + dx + width, py + dy + height / 2))
                  for dx, dy in spots]
         free = [(dx, dy, b) for dx, dy, b in boxes if _inside(b, frame) and not any(b.overlaps(o) for o in placed)]
