@@ -1,6 +1,6 @@
 """What report.png's panels share: one colour per job, each job's label as a row of a table (the swept
-keys' values in aligned columns, the keys once above them), and labels beside a panel's right edge
-spread so that none covers another."""
+keys' values in aligned columns, the keys once above them), and labels at the ends of lines placed so
+that none covers another."""
 from __future__ import annotations
 
 from typing import Dict, Iterable, List, Sequence, Tuple
@@ -8,7 +8,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 from fastpipe.record.figures import ELLIPSIS, text_width
 
 WINNER_EDGE = "black"
-GREY = "#b4b4b4"  # a race's eliminated jobs
+ELIMINATED = "#888888"  # a race's eliminated jobs (their cells: shades of grey)
 FAILED = "#d62728"  # the text of a job without a number
 MONO = dict(family="monospace")
 TABLE_SIZE = 8.0  # the job table's font size (points)
@@ -18,13 +18,13 @@ COLUMN_MIN = 5  # a column is narrowed to no fewer characters
 
 def job_colours(nums: Iterable[int]) -> Dict[int, str]:
     """A colour of its own for every job number, stable across the panels: tab10 for up to ten jobs,
-    then tab20, tab20b and tab20c (less tab20's greys, which mark eliminated jobs), then a hue wheel."""
+    then tab20, tab20b and tab20c, then a hue wheel; never a grey (a race's eliminated jobs are grey)."""
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 
     nums = sorted(set(nums))
-    if len(nums) <= 10:
-        palette = [to_hex(c) for c in colormaps["tab10"].colors]
+    if len(nums) <= 9:
+        palette = [to_hex(c) for i, c in enumerate(colormaps["tab10"].colors) if i != 7]
     else:
         palette = [to_hex(c) for i, c in enumerate(colormaps["tab20"].colors) if i not in (14, 15)]
         palette += [to_hex(c) for name in ("tab20b", "tab20c") for c in colormaps[name].colors[:16]]

@@ -11,7 +11,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from fastpipe.record.figures import fit_lines, shorten_middle
-from fastpipe.report.plot_parts import FAILED, readable
+from fastpipe.report.plot_parts import ELIMINATED, FAILED, readable
 from fastpipe.sweeps.race import RaceRecord, median_time
 
 SIZE = 9.5
@@ -56,13 +56,13 @@ def race_panel(ax, record: RaceRecord, colours: Dict[int, str], order: Sequence[
         if rank is not None:
             image[row, col] = (grey if out else shade)(0.55 - 0.45 * rank)  # sooner is darker
         ax.text(col, row, text, ha="center", va="center", fontsize=size, clip_on=True,
-                color=FAILED if text == "failed" else "#555555" if out else "black",
+                color=FAILED if text == "failed" else ELIMINATED if out else "black",
                 fontstyle="italic" if text in ("miss", "cap") else "normal")
     ax.imshow(image, aspect="auto", interpolation="nearest")
     ax.set_yticks(range(len(jobs)))
     ax.set_yticklabels([f"#{n}" for n in jobs], fontsize=8)
     for tick, n in zip(ax.get_yticklabels(), jobs):
-        tick.set_color("#888888" if str(n) in record.eliminated else readable(colours.get(n, "black")))
+        tick.set_color(ELIMINATED if str(n) in record.eliminated else readable(colours.get(n, "black")))
         tick.set_fontweight("bold" if n == record.winner else "normal")
     ax.set_xticks(range(len(record.rounds)))
     ax.set_xticklabels([f"{r['round']}\nseed {r['seed']}" for r in record.rounds], fontsize=7.5)
@@ -74,7 +74,7 @@ def race_panel(ax, record: RaceRecord, colours: Dict[int, str], order: Sequence[
             fontweight="bold", color="#555555")
     for row, n in enumerate(jobs):
         ax.text(1.01, row, shorten_middle(_fate(record, n), 150, 7.5, dpi=dpi), transform=ax.get_yaxis_transform(),
-                va="center", ha="left", fontsize=7.5, color="#555555" if str(n) in record.eliminated else "black")
+                va="center", ha="left", fontsize=7.5, color=ELIMINATED if str(n) in record.eliminated else "black")
     ax.set_xlabel("round: every job still in the race trains once with the round's seed")
     ax.set_title(fit_lines(_title(record), room, SIZE, dpi=dpi), loc="left", fontsize=SIZE)
 

@@ -65,7 +65,7 @@ def report_figure(result: SweepResult, dpi: int = DPI):
 def _title(result: SweepResult) -> str:
     how = {"time_to_target": "time to target (train.target)", "primary_metric": "held-out primary metric"}
     best = result.best
-    return (f"fastpipe sweep {result.sweep_dir.parent.name}/{result.sweep_dir.name}: {len(result.rows)} jobs ranked "
+    return (f"fastpipe sweep {result.sweep_dir.parent.name}/{result.sweep_dir.name}: {len(result.rows)} job{'s' * (len(result.rows) != 1)} ranked "
             f"by {how.get(result.spec.objective, 'throughput')}; "
             + (f"best: job {best['job']}" if best is not None else "no job qualifies as best"))
 

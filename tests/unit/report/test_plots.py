@@ -13,6 +13,7 @@ from matplotlib.container import BarContainer
 from figure_checks import drawn_texts, overlapping, texts_outside
 from plot_sweeps import race_sweep, target_sweep
 from fastpipe.report.jobs import load_jobs
+from fastpipe.report.plot_parts import ELIMINATED
 from fastpipe.report.plot_race import cells
 from fastpipe.report.plots import report_figure, write_plot
 from fastpipe.report.sweep import aggregate
@@ -98,7 +99,7 @@ def test_the_race_panel_shows_every_seeds_time_misses_caps_and_greys_the_elimina
     for label in panel.get_yticklabels():  # eliminated: grey; the others: their job's colour in every panel
         num = int(label.get_text()[1:])
         gone = str(num) in record.eliminated
-        assert (to_hex(label.get_color()) == "#888888") == gone
+        assert (to_hex(label.get_color()) == ELIMINATED) == gone
     texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in panel.texts
              if t.get_transform() == panel.transData}
     assert texts == {k: v[0] for k, v in cells(record, order).items()}
