@@ -115,7 +115,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
     _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
     record.set(status="ok")
-    recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
+    recorder.plot_loss(result.loss_history, record)
     recorder.write_text("graph.txt", describe(g, settings, search, lr_search))  # again: a compile fall-back is noted there
     record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
     if dist.is_main:
