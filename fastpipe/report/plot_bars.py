@@ -32,7 +32,7 @@ def time_bar(r: dict) -> Bar:
         if r.get("target_min") is not None:
             text += f" ({r['target_min']:,.1f}-{r['target_max']:,.1f}, n={r['target_repeats']})"
         notes = ["baseline"] if r.get("baseline") else [_ratio(speed, "sooner", "later")] if speed else []
-        notes += [f"tie with #{r['tie']}"] if r.get("tie") is not None else []
+        notes += ["tie"] if r.get("tie") else []
         return Bar(t, _joined(text, notes, r), low=r.get("target_min"), high=r.get("target_max"))
     if r.get("target_seconds") is not None:
         best = metric_text(r.get("target_metric"), r.get("target_best"))

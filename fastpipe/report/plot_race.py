@@ -13,6 +13,7 @@ import numpy as np
 from fastpipe.record.figures import fit_lines, shorten_middle
 from fastpipe.report.plot_parts import ELIMINATED, FAILED, readable
 from fastpipe.sweeps.race import RaceRecord, median_time
+from fastpipe.sweeps.race_stats import p_text
 
 SIZE = 9.5
 CELL_SIZE = 7.5  # a cell's text, at most (points)
@@ -87,7 +88,7 @@ def _fate(record: RaceRecord, n: int) -> str:
     if gone is not None:
         if str(gone.get("reason", "")).startswith("failed"):
             return f"{text} · failed in round {gone['round']}"
-        return f"{text} · out in round {gone['round']}" + (f", p={gone['p']:.2g}" if gone.get("p") is not None else "")
+        return f"{text} · out in round {gone['round']}" + (f", {p_text(gone['p'])}" if gone.get("p") is not None else "")
     return text + (" · winner" if n == record.winner else " · tie" if n in (record.tie or []) else "")
 
 

@@ -62,12 +62,17 @@ def report_figure(result: SweepResult, dpi: int = DPI):
     return fig
 
 
+NO_WINNER = {"tie": "a tie: no winner named", "unstable": "the leader's repeats spread too wide: no winner named"}
+
+
 def _title(result: SweepResult) -> str:
     how = {"time_to_target": "time to target (train.target)", "primary_metric": "held-out primary metric"}
     best = result.best
     return (f"fastpipe sweep {result.sweep_dir.parent.name}/{result.sweep_dir.name}: {len(result.rows)} job{'s' * (len(result.rows) != 1)} ranked "
             f"by {how.get(result.spec.objective, 'throughput')}; "
-            + (f"best: job {best['job']}" if best is not None else "no job qualifies as best"))
+            + (f"best: job {best['job']}" if best is not None else
+               NO_WINNER.get(result.confidence.kind, "no winner named") if result.candidate is not None else
+               "no job qualifies as best"))
 
 
 def bar_panel(ax, result: SweepResult, colours, table, room: float) -> List[Tuple[float, object]]:
