@@ -10,7 +10,8 @@ import torch
 from fastpipe.train import graph as training_graph
 from fastpipe.record import results
 from fastpipe.record.notes import collect_warnings
-from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
+from fastpipe.checkpoint.nothing_to_train import NothingToTrain
+from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
 from fastpipe.errors import FastpipeWarning, TrainingError
