@@ -20,7 +20,7 @@ from typing import List, Optional
 
 import torch
 
-from fastpipe.runtime import cpu_bf16
+from fastpipe.machine import cpu_bf16
 
 REQUIRED_RANGES = {"hydra-core": ("1.3.2", "1.4"), "omegaconf": ("2.3", "2.4")}  # pyproject's pins
 OPTIONAL = ("cuda", "nccl", "dali", "compile")  # what --require can make mandatory

@@ -25,7 +25,8 @@ from fastpipe.stages.profiling import build_profiler
 from fastpipe.record.recorder import RunRecorder
 from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
-from fastpipe.runtime import dist_from_env, environment, setup_runtime
+from fastpipe.machine import environment
+from fastpipe.runtime import dist_from_env, setup_runtime
 from fastpipe.signals import stop_on_signals, stopped_before_training, training
 
 
