@@ -8,7 +8,8 @@ import torch
 from conftest import cpu_runtime, make_settings
 
 from fastpipe.data import build_loader, shapes
-from fastpipe.data.images import image_transform, scan_image_folder
+from fastpipe.data.folders import scan_image_folder
+from fastpipe.data.images import image_transform
 from fastpipe.data.packfile import HEADER, PackReader, PackWriter
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError, DataError
