@@ -37,7 +37,7 @@ def run(cfg: DictConfig):
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
-    from fastpipe.runtime import process_started_at
+    from fastpipe.machine import process_started_at
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
@@ -92,7 +92,7 @@ def run(cfg: DictConfig):
 
 def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -> dict:
     """Settings that cannot work, or a stop signal before training began: the job's failed record."""
-    from fastpipe.runtime import environment
+    from fastpipe.machine import environment
 
     record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
     results.write_if_possible(run_dir, record)

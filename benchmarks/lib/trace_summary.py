@@ -83,6 +83,8 @@ def kind(name: str) -> str:
 
 
 def summarize(events: list, gaps: int = 5, ops: int = 10) -> str:
+    """The text summary of a trace's profiled steps: GPU busy time per stream, the NCCL kernels and the
+    time they run with no compute beside them, the host's CUDA calls and ops, and the GPU's idle gaps."""
     marks = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
     if not marks:
         return "no ProfilerStep# spans in this trace (was it written by torch.profiler with a schedule?)"
@@ -97,64 +99,97 @@ def summarize(events: list, gaps: int = 5, ops: int = 10) -> str:
              f"GPU busy {total(busy) / span:.1%} of the span (kernels and copies on any stream)"]
     if not gpu:
         lines.append("no GPU activity recorded (a CPU run, or CUDA activities were not profiled)")
+    lines += _streams(gpu, lo, hi) + _collectives(gpu, lo, hi, n) + _host_calls(inside, n)
+    lines += _host_ops(inside, marks[0].get("tid"), n, ops)  # the thread that ran the loop (and launches the forward)
+    if gpu:
+        lines += _idle_gaps(inside, busy, lo, hi, n, gaps)
+    return "\n".join(lines)
+
+
+def _streams(gpu: list, lo: float, hi: float) -> list:
+    """Each stream's busy time and activities, the busiest first."""
     per_stream = defaultdict(list)
     for e in gpu:
         per_stream[(e.get("args") or {}).get("stream", e.get("tid"))].append(e)
     stream_busy = {stream: total(union(clip(((e["ts"], e["ts"] + e["dur"]) for e in evs), lo, hi)))
                    for stream, evs in per_stream.items()}
+    lines = []
     for stream in sorted(per_stream, key=lambda st: -stream_busy[st]):
         evs = per_stream[stream]
         nccl = sum("nccl" in e["name"].lower() for e in evs)
         lines.append(f"  stream {stream}: busy {stream_busy[stream] / 1e3:.1f} ms, {len(evs)} activities"
                      f"{f' ({nccl} NCCL)' if nccl else ''}")
+    return lines
+
+
+def _collectives(gpu: list, lo: float, hi: float, n: int) -> list:
+    """The NCCL kernels' time, and the part with no compute kernel beside them, in all and per kind."""
     comm_events = [e for e in gpu if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
-    if comm_events:
-        comm = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in comm_events), lo, hi))
-        compute = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in gpu
-                              if e.get("cat") == "kernel" and "nccl" not in e["name"].lower()), lo, hi))
-        exposed = total(subtract(comm, compute))
-        lines.append(f"NCCL kernels {total(comm) / 1e3:.1f} ms, of which {exposed / 1e3:.2f} ms "
-                     f"({exposed / n / 1e3:.2f} ms per step) with no compute kernel running beside them")
-        kinds = defaultdict(list)  # FSDP's all-gathers and reduce-scatters, DDP's all-reduces, apart
-        for e in comm_events:
-            kinds[(kind(e["name"]), (e.get("args") or {}).get("stream"))].append(e)
-        for (name, stream), evs in sorted(kinds.items()):
-            own = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in evs), lo, hi))
-            alone = total(subtract(own, compute))
-            lines.append(f"  {name} on stream {stream}: {len(evs) / n:.1f} per step, "
-                         f"{sum(e['dur'] for e in evs) / n / 1e3:.2f} ms per step, {alone / n / 1e3:.2f} ms exposed")
+    if not comm_events:
+        return []
+    comm = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in comm_events), lo, hi))
+    compute = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in gpu
+                          if e.get("cat") == "kernel" and "nccl" not in e["name"].lower()), lo, hi))
+    exposed = total(subtract(comm, compute))
+    lines = [f"NCCL kernels {total(comm) / 1e3:.1f} ms, of which {exposed / 1e3:.2f} ms "
+             f"({exposed / n / 1e3:.2f} ms per step) with no compute kernel running beside them"]
+    kinds = defaultdict(list)  # FSDP's all-gathers and reduce-scatters, DDP's all-reduces, apart
+    for e in comm_events:
+        kinds[(kind(e["name"]), (e.get("args") or {}).get("stream"))].append(e)
+    for (name, stream), evs in sorted(kinds.items()):
+        own = union(clip(((e["ts"], e["ts"] + e["dur"]) for e in evs), lo, hi))
+        alone = total(subtract(own, compute))
+        lines.append(f"  {name} on stream {stream}: {len(evs) / n:.1f} per step, "
+                     f"{sum(e['dur'] for e in evs) / n / 1e3:.2f} ms per step, {alone / n / 1e3:.2f} ms exposed")
+    return lines
+
+
+def _host_calls(inside: list, n: int) -> list:
+    """The host's CUDA runtime and driver calls with the most time, per step and thread."""
     runtime = defaultdict(lambda: [0.0, 0])
     for e in inside:
         if e.get("cat") in ("cuda_runtime", "cuda_driver"):
             slot = runtime[(e["name"], e.get("tid"))]
             slot[0] += e["dur"]
             slot[1] += 1
-    if runtime:
-        lines.append("host CUDA calls with the most time (per step; thread):")
-        for (name, tid), (dur, count) in sorted(runtime.items(), key=lambda kv: -kv[1][0])[:8]:
-            lines.append(f"  {name:<32} {dur / n / 1e3:7.2f} ms  {count / n:7.1f} calls  tid {tid}")
-    main = marks[0].get("tid")  # the thread that ran the loop (and launches the forward)
+    if not runtime:
+        return []
+    lines = ["host CUDA calls with the most time (per step; thread):"]
+    for (name, tid), (dur, count) in sorted(runtime.items(), key=lambda kv: -kv[1][0])[:8]:
+        lines.append(f"  {name:<32} {dur / n / 1e3:7.2f} ms  {count / n:7.1f} calls  tid {tid}")
+    return lines
+
+
+def _host_ops(inside: list, main, n: int, ops: int) -> list:
+    """The ``ops`` host ops with the most inclusive time on the loop's thread (``main``), per step."""
     host_ops = defaultdict(float)
     for e in inside:
         if e.get("tid") == main and e.get("cat") == "cpu_op":
             host_ops[e["name"][:70]] += e["dur"]
-    if host_ops and ops:
-        lines.append(f"host ops on the loop's thread (tid {main}), inclusive time per step (nested ops count in each):")
-        for name, dur in sorted(host_ops.items(), key=lambda kv: -kv[1])[:ops]:
-            lines.append(f"  {dur / n / 1e3:7.2f} ms  {name}")
-    idle = [g for g in subtract([[lo, hi]], busy) if g[1] - g[0] >= 50] if gpu else []
-    if idle:
-        all_idle = total(subtract([[lo, hi]], busy))
-        lines.append(f"GPU idle {all_idle / n / 1e3:.2f} ms per step ({all_idle / span:.1%} of the span); gaps >= 50 us: "
-                     f"{len(idle)} ({len(idle) / n:.1f} per step), {total(idle) / n / 1e3:.2f} ms per step; the longest, "
-                     "with the host ops covering at least half of each (thread):")
-        host = [e for e in inside if e.get("cat") in HOST_CATS and not e["name"].startswith("ProfilerStep#")]
-        for start, end in sorted(idle, key=lambda g: g[0] - g[1])[:gaps]:
-            during = sorted(((overlap(e, start, end), e["name"][:60], e.get("tid")) for e in host
-                             if overlap(e, start, end) >= 0.5 * (end - start)), reverse=True)
-            names = ", ".join(f"{name} (tid {tid})" for _, name, tid in during[:4]) or "-"
-            lines.append(f"  {(end - start) / 1e3:6.2f} ms at +{(start - lo) / 1e3:.1f} ms: {names}")
-    return "\n".join(lines)
+    if not host_ops or not ops:
+        return []
+    lines = [f"host ops on the loop's thread (tid {main}), inclusive time per step (nested ops count in each):"]
+    for name, dur in sorted(host_ops.items(), key=lambda kv: -kv[1])[:ops]:
+        lines.append(f"  {dur / n / 1e3:7.2f} ms  {name}")
+    return lines
+
+
+def _idle_gaps(inside: list, busy: list, lo: float, hi: float, n: int, gaps: int) -> list:
+    """The GPU's idle time, and its ``gaps`` longest gaps of 50 us or more with the host ops covering them."""
+    idle = [g for g in subtract([[lo, hi]], busy) if g[1] - g[0] >= 50]
+    if not idle:
+        return []
+    all_idle = total(subtract([[lo, hi]], busy))
+    lines = [f"GPU idle {all_idle / n / 1e3:.2f} ms per step ({all_idle / (hi - lo):.1%} of the span); gaps >= 50 us: "
+             f"{len(idle)} ({len(idle) / n:.1f} per step), {total(idle) / n / 1e3:.2f} ms per step; the longest, "
+             "with the host ops covering at least half of each (thread):"]
+    host = [e for e in inside if e.get("cat") in HOST_CATS and not e["name"].startswith("ProfilerStep#")]
+    for start, end in sorted(idle, key=lambda g: g[0] - g[1])[:gaps]:
+        during = sorted(((overlap(e, start, end), e["name"][:60], e.get("tid")) for e in host
+                         if overlap(e, start, end) >= 0.5 * (end - start)), reverse=True)
+        names = ", ".join(f"{name} (tid {tid})" for _, name, tid in during[:4]) or "-"
+        lines.append(f"  {(end - start) / 1e3:6.2f} ms at +{(start - lo) / 1e3:.1f} ms: {names}")
+    return lines
 
 
 def main(argv=None) -> int:

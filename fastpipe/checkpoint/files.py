@@ -4,7 +4,7 @@
 sidecar ``step-NNNNNNNN.json`` (size, SHA-256, position) the same way. A checkpoint counts as
 complete only when its sidecar exists and matches, so an interrupted or damaged file is never loaded.
 A sharded checkpoint (launcher=fsdp) is a folder ``step-NNNNNNNN.dcp`` published the same way, its
-sidecar listing every file's size and SHA-256 (checkpoint_dcp.py writes it).
+sidecar listing every file's size and SHA-256 (checkpoint/dcp.py writes it).
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def load_verified(candidates: List[Path], log) -> tuple:
 
 def load_state(path: Path) -> dict:
     """A checkpoint's state: the whole file, or a sharded checkpoint's train state (its model and
-    optimizer shards are read by checkpoint_dcp.load_sharded, all ranks together)."""
+    optimizer shards are read by checkpoint.dcp.load_sharded, all ranks together)."""
     if path.is_dir():
         return torch.load(path / TRAIN_STATE, map_location="cpu", weights_only=True)
     return torch.load(path, map_location="cpu", weights_only=True)

@@ -4,7 +4,7 @@ the write, fsync and SHA-256 on a background thread.
 The training thread only queues device-to-host copies of every tensor into buffers it reuses from
 one checkpoint to the next (pinned on CUDA, so the copies are asynchronous and ordered before the
 next step's updates on the same stream) and records an event; the writer thread waits for that
-event, then writes the file exactly as checkpoint_files.py does (temporary file, fsync, rename,
+event, then writes the file exactly as checkpoint/files.py does (temporary file, fsync, rename,
 sidecar with size and SHA-256) and rotates old ones. A new checkpoint waits for the previous write;
 a stop signal, the end of the run and a failure wait for the write in flight, so every guarantee of
 a synchronous save holds when the run ends.
@@ -94,7 +94,7 @@ class BackgroundWriter:
 
     def run(self, publish: Callable[[], Path]) -> None:
         """Run ``publish`` (which makes one checkpoint complete and returns its path) in the background,
-        then rotate; after the previous one. The sharded checkpoints' publication (checkpoint_dcp.py)."""
+        then rotate; after the previous one. The sharded checkpoints' publication (checkpoint/dcp.py)."""
         self.wait()
         self._thread = threading.Thread(target=self._write, args=(publish,), name="fastpipe-checkpoint", daemon=False)
         self._thread.start()

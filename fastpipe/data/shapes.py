@@ -146,7 +146,7 @@ PROCESSES_FROM = 2048  # images: a set this large is drawn by processes (numpy's
 
 
 def _init_pool_worker(parent: int) -> None:
-    from fastpipe.runtime import die_with_parent
+    from fastpipe.processes import die_with_parent
 
     signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
     die_with_parent(parent)

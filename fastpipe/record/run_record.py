@@ -140,7 +140,7 @@ class RunRecord:
     model_build_s: Optional[float] = None  # constructing and initialising the model on its device (or sharding it)
     fp8: Optional[Dict[str, Any]] = None  # precision=fp8: Fp8Layers.record(): recipe, converted, kept, ...
     per_rank: Optional[Dict[str, List[Any]]] = None  # measure.steps.PER_RANK_KEYS -> one value per rank
-    env: Optional[Dict[str, Any]] = None  # runtime.environment()
+    env: Optional[Dict[str, Any]] = None  # machine.environment()
     code: Optional[Code] = None  # record/provenance.py: the commits the run was made from
     warnings: List[str] = field(default_factory=list)
     # Written only when set:

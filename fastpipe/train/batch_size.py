@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -29,12 +28,12 @@ from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 from fastpipe.measure.steps import synchronize
 from fastpipe.runtime import Runtime
 from fastpipe.train import graph
+from fastpipe.train.batch_search import BatchSearch, Probe, agree, on_grid, search
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.step import train_step
 
 CPU_START, GPU_START = 32, 256  # train.batch_size_start=null
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
-GRID = 8  # train.batch_size_round=8: multiples of 8 (and 1, 2, 4 below it)
 # Steps per candidate. Memory: the second step holds weights, optimizer state, activations and gradients
 # at once (the first creates the state after its activations are freed); a third covers CUDA graphs,
 # recorded on a later call. Throughput: compile + first optimizer state, then timed steps.
@@ -45,51 +44,6 @@ WARMUP_STEPS, TIMED_STEPS = 2, 3
 def steps_for(goal: str) -> tuple:
     """(untimed steps, timed steps) of one candidate for ``train.batch_size_goal``."""
     return (MEMORY_STEPS, 0) if goal == "memory" else (WARMUP_STEPS, TIMED_STEPS)
-
-
-def on_grid(size: int, rounding) -> int:
-    """The largest candidate at or below ``size`` (>= 1): a multiple of 8 from 8 up (rounding=8), else a
-    power of two."""
-    if rounding == GRID and size >= GRID:
-        return size - size % GRID
-    return 1 << (max(1, size).bit_length() - 1)
-
-
-@dataclass
-class Probe:
-    batch_size: int
-    fits: bool
-    samples_per_s: Optional[float] = None
-    peak_mem_gb: Optional[float] = None
-    why: str = ""  # why it does not fit (out of memory, past the dataset)
-
-
-@dataclass
-class BatchSearch:
-    """What the search found; ``record()`` is metrics.json's ``batch_size_search``."""
-
-    goal: str
-    cap: int
-    chosen: int
-    probes: List[Probe] = field(default_factory=list)
-    seconds: float = 0.0
-
-    start: int = 0
-    rounding: object = GRID
-
-    def describe(self) -> str:
-        tried = ", ".join(f"{p.batch_size}{'' if p.fits else ' x'}" for p in self.probes)
-        what = "largest that fits" if self.goal == "memory" else "best samples/s of those that fit"
-        grid = "multiples of 8" if self.rounding == GRID else "powers of two"
-        capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == \
-            on_grid(self.cap, self.rounding) and all(p.fits for p in self.probes) else ""
-        return (f"(auto: {what}; {len(self.probes)} probes from {self.start} in {grid}: {tried}{capped}; "
-                f"{self.seconds:.0f} s)")
-
-    def record(self) -> dict:
-        return {"goal": self.goal, "cap": self.cap, "chosen": self.chosen, "seconds": round(self.seconds, 1),
-                "start": self.start, "round": self.rounding, "probe_count": len(self.probes),
-                "probes": [vars(p) for p in self.probes]}
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -126,11 +80,11 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
         return _probe(size, device, size * cfg.grad_accum * timed,
                       lambda: _run_steps(settings, runtime, splits, size, check=check))
 
-    probes = _search(probe, runtime.dist, bound, start, cfg.batch_size_round)
+    probes = search(probe, runtime.dist, bound, start, cfg.batch_size_round)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
-        probes = _agree(runtime.dist.gather(probes))
+        probes = agree(runtime.dist.gather(probes))
     fitting = [p for p in probes if p.fits]
     if not fitting:
         fixes = [f for f in memory_fixes("auto", lower_precision(settings.precision.name),
@@ -158,49 +112,6 @@ def start_for(cfg, device: torch.device, top: int) -> int:
     """The first candidate: ``train.batch_size_start`` (or the device's default) on the grid, at most ``top``."""
     start = cfg.batch_size_start or (GPU_START if device.type == "cuda" else CPU_START)
     return on_grid(min(start, top), cfg.batch_size_round)
-
-
-def _search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding) -> List[Probe]:
-    """Bracket, then bisect: from ``start``, double while a size fits (up to ``cap``) or halve while it
-    does not (down to 1); then bisect on the grid of ``rounding`` between the last size that fitted and the
-    first that did not. With a limit that grows with the batch, the answer is the largest size on the grid
-    that fits. ``probe(size)`` tries one size on this process; ``dist``: the processes that search together."""
-    top = on_grid(cap, rounding)
-    probes: List[Probe] = []
-
-    def fits(size: int) -> bool:
-        probes.append(_on_every_rank(probe(size), dist))
-        return probes[-1].fits
-
-    size = on_grid(min(start, top), rounding)
-    lo, hi = (size, None) if fits(size) else (None, size)
-    while lo is None and hi > 1:  # halve until one fits
-        size = on_grid(hi // 2, rounding)
-        lo, hi = (size, hi) if fits(size) else (None, size)
-    if lo is None:
-        return probes  # not even 1 fits
-    while hi is None and lo < top:  # double until one does not fit, or the cap
-        size = min(on_grid(2 * lo, rounding), top)
-        lo, hi = (size, None) if fits(size) else (lo, size)
-    while hi is not None:  # bisect between the last fit and the first failure
-        size = on_grid((lo + hi) // 2, rounding)
-        if size <= lo:
-            break
-        lo, hi = (size, hi) if fits(size) else (lo, size)
-    return probes
-
-
-def _on_every_rank(probe: Probe, dist) -> Probe:
-    """Under DDP a size fits only if it fits on every rank, so that every rank searches the same sizes
-    (one rank searching down while another searches up would share no size). A collective: every
-    rank calls it for every probe."""
-    from fastpipe.runtime import gather_objects
-
-    if dist.world_size > 1:
-        everywhere = all(gather_objects(probe.fits, dist.world_size))
-        if probe.fits and not everywhere:
-            probe.fits, probe.why = False, probe.why or "did not fit on every rank"
-    return probe
 
 
 def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[], float]) -> Probe:
@@ -245,19 +156,3 @@ def _run_steps(settings: Config, runtime: Runtime, splits, size: int, check: boo
         train_step(g, settings.train, lambda: batch)
     synchronize(runtime.device)
     return time.perf_counter() - start
-
-
-def _agree(per_rank: List[List[Probe]]) -> List[Probe]:
-    """One list of probes from every rank's (the same sizes were tried while all fitted)."""
-    sizes = sorted({p.batch_size for probes in per_rank for p in probes})
-    agreed = []
-    for size in sizes:
-        mine = [next((p for p in probes if p.batch_size == size), None) for probes in per_rank]
-        if any(p is None for p in mine):
-            continue  # one rank stopped earlier: that size did not fit there
-        fits = all(p.fits for p in mine)
-        rates = [p.samples_per_s for p in mine]
-        peaks = [p.peak_mem_gb for p in mine if p.peak_mem_gb is not None]
-        agreed.append(Probe(size, fits, sum(rates) if fits and None not in rates else None,
-                            max(peaks) if peaks else None, next((p.why for p in mine if p.why), "")))
-    return agreed

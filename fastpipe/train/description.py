@@ -10,7 +10,7 @@ from fastpipe.measure.steps import describe_measurement
 from fastpipe.models import describe_model
 from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
-from fastpipe.train.batch_size import BatchSearch
+from fastpipe.train.batch_search import BatchSearch
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch, total_steps
 from fastpipe.train.loop import describe_loop
 from fastpipe.train.lr_find import LrSearch

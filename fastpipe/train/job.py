@@ -10,7 +10,8 @@ import torch
 from fastpipe.train import graph as training_graph
 from fastpipe.record import results
 from fastpipe.record.notes import collect_warnings
-from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
+from fastpipe.checkpoint.nothing_to_train import NothingToTrain
+from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
 from fastpipe.errors import FastpipeWarning, TrainingError
@@ -25,7 +26,8 @@ from fastpipe.stages.profiling import build_profiler
 from fastpipe.record.recorder import RunRecorder
 from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
-from fastpipe.runtime import dist_from_env, environment, setup_runtime
+from fastpipe.machine import environment
+from fastpipe.runtime import dist_from_env, setup_runtime
 from fastpipe.signals import stop_on_signals, stopped_before_training, training
 
 

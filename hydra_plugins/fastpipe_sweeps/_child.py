@@ -71,7 +71,8 @@ def main(job_file: str) -> int:
     sys.path[:] = job["sys_path"]  # the sweep process's: what it imports, this process imports too
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])  # before torch starts its threads: they follow the affinity
-    from fastpipe.signals import die_with_parent, exit_on_stop_signals
+    from fastpipe.processes import die_with_parent
+    from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()  # SIGTERM/SIGUSR1 before the job starts: exit 75; the job then handles its own
     die_with_parent(job["parent"])  # the sweep process died: so does this job

@@ -77,7 +77,7 @@ _WORKER: Optional[_Worker] = None  # in each pool process
 
 def _init_worker(job: ImagesJob, order: np.ndarray, parent: int) -> None:
     global _WORKER
-    from fastpipe.runtime import die_with_parent
+    from fastpipe.processes import die_with_parent
 
     signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
     die_with_parent(parent)  # an orphan must not go on writing a file another builder now resumes

@@ -19,7 +19,8 @@ from torchvision.transforms import PILToTensor
 from fastpipe.config import DaliLoaderConfig, DefaultLoaderConfig, MmapLoaderConfig
 from fastpipe.data import build_loader
 from fastpipe.data.device import MEAN, STD
-from fastpipe.data.images import ImageFiles, image_folder, scan_image_folder, shapes
+from fastpipe.data.folders import scan_image_folder
+from fastpipe.data.images import ImageFiles, image_folder, shapes
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import DataError
 

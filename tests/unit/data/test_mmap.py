@@ -9,7 +9,8 @@ from conftest import cpu_runtime, make_settings
 
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import build_loader, shapes
-from fastpipe.data.images import image_transform, scan_image_folder
+from fastpipe.data.folders import scan_image_folder
+from fastpipe.data.images import image_transform
 from fastpipe.data.pack.format import HEADER
 from fastpipe.data.pack.reader import PackReader
 from fastpipe.data.pack.writer import PackWriter

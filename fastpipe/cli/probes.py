@@ -1,6 +1,5 @@
-"""What this machine has, for the doctor (doctor.py): the NVIDIA driver, its GPUs, NCCL, DALI, the TF32
-switches, a torch.compile smoke test, whether fastpipe's configs compose and whether Hydra's plugin scan
-finds fastpipe's plugins. Each returns what it found; the doctor judges it."""
+"""The doctor's probes: each asks one part of the install or the hardware (the driver, GPUs, NCCL, DALI,
+TF32, torch.compile, fastpipe's configs and Hydra plugins) and returns what it found, never raising."""
 from __future__ import annotations
 
 import importlib
@@ -26,6 +25,7 @@ def driver_version() -> Optional[str]:
 
 
 def nvml_gpu_count() -> int:
+    """The GPUs the NVIDIA driver sees (NVML); 0 without a driver."""
     try:
         import pynvml
 
@@ -48,6 +48,7 @@ def gpus() -> List[dict]:
 
 
 def nccl() -> dict:
+    """Whether torch.distributed has NCCL (and its version, with CUDA) and gloo."""
     available = torch.distributed.is_available() and torch.distributed.is_nccl_available()
     version = None
     if available and torch.cuda.is_available():
