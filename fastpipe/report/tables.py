@@ -28,10 +28,7 @@ THROUGHPUT_NOTE = ("; with report.repeats, its median and (min-max, n=repeats), 
 BATCH_NOTE = "batch = the batch size each job trained at (train.batch_size=auto found it: graph.txt says how). "
 GPUS_NOTE = ("gpus = the GPU(s) that measured the job: those the gpus launcher gave it (its CUDA_VISIBLE_DEVICES; "
              "cpu = none), else its CUDA device. ")
-TARGET_RACE_NOTE = ("race: each configuration's outcome: winner, tie (still in the race at its end), out after round R "
-             "(p: the Holm-corrected p of the test that dropped it), failed; and the seeds it trained on, over which "
-             "its time to target is the median (report.aggregate) with their min-max. ")
-HALVING_NOTE = ("halving: full = trained on to its end (or the target); round R = dropped after round R (status "
+TARGET_HALVING_NOTE = ("halving: full = trained on to its end (or the target); round R = dropped after round R (status "
                        "pruned: its numbers are where it stopped). ")
 RACE_NOTE = ("race: each configuration's outcome: winner, tie (still in the race at its end), out after round R "
              "(p: the Holm-corrected p of the test that dropped it), failed; and the seeds it trained on, over which "

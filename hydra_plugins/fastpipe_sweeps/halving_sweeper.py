@@ -21,11 +21,12 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.fastpipe_sweeps.grid import GridSweeper, quote, refuse
+from hydra_plugins.fastpipe_sweeps.halving_to_target import TargetHalving
 
 log = logging.getLogger(__name__)
 
 
-class HalvingSweeper(GridSweeper):
+class HalvingSweeper(TargetHalving, GridSweeper):
     name = "halving sweep"
     resume_note = "the probes and full runs that finished are kept, a stopped job continues from its checkpoint"
 
@@ -37,9 +38,8 @@ class HalvingSweeper(GridSweeper):
         self.inductor_cache, self.finalist_rounds = inductor_cache, finalist_rounds
 
     def sweep(self, arguments: List[str]) -> Any:
-        from fastpipe.record import results
         from fastpipe.errors import ConfigError
-        from fastpipe.sweeps.halving import HalvingRecord, HalvingSettings, probe_folder, select
+        from fastpipe.sweeps.halving import HalvingSettings
 
         assert self.config is not None and self.hydra_context is not None
         try:
@@ -55,6 +55,12 @@ class HalvingSweeper(GridSweeper):
             extra = [f"++hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR={quote(str(cache))}"]
         if str(OmegaConf.select(self.config, "report.objective", default="")) == "time_to_target":
             return self._sweep_to_target(plan, combos, configs, base, sweep_dir, extra)
+        return self._sweep_probes(plan, combos, configs, base, sweep_dir, extra)
+
+    def _sweep_probes(self, plan, combos, configs, base: int, sweep_dir: Path, extra: List[str]) -> list:
+        """Rounds of probes ranked by throughput (fastpipe.sweeps.halving), then the full runs."""
+        from fastpipe.sweeps.halving import HalvingRecord
+
         record = HalvingRecord(settings={"probe_steps": plan.probe_steps, "keep": plan.keep,
                                          "finalists": plan.finalists, "inductor_cache": self.inductor_cache},
                                combos=combos, baseline=base, probe_keys=["train.max_steps", "report.repeats"],
@@ -65,152 +71,41 @@ class HalvingSweeper(GridSweeper):
                  f"{len(alive)} probed ({plan.probe_steps} steps after warm-up in round 1), "
                  f"{plan.finalists} finalist(s)")
         returns: List[list] = []
-        round_no = 0
         while len(alive) > plan.finalists:
-            round_no += 1
-            steady, folder = plan.probe_steps_in(round_no), probe_folder(round_no)
-            batch = []
-            for n in alive:
-                cfg = configs[n]
-                probe = [f"train.max_steps={int(cfg.measure.warmup_steps) + steady}"]
-                if int(cfg.report.repeats) != 1:
-                    probe.append("report.repeats=1")  # a probe ranks; repeats are for the full runs
-                batch.append(combos[n] + probe + [f"hydra.sweep.subdir={folder}/{n}"] + extra)
-            entry = {"round": round_no, "folder": folder, "steps": steady, "jobs": list(alive),
-                     "started": time.time()}
-            log.info(f"Round {round_no}: {len(alive)} probes of {steady} steady-state steps")
-            returns.append(self.launch_batch(batch, f"round {round_no} (its probes in {folder}/)"))
-            probes = {n: results.read(sweep_dir / folder / str(n)) for n in alive}
-            outcome = select(probes, plan.keep, plan.finalists)
-            entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, failed=outcome.failed,
-                         cutoff=outcome.cutoff,
-                         throughput={str(n): (m or {}).get("throughput") for n, m in probes.items()})
-            record.rounds.append(entry)
-            record.write(sweep_dir)
-            log.info(f"Round {round_no}: kept {outcome.kept}, dropped {outcome.dropped}"
-                     + (f", failed {outcome.failed}" if outcome.failed else ""))
-            alive = outcome.kept
+            alive = self._probe_round(record, plan, combos, configs, alive, sweep_dir, extra, returns)
         record.finals = [base] + sorted(alive)
         record.finals_started = time.time()
         record.write(sweep_dir)
         log.info(f"Full runs: {record.finals} (the baseline first)")
         returns.append(self.launch_batch([combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in record.finals],
-                                    "the full runs"))
+                                         "the full runs"))
         record.finals_ended = record.ended = time.time()
         record.write(sweep_dir)
         return returns
 
-    # ------------------------------------------------------------------ time to target
-    def _sweep_to_target(self, plan, combos, configs, base: int, sweep_dir: Path, extra: List[str]) -> list:
-        """Rounds by training-clock budget, each combination in its own folder, resumed from its own
-        checkpoint when promoted (fastpipe.sweeps.halving_target)."""
+    def _probe_round(self, record, plan, combos, configs, alive: List[int], sweep_dir: Path, extra: List[str],
+                     returns: list) -> List[int]:
+        """One round: probe every combination still in, keep the fastest share; returns those kept."""
         from fastpipe.record import results
-        from fastpipe.sweeps.halving import HalvingRecord
-        from fastpipe.sweeps.halving_target import budgets, judge, rounds_needed
+        from fastpipe.sweeps.halving import probe_folder, select
 
-        if self.budget_s is not None and not float(self.budget_s) > 0:
-            from fastpipe.errors import ConfigError
-
-            refuse(ConfigError(f"hydra.sweeper.budget_s={self.budget_s} must be > 0 (training-clock seconds of "
-                               "round 1), or null: from the baseline's time to the target"))
-        self._finalist_race()  # its settings checked before any job runs
-        alive = [n for n in range(len(combos)) if n != base]
-        record = HalvingRecord(settings={"mode": "time_to_target", "finalist_rounds": self.finalist_rounds, "keep": plan.keep, "finalists": plan.finalists,
-                                         "budget_s": self.budget_s, "inductor_cache": self.inductor_cache},
-                               combos=combos, baseline=base, probe_keys=["train.time_budget_s", "train.resume"],
-                               parallel=self.parallel())
+        round_no = len(record.rounds) + 1
+        steady, folder = plan.probe_steps_in(round_no), probe_folder(round_no)
+        batch = []
+        for n in alive:
+            probe = [f"train.max_steps={int(configs[n].measure.warmup_steps) + steady}"]
+            if int(configs[n].report.repeats) != 1:
+                probe.append("report.repeats=1")  # a probe ranks; repeats are for the full runs
+            batch.append(combos[n] + probe + [f"hydra.sweep.subdir={folder}/{n}"] + extra)
+        entry = {"round": round_no, "folder": folder, "steps": steady, "jobs": list(alive), "started": time.time()}
+        log.info(f"Round {round_no}: {len(alive)} probes of {steady} steady-state steps")
+        returns.append(self.launch_batch(batch, f"round {round_no} (its probes in {folder}/)"))
+        probes = {n: results.read(sweep_dir / folder / str(n)) for n in alive}
+        outcome = select(probes, plan.keep, plan.finalists)
+        entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, failed=outcome.failed,
+                     cutoff=outcome.cutoff, throughput={str(n): (m or {}).get("throughput") for n, m in probes.items()})
+        record.rounds.append(entry)
         record.write(sweep_dir)
-        job = {n: combos[n] + [f"hydra.sweep.subdir={n}"] + extra for n in range(len(combos))}
-        returns: List[list] = []
-        rounds = rounds_needed(len(alive), plan.keep, plan.finalists)
-        first = [job[base]] if self.budget_s is not None or not rounds else []  # the baseline beside round 1
-        if not first:
-            log.info(f"Time to target: the baseline #{base} trains first; its time sets the rounds' budgets")
-            returns.append(self.launch_batch([job[base]], "the baseline's run"))
-        base_metrics = results.read(sweep_dir / str(base)) or {}
-        reference = (base_metrics.get("target") or {}).get("seconds")
-        if rounds and self.budget_s is None and not reference:
-            from fastpipe.errors import ConfigError
-
-            refuse(ConfigError(f"the baseline (job {base}) has no training time to set the budgets from (status "
-                               f"{base_metrics.get('status')}: {base_metrics.get('reason')}); give "
-                               "hydra.sweeper.budget_s=SECONDS"))
-        record.settings["budgets_s"] = plan_budgets = budgets(len(alive), plan.keep, plan.finalists, self.budget_s,
-                                                              reference) if rounds else []
-        done = False
-        for round_no, budget in enumerate(plan_budgets, start=1):
-            resume = ["train.resume=auto"] if round_no > 1 else []
-            batch = first + [job[n] + [f"train.time_budget_s={budget:.6g}"] + resume for n in alive]
-            entry = {"round": round_no, "budget_s": budget, "jobs": list(alive), "started": time.time()}
-            log.info(f"Round {round_no}: {len(alive)} combination(s) train to {budget:.1f} s on the training clock")
-            returns.append(self.launch_batch(batch, f"round {round_no} (to {budget:.1f} s of training)"))
-            first = []
-            ran = {n: results.read(sweep_dir / str(n)) for n in alive}
-            outcome = judge(ran, plan.keep, plan.finalists, _higher_is_better(ran.values()))
-            entry.update(ended=time.time(), kept=outcome.kept, dropped=outcome.dropped, reached=outcome.reached,
-                         finished=outcome.finished, failed=outcome.failed, values=outcome.values,
-                         cutoff=outcome.cutoff)
-            record.rounds.append(entry)
-            record.write(sweep_dir)
-            log.info(f"Round {round_no}: reached {outcome.reached}, kept {outcome.kept}, dropped {outcome.dropped}")
-            alive, done = outcome.kept, outcome.done
-            if done or len(alive) <= plan.finalists:
-                break
-        record.finals = [base] + sorted(alive)
-        record.finals_started = time.time()
-        record.write(sweep_dir)
-        finals = first + ([job[n] + (["train.resume=auto"] if record.rounds else []) for n in sorted(alive)]
-                          if not done else [])
-        if finals:  # the finalists train on to the end of their runs (with the baseline, if no round ran)
-            log.info(f"Finalists {sorted(alive) if not done else []} train on to the end of their runs")
-            returns.append(self.launch_batch(finals, "the finalists' runs"))
-        record.finals_ended = time.time()
-        record.write(sweep_dir)
-        reached = {n for r in record.rounds for n in r.get("reached") or []}
-        self._race_finalists(combos, configs, base, sorted(set(record.finals) | reached), sweep_dir, extra, returns)
-        record.ended = time.time()
-        record.write(sweep_dir)
-        return returns
-
-    def _race_finalists(self, combos, configs, base: int, contenders: List[int], sweep_dir: Path, extra: List[str],
-                        returns: list) -> None:
-        """The contenders left by the halving rounds (the finalists, the baseline, whoever reached the
-        target) raced over ``finalist_rounds`` seeds in ``race/N/round-K/``, so that the winner is not one
-        run's fluke; hydra.sweeper.finalist_rounds=0 names the winner from the halving runs alone."""
-        from fastpipe.sweeps.race import read
-        from fastpipe.sweeps.race_run import new_record, run_race
-
-        if not self.finalist_rounds or len(contenders) < 2:
-            return
-        settings = self._finalist_race()
-        if any(int(c.report.repeats) != 1 for c in configs):
-            extra = extra + ["report.repeats=1"]  # the race's seeds are its repeats
-        clock = str(OmegaConf.select(self.config, "report.target_clock", default="training"))
-        record = new_record(combos, int(configs[0].seed), base, settings, clock, self.parallel(), folder="race/",
-                            entrants=contenders)
-        log.info(f"Racing the contenders {contenders} over {self.finalist_rounds} seeds before naming a winner")
-        run_race(lambda batch, stage: returns.append(self.launch_batch(batch, f"the finalists' race, {stage}")),
-                 record, settings, sweep_dir, clock, extra, earlier=read(sweep_dir))
-
-
-    def _finalist_race(self):
-        """The finalists' race settings (None: hydra.sweeper.finalist_rounds=0, no race)."""
-        from fastpipe.errors import ConfigError
-        from fastpipe.sweeps.race import RaceSettings
-
-        if not self.finalist_rounds:
-            return None
-        try:
-            return RaceSettings(min_rounds=self.finalist_rounds, max_rounds=self.finalist_rounds)
-        except ConfigError:
-            refuse(ConfigError(f"hydra.sweeper.finalist_rounds={self.finalist_rounds} must be 0 (no race) or >= 2 "
-                               "seeds (5, the default, is the fewest a paired test can separate two with)"))
-
-
-def _higher_is_better(records) -> bool:
-    """The primary metric's direction, from the first record that names it (accuracy: higher)."""
-    for m in records:
-        primary = (m or {}).get("primary_metric") or {}
-        if "higher_is_better" in primary:
-            return bool(primary["higher_is_better"])
-    return True
+        log.info(f"Round {round_no}: kept {outcome.kept}, dropped {outcome.dropped}"
+                 + (f", failed {outcome.failed}" if outcome.failed else ""))
+        return outcome.kept

@@ -121,17 +121,6 @@ def test_the_layer_check_finds_a_climbing_import_inside_a_function_and_an_unplac
 
 
 MODULE_LINES, FUNCTION_LINES = 250, 60  # docs/architecture.md: modules under about 250 lines, functions under 60
-# Over the limits today, in modules other branches of this wave are splitting. Each entry goes once its
-# module is split (the test fails on an entry that is no longer over, so the list only shrinks).
-OVER_FOR_NOW = {
-    "fastpipe/config/__init__.py": "legacy.py's removal shortens it",
-    "fastpipe/data/packbuild.py": "moves into fastpipe/data/pack/",
-    "fastpipe/report/sweep.py": "one Column spec per report column",
-    "fastpipe/report/tables.py": "one Column spec per report column",
-    "fastpipe/report/tables.py::markdown": "one Column spec per report column",
-    "hydra_plugins/fastpipe_sweeps/halving_sweeper.py::HalvingSweeper.sweep": "the halving sweeper's race work",
-    "hydra_plugins/fastpipe_sweeps/halving_sweeper.py::HalvingSweeper._sweep_to_target": "the halving sweeper's race work",
-}
 
 
 def _functions(node, prefix=""):
@@ -159,14 +148,10 @@ def too_long(roots=(PACKAGE, PLUGINS), repo: Path = REPO) -> dict:
 
 
 def test_modules_and_functions_stay_within_their_lengths():
-    """Every module over 250 lines and every function over 60 fails, unless OVER_FOR_NOW names it; an
-    entry there that is no longer over the limit fails too, so that the list goes as the splits land."""
-    found = too_long()
-    new = [f"{where} ({lines} lines)" for where, lines in found.items() if where not in OVER_FOR_NOW]
-    assert not new, (f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a function: " + "; ".join(new)
-                     + ": split it where the split names a job of its own")
-    gone = sorted(set(OVER_FOR_NOW) - set(found))
-    assert not gone, f"within the limits now, remove from OVER_FOR_NOW: {', '.join(gone)}"
+    """Every module over 250 lines and every function over 60 fails, naming where to split."""
+    found = [f"{where} ({lines} lines)" for where, lines in too_long().items()]
+    assert not found, (f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a function: " + "; ".join(found)
+                       + ": split it where the split names a job of its own")
 
 
 def test_the_length_check_finds_a_long_module_and_a_long_method(tmp_path):
