@@ -61,6 +61,9 @@ def throughput(rows: List[dict], best: Optional[dict], max_spread: float) -> Con
     overlapping = [r["job"] for r in rivals if r.get("throughput_max") is not None
                    and r["throughput_max"] >= best["throughput_min"]]
     n = best["repeats"]
+    if not rivals:
+        return Confidence("separated", [f"- noise: job {best['job']} is the only job that could win: nothing to rank "
+                                        "it against"], unstable=unstable)
     if best["job"] in unstable:
         return Confidence("unstable", [
             f"- noise: UNSTABLE: job {best['job']}'s {n} repeats spread {100 * spread(best):.0f} % (max - min over the "

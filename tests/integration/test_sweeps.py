@@ -138,7 +138,7 @@ def test_repeats_measure_each_combination_and_stop_at_a_failure(failing_sweep):
     assert m["repeats"]["n"] == 2 and len(m["repeats"]["throughput"]) == 2
     assert sorted(p.parent.name for p in Path(ok["dir"]).glob("repeat-*/metrics.json")) == ["repeat-0", "repeat-1"]
     assert float(ok["throughput_min"]) <= float(ok["throughput"]) <= float(ok["throughput_max"])
-    assert "(n=2)" in (sweep_dir / "report.md").read_text()
+    assert ", n=2)" in (sweep_dir / "report.md").read_text()  # the median (min-max, n=2)
     missing = rows[(str(good.parent / "missing"), "plain")]
     assert missing["reason"].startswith("repeat 1 of 2: dataset folder")  # no second try of a bad input
     assert [p.name for p in Path(missing["dir"]).glob("repeat-*")] == ["repeat-0"]

@@ -62,3 +62,10 @@ def test_max_spread_is_a_setting(tmp_path):
     assert report_main([str(folder), "--quiet", "--max-spread", "0.05"]) == 0
     assert "UNSTABLE" in (folder / "report.md").read_text()
     assert report_main([str(folder), "--quiet", "--max-spread", "0"]) == 2
+
+
+def test_a_job_without_rivals_is_not_held_back_by_its_spread(tmp_path):
+    folder = sweep(tmp_path, repeated(21_296.0, 10_000.0, 36_000.0), metrics(None, status="failed"))
+    result = write_report(folder)
+    assert result.best["job"] == 0 and "is the only job that could win" in (folder / "report.md").read_text()
+    assert "UNSTABLE" in (folder / "report.md").read_text()  # its row still says so
