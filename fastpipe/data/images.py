@@ -76,6 +76,11 @@ class ImageFiles(Dataset):
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def targets(self) -> List[int]:
+        """Each sample's class index (torchvision's name for them): a held-out subset is balanced on them."""
+        return self.labels
+
     def __len__(self) -> int:
         return len(self.files)
 

@@ -101,8 +101,9 @@ def cap_for(cfg, device: torch.device) -> int:
     return cfg.batch_size_max or (GPU_CAP if device.type == "cuda" else CPU_CAP)
 
 
-def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
-    """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device; every rank calls it."""
+def find_batch_size(settings: Config, runtime: Runtime, splits=None) -> BatchSearch:
+    """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device, over ``splits`` (the
+    run's built dataset; built here when None); every rank calls it."""
     from fastpipe.runtime import seed_everything
 
     launcher = choice("launcher", settings.launcher.name)
@@ -111,7 +112,7 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
                           "on one device, which a sharded model does not fit; set train.batch_size=N")
     start_time = time.perf_counter()
     device, cfg = runtime.device, settings.train
-    splits = graph.build_splits(settings, runtime)
+    splits = splits if splits is not None else graph.build_splits(settings, runtime)
     cap = cap_for(cfg, device)
     limit = _dataset_limit(splits, runtime.dist.world_size)
     bound = min(cap, limit) if limit else cap

@@ -23,7 +23,9 @@ from fastpipe.config.data import resize_schedule
 from fastpipe.config.registry import choice
 from fastpipe.data import Loader, build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
+from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError, FastpipeWarning
+from fastpipe.measure.setup import setup_part
 from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
@@ -70,7 +72,7 @@ class TrainingGraph:
     eval_loader: Optional[Loader]  # None: the dataset holds nothing out
     schedule: Schedule
     batch_recipe: Optional[BatchRecipe] = None  # MixUp / CutMix and the resize schedule (stages/batch_recipe.py)
-    target_loader: Optional[Loader] = None  # train.target_eval_samples: the held-out split's first N samples
+    target_loader: Optional[Loader] = None  # train.target_eval_samples: N held-out samples (data/subset.py)
 
     @property
     def model(self) -> nn.Module:
@@ -93,7 +95,7 @@ class TrainingGraph:
 
     @property
     def target_held_out(self) -> Optional[HeldOut]:
-        """The held-out split's first ``train.target_eval_samples`` samples, or None."""
+        """The held-out subset of ``train.target_eval_samples`` samples the target screens on, or None."""
         return None if self.target_loader is None else dataclasses.replace(self.held_out, loader=self.target_loader)
 
 
@@ -119,7 +121,8 @@ def with_batch_size(settings: Config, batch_size: int) -> Config:
 def build_splits(settings: Config, runtime: Runtime, progress: bool = False) -> DataSplits:
     """The dataset stage: the project's callable, split into training and held-out parts."""
     name = settings.choices.get("dataset") or settings.dataset.short_name
-    splits = build_dataset(settings.dataset, runtime, name, progress=progress)
+    with setup_part("dataset_index"):
+        splits = build_dataset(settings.dataset, runtime, name, progress=progress)
     if settings.train.overfit_batches:  # the same first batches every epoch, held out too
         if settings.data.name == "dali":
             raise ConfigError("train.overfit_batches works with data=default or data=mmap (DALI reads whole image "
@@ -129,9 +132,11 @@ def build_splits(settings: Config, runtime: Runtime, progress: bool = False) -> 
     return splits
 
 
-def build(settings: Config, runtime: Runtime, progress: bool = False) -> TrainingGraph:
-    """Every stage of the run ``settings`` describes, on ``runtime``."""
-    splits = build_splits(settings, runtime, progress)
+def build(settings: Config, runtime: Runtime, progress: bool = False,
+          splits: Optional[DataSplits] = None) -> TrainingGraph:
+    """Every stage of the run ``settings`` describes, on ``runtime``; ``splits``: its dataset stage
+    when already built (``build_splits``), so that nothing is read twice."""
+    splits = splits if splits is not None else build_splits(settings, runtime, progress)
     return _stages(settings, runtime, splits, settings.data)
 
 
@@ -148,7 +153,7 @@ def build_held_out(settings: Config, runtime: Runtime, splits: DataSplits) -> He
     """What evaluating a whole (not sharded) model of ``settings`` on ``splits.val`` takes, from the
     same builders as training. data=default reads every dataset and needs no pack: the metrics do
     not depend on the loader."""
-    loader = build_loader(DefaultLoaderConfig(), splits, runtime, settings.train.batch_size, settings.seed,
+    loader = build_loader(DefaultLoaderConfig(), splits, runtime, eval_batch_size(settings.train), settings.seed,
                           train=False, channels_last=False)
     return HeldOut(loader, build_task(settings.task), build_precision(settings.precision, runtime.device),
                    runtime.device, runtime.dist)
@@ -170,17 +175,21 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
                           f"copy of the model, which fastpipe does not keep; drop train.ema_decay, or use launcher=ddp")
     precision = build_precision(settings.precision, device, by_fsdp=launcher.shards)
     spec = ModelSpec(settings.model, splits.model_kwargs(), settings.choices.get("model", ""), settings.runtime)
-    parallel = launcher.build(spec, settings.launcher, runtime, precision)
+    with setup_part("model_build"):
+        parallel = launcher.build(spec, settings.launcher, runtime, precision)
     if settings.compile.optimize_ddp != "auto" and not launcher.ddp:
         warnings.warn(f"compile.optimize_ddp={settings.compile.optimize_ddp} shapes how Dynamo compiles a DDP model; "
                       f"with launcher={settings.launcher.name} it does nothing", FastpipeWarning)
-    compiled = build_compiled(settings.compile, parallel.train_module, device, units=list(parallel.units) or None)
+    with setup_part("compile_setup"):
+        compiled = build_compiled(settings.compile, parallel.train_module, device, units=list(parallel.units) or None)
     ema = build_ema(parallel.model, train.ema_decay)
     factor = lr_factor(train, runtime.dist.world_size)
     optimizer = build_optimizer(settings.optimizer, train, parallel.model, device, factor)
-    loader_args = (loader_cfg, splits, runtime, train.batch_size, settings.seed)
-    train_loader = build_loader(*loader_args, train=True, channels_last=parallel.channels_last)
-    eval_loader = None if probe else build_loader(*loader_args, train=False, channels_last=parallel.channels_last)
+    with setup_part("loader_start"):
+        train_loader = build_loader(loader_cfg, splits, runtime, train.batch_size, settings.seed, train=True,
+                                    channels_last=parallel.channels_last)
+        eval_loader, target_loader = (None, None) if probe else _held_out_loaders(
+            settings, splits, runtime, loader_cfg, parallel.channels_last, launcher.shards)
     if not probe and len(train_loader) < train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} exceeds the {len(train_loader)} "
                           "batches of an epoch; lower it or train.batch_size")
@@ -190,12 +199,38 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     recipe = None if probe else build_batch_recipe(
         train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
         settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
-    held = len(splits.val) if splits.val is not None and hasattr(splits.val, "__len__") else None
-    if train.target_eval_samples is not None and held is not None and train.target_eval_samples >= held:
+    return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
+                         eval_loader, schedule, recipe, target_loader)
+
+
+def eval_batch_size(train: TrainConfig, sharded: bool = False) -> int:
+    """``train.eval_batch_size`` per process: a number as given; auto = twice the training batch (an
+    evaluation keeps no activations for a backward pass, so twice the samples take less memory than a
+    training step), the training batch itself under a sharded model (launcher=fsdp)."""
+    if train.eval_batch_size != "auto":
+        return int(train.eval_batch_size)
+    if sharded or not isinstance(train.batch_size, int):  # an unresolved train.batch_size=auto: passed on as it is
+        return train.batch_size
+    return 2 * train.batch_size
+
+
+def _held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loader_cfg: LoaderConfig,
+                      channels_last: bool, sharded: bool) -> tuple:
+    """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
+    screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
+    exposes its labels (data/subset.py), the same samples at every evaluation."""
+    from fastpipe.data.subset import eval_subset
+
+    train = settings.train
+    args = (loader_cfg, splits, runtime, eval_batch_size(train, sharded), settings.seed)
+    loader = build_loader(*args, train=False, channels_last=channels_last)
+    if train.target_eval_samples is None or loader is None:
+        return loader, None
+    held = None if is_stream(splits.val) else len(splits.val)
+    if held is not None and train.target_eval_samples >= held:
         raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
                           f"{held} held-out samples of dataset={splits.name}: screening on them would evaluate the "
                           f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
-    target_loader = None if probe or train.target_eval_samples is None else build_loader(
-        *loader_args, train=False, channels_last=parallel.channels_last, limit=train.target_eval_samples)
-    return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
-                         eval_loader, schedule, recipe, target_loader)
+    # a stream has no positions to choose: build_loader refuses the subset in its own words
+    subset = () if held is None else eval_subset(splits.val, train.target_eval_samples, settings.seed)
+    return loader, build_loader(*args, train=False, channels_last=channels_last, subset=subset)
