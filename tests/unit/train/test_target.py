@@ -189,3 +189,23 @@ def test_a_run_stopped_early_trains_nothing_when_resumed_with_the_same_patience(
     assert again["steps"] == 2 and again["best"] == first["best"]
     longer = run_in_process(tmp_path, [*args, "train.early_stop_patience=3"])  # more patience: trains on
     assert longer["stopped_by"] == "early_stop" and longer["steps"] == 4
+
+
+def test_with_eval_batches_a_target_is_reached_only_on_the_whole_split(tmp_path):
+    """train.eval_batches evaluates the first batches only: with a target those evaluations screen, and
+    the reached claim is the whole split's (the weights it stopped with, evaluated on every sample)."""
+    import torch
+
+    from fastpipe.train import graph
+    from fastpipe.train.evaluation import evaluate
+
+    args = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.eval_batches=1"]
+    m = run_in_process(tmp_path, args)
+    t = m["target"]
+    assert m["status"] == "ok" and t["reached"], m.get("reason")
+    assert any(c["subset"] for c in t["curve"])  # the one-batch evaluations screened
+    settings = make_settings(args)
+    g = graph.build(settings, cpu_runtime())
+    g.model.load_state_dict(torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["model"])
+    whole = evaluate(graph.build_held_out(settings, cpu_runtime(), g.dataset), g.model)["accuracy"]
+    assert t["reached_value"] == pytest.approx(whole, abs=1e-6) and whole >= 0.6
