@@ -160,8 +160,8 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         prepare, geometry, plan = MovePrep(device), "as read", None
     else:
         with setup_part("pack_open"):  # found or packed, opened and verified (shared by the loaders: once)
-            packs, found = resolve_pack(cfg, splits, runtime)
-        indices, how = _pick(packs.indices(TRAIN if train else VAL), subset), f"pack={packs.path} ({found})"
+            packs, found, verified = resolve_pack(cfg, splits, runtime)
+        indices, how = _pick(packs.indices(TRAIN if train else VAL), subset), f"pack={packs.path} ({found})  {verified}"
         if splits.is_images:
             decoder = jpeg_decoder(cfg, packs, runtime, pin)
             source, augment = PackImages(packs, decoder), splits.train.augment and train
