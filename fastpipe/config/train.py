@@ -25,6 +25,9 @@ class TrainConfig:
     # auto's sizes: 8 = multiples of 8 (1, 2, 4 below 8); pow2 = powers of two only (doubling and halving,
     # no bisection: fewer probes, an answer up to 2x below the largest size that fits).
     batch_size_round: Any = 8
+    # auto's time budget: once the search has spent this many seconds, it stops doubling or bisecting and
+    # takes the best size tried so far (halving until one fits is never cut short); null = no limit.
+    batch_size_search_s: Optional[float] = 30.0
     # The learning rate follows the global batch (batch_size x grad_accum x processes): none = as
     # configured; linear = optimizer.lr x global / lr_reference_batch (Goyal et al. 2017); sqrt = x its
     # square root (often used with Adam). graph.txt shows the lr applied.
@@ -92,6 +95,9 @@ class TrainConfig:
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))
         one_of("train.batch_size_round", self.batch_size_round, (8, "pow2"))
         one_of("train.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
+        if self.batch_size_search_s is not None and not self.batch_size_search_s > 0:
+            raise ConfigError(f"train.batch_size_search_s={self.batch_size_search_s} must be > 0 (seconds), or null "
+                              "for no limit")
         for key in ("batch_size_max", "batch_size_start", "lr_reference_batch"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")

@@ -25,7 +25,7 @@ def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
         tried.append(size)
         if size > fits_up_to:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return size * batch_size.TIMED_STEPS / rate(size)
+        return size * batch_size.steps_for(settings.train.batch_size_goal)[1] / rate(size)
 
     monkeypatch.setattr(batch_size, "_run_steps", run_steps)
     # a fake step leaves no tensors to free: skip each probe's full garbage collection, which in a
@@ -122,7 +122,24 @@ def test_the_search_trains_with_the_runs_ema(tmp_path):
 
 
 def test_search_record_round_trips():
-    search = BatchSearch("memory", 64, 32, [Probe(32, True, 10.0, 1.5)], 3.2, 32, 8)
+    search = BatchSearch("memory", 64, 32, [Probe(32, True, 10.0, 1.5, seconds=0.5)], 3.2, 32, 8, 30.0)
     assert search.record() == {"goal": "memory", "cap": 64, "chosen": 32, "seconds": 3.2, "start": 32, "round": 8,
-                               "probe_count": 1, "probes": [{"batch_size": 32, "fits": True, "samples_per_s": 10.0,
-                                           "peak_mem_gb": 1.5, "why": ""}]}
+                               "probe_count": 1, "budget_s": 30.0, "cut_short": False,
+                               "probes": [{"batch_size": 32, "fits": True, "samples_per_s": 10.0, "peak_mem_gb": 1.5,
+                                           "why": "", "seconds": 0.5}]}
+
+
+def test_each_probe_is_said_as_it_goes_and_the_time_budget_bounds_the_search(monkeypatch, capsys):
+    _fake_steps(monkeypatch, fits_up_to=40)
+    full = find_batch_size(_settings("train.batch_size_max=1024", "train.batch_size_start=8",
+                                     "train.batch_size_search_s=null"), cpu_runtime())
+    said = [line.split(": ", 2)[2] for line in capsys.readouterr().err.splitlines()
+            if line.startswith("fastpipe: train.batch_size=auto: ")]
+    assert [s.split()[0] for s in said] == [str(p) for p in [8, 16, 32, 64, 48, 40]]  # in the order tried
+    assert said[1].startswith("16 fits: 1,600 samples/s") and said[3].startswith("64 does not fit (out of memory)")
+    assert full.chosen == 40 and not full.cut_short and all(p.seconds is not None for p in full.probes)
+    spent = find_batch_size(_settings("train.batch_size_max=1024", "train.batch_size_start=64",
+                                      "train.batch_size_search_s=1e-9"), cpu_runtime())
+    # spent at once: no doubling or bisecting, but halving goes on until a size fits
+    assert [p.batch_size for p in spent.probes] == [32, 64] and spent.chosen == 32 and spent.cut_short
+    assert "stopped by train.batch_size_search_s=1e-09" in spent.describe()
