@@ -1,10 +1,14 @@
 """Checkpoint files: atomic writes, a size + SHA-256 sidecar, verification, listing, rotation.
 
-``step-NNNNNNNN.pt`` (torch.save) is written to a temporary file, fsynced and renamed; then its
-sidecar ``step-NNNNNNNN.json`` (size, SHA-256, position) the same way. A checkpoint counts as
-complete only when its sidecar exists and matches, so an interrupted or damaged file is never loaded.
-A sharded checkpoint (launcher=fsdp) is a folder ``step-NNNNNNNN.dcp`` published the same way, its
-sidecar listing every file's size and SHA-256 (checkpoint_dcp.py writes it).
+``step-NNNNNNNN.pt`` (torch.save) is written to a temporary file (its SHA-256 computed as it is
+written) and fsynced; then its sidecar ``step-NNNNNNNN.json`` (size, SHA-256, position) is written
+durably, and only then the file is renamed to its name. A checkpoint counts as complete only when its
+sidecar exists and matches, so an interrupted or damaged file is never loaded, and a process killed
+at any moment leaves either no file under the final name or a complete one with its sidecar (a
+sidecar without its file, from a kill before the rename, is removed at the next rotation). A file
+under a checkpoint's name without a sidecar (an older fastpipe's, or a sidecar deleted) is loaded
+when it loads, with a warning. A sharded checkpoint (launcher=fsdp) is a folder ``step-NNNNNNNN.dcp``
+published the same way, its sidecar listing every file's size and SHA-256 (checkpoint_dcp.py writes it).
 """
 from __future__ import annotations
 
@@ -28,15 +32,18 @@ def _before_publish(tmp: Path) -> None:
     """Called when a checkpoint's temporary file is durable, just before its rename (a test seam)."""
 
 
-def _write_durably(path: Path, write) -> None:
-    """``write(fh)`` into a temporary file, fsync, rename to ``path``. A failed write (a full disk, a
-    signal) leaves nothing behind and raises, for a full or read-only disk, that OSError naming ``path``."""
+def _write_durably(path: Path, write, before_publish=None) -> None:
+    """``write(fh)`` into a temporary file, fsync, ``before_publish()`` (the sidecar), rename to ``path``.
+    A failed write (a full disk, a signal) leaves nothing behind and raises, for a full or read-only
+    disk, that OSError naming ``path``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_publish is not None:
+            before_publish()
         if path.suffix == ".pt":
             _before_publish(tmp)
         os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
@@ -48,6 +55,21 @@ def _write_durably(path: Path, write) -> None:
         raise
 
 
+class _Hashing:
+    """A file that computes the SHA-256 and size of what is written to it (no second read of the file)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.digest, self.size = fh, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.fh.write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -57,25 +79,36 @@ def sha256(path: Path) -> str:
 
 
 def write_checkpoint(folder: Path, state: dict, name: Optional[str] = None) -> Path:
-    """Write ``state`` as ``folder/step-N.pt`` (or ``folder/NAME.pt``) + sidecar, atomically; returns the .pt path."""
+    """Write ``state`` as ``folder/step-N.pt`` (or ``folder/NAME.pt``): the file, then its sidecar, then the
+    file's rename to its name (module docstring); returns the .pt path."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (f"{name}.pt" if name else f"step-{state['position']['step']:08d}.pt")
-    path.with_suffix(".json").unlink(missing_ok=True)  # rewriting a step: incomplete until the new sidecar
-    _write_durably(path, lambda fh: torch.save(state, fh))
-    sidecar = {"format": FORMAT, "file": path.name, "bytes": path.stat().st_size, "sha256": sha256(path),
-               "position": state.get("position")}
+    written = {}
+
+    def save(fh) -> None:
+        written["file"] = _Hashing(fh)
+        torch.save(state, written["file"])
+
+    def sidecar() -> None:  # before the rename: a complete file under its name always has its sidecar
+        hashed = written["file"]
+        write_sidecar(path, {"format": FORMAT, "file": path.name, "bytes": hashed.size,
+                             "sha256": hashed.digest.hexdigest(), "position": state.get("position")}, sync=False)
+
     try:
-        write_sidecar(path, sidecar)
+        _write_durably(path, save, before_publish=sidecar)
     except BaseException:
-        path.unlink(missing_ok=True)  # without its sidecar it is never loaded: not worth its space
+        if not path.exists():  # not published: its sidecar, if written, describes nothing
+            path.with_suffix(".json").unlink(missing_ok=True)
         raise
+    fsync_folder(folder)  # the renames themselves survive a power cut
     return path
 
 
-def write_sidecar(path: Path, sidecar: dict) -> None:
-    """``path``'s sidecar, written durably last: from now on ``path`` counts as complete."""
+def write_sidecar(path: Path, sidecar: dict, sync: bool = True) -> None:
+    """``path``'s sidecar, written durably; ``sync``: the folder too (its entries survive a power cut)."""
     _write_durably(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(sidecar, indent=2).encode()))
-    fsync_folder(path.parent)  # the renames themselves survive a power cut
+    if sync:
+        fsync_folder(path.parent)
 
 
 def fsync_folder(folder: Path) -> None:
@@ -129,12 +162,20 @@ def _verify_folder(path: Path, files: dict) -> Optional[str]:
 def load_verified(candidates: List[Path], log) -> tuple:
     """The first candidate that verifies and loads: (path, state); (None, None) when none does."""
     for i, path in enumerate(candidates):
-        problem = verify(path, need_sidecar=NAME.match(path.name) is not None)  # a user's own file: load it
+        # A file under its final name was renamed there after its sidecar was written (write_checkpoint):
+        # without one it is an older fastpipe's, or its sidecar was removed; it is used when it loads. A
+        # sharded checkpoint's files are checked against their sidecar only.
+        problem = verify(path, need_sidecar=path.is_dir())
         if problem is None:
             try:
-                return path, load_state(path)
+                state = load_state(path)
             except Exception as exc:  # a pickle/zip error: unusable whatever the sidecar says
                 problem = f"torch.load failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            else:
+                if not path.with_suffix(".json").is_file() and NAME.match(path.name):
+                    log(f"checkpoint {path} has no sidecar (an older fastpipe's file, or its sidecar was removed): "
+                        "it loads, so it is used without its SHA-256 check")
+                return path, state
         rest = "falling back to the previous one" if i + 1 < len(candidates) else "no older checkpoint left"
         log(f"checkpoint {path} is not loadable: {problem}; {rest}")
     return None, None
@@ -187,4 +228,8 @@ def rotate(folder: Path, keep: int) -> List[Path]:
     for partial in folder.glob(".step-*.dcp.partial"):  # rotation runs between sharded saves: none in flight
         shutil.rmtree(partial, ignore_errors=True)
         removed.append(partial)
+    for sidecar in folder.glob("step-*.json"):  # a kill between a sidecar and its file's rename left it
+        if not sidecar.with_suffix(".pt").exists() and not sidecar.with_suffix(".dcp").exists():
+            sidecar.unlink(missing_ok=True)
+            removed.append(sidecar)
     return removed

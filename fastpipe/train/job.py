@@ -110,13 +110,15 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
         warnings.warn(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
                       "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)", FastpipeWarning)
     record.set(**measured)
-    record.set(**model_flops(g, result, measured["throughput"], dist.world_size))
     record.set(**outcome(g, result))
     primary = record.primary_metric
+    # written in the background while the FLOPs are counted; complete before the record says ok
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
+    record.set(**model_flops(g, result, measured["throughput"], dist.world_size))
+    record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
+    ckpt.settle(g=g)
     record.set(checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
                checkpoint_stall_s=ckpt.stall_summary())
-    record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
     _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
     record.set(status="ok")
     recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
