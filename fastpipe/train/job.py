@@ -93,6 +93,9 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     g = training_graph.build(settings, runtime, progress=show, splits=splits)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
+    if not settings.train.resume and hasattr(g.train_loader, "start_early"):
+        with setup.setup_part("loader_start"):  # its workers start and read ahead while the rest sets up
+            g.train_loader.start_early(0)
     with setup.setup_part("first_batch_check"):  # the project's parts on a first batch of each split
         check_first_batches(g, settings)
     description = describe(g, settings, search)
