@@ -49,9 +49,10 @@ class WarmProcess:
         return self.process.pid
 
     def dismiss(self) -> None:
-        """No job for it: it exits (the closed pipe), or is killed if it does not."""
+        """No job for it: it exits as it reads the closed pipe; one still importing is killed (its stop
+        signals are blocked), so that a command refused at once also ends at once."""
         self.conn.close()
-        self.process.join(timeout=10)
+        self.process.join(timeout=0.5)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()

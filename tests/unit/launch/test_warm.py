@@ -22,10 +22,8 @@ def test_a_process_started_under_another_torch_environment_is_not_used(monkeypat
     warm.prestart(imports=())
     monkeypatch.setenv("TORCH_LOGS", "dynamo")  # torch reads it as it imports
     process = warm._ready.process
-    assert warm.take() is None
-    process.join(timeout=30)
-    assert process.exitcode == 0  # dismissed: it ended by itself
-    warm.prestart(imports=())
+    assert warm.take() is None and not process.is_alive()  # dismissed: ended (or killed while it started)
+    warm.prestart(imports=("fastpipe.train.job",))  # seconds of imports: a refused command does not wait for them
     process = warm._ready.process
     warm.dismiss()
-    assert not process.is_alive() and process.exitcode == 0
+    assert not process.is_alive() and process.exitcode in (0, -9)
