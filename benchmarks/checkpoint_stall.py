@@ -44,7 +44,7 @@ import time
 import warnings
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, median, run_fastpipe, skipped, status_text, summarize,
+from lib.runner import (Deadline, add_common_args, append_jsonl, median, run_fastpipe, skipped, status_text, summarize,
                     write_markdown_table)
 
 

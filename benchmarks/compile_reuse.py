@@ -24,7 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from runner import Deadline, add_common_args, append_jsonl, run_fastpipe, skipped, write_markdown_table
+from lib.runner import Deadline, add_common_args, append_jsonl, run_fastpipe, skipped, write_markdown_table
 
 CPU = ["model=tiny_cnn", "dataset.num_images=600", "dataset.image_size=32", "train.batch_size=32",
        "data.num_workers=0", "device=cpu", "launcher.fresh_process=false"]

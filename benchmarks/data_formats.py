@@ -6,7 +6,7 @@ Steps, each a fresh process through runner.py, each a row written the moment it 
 2. ``python -m fastpipe.pack`` of it at data=mmap's stored size (256x256 for image_size 224 with
    augmentation), raw and ``--codec jpeg``: bytes per image and images per second (the command's
    own "packed in S s": from the dataset built to the pack synced and renamed, imports left out);
-3. the loader alone (benchmarks/pack_read.py, no model): the raw pack after evicting it from the
+3. the loader alone (benchmarks/lib/pack_read.py, no model): the raw pack after evicting it from the
    page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded by each of
    data.decoder's choices (gpu, cpu): images per second per epoch, what one GPU can be fed;
 4. ResNet-50 bf16 channels_last compile=default batch 256 (SGD, lr 0.1), 3 epochs, through the raw
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, run_command, run_fastpipe, run_json, skipped,
+from lib.runner import (Deadline, add_common_args, append_jsonl, run_command, run_fastpipe, run_json, skipped,
                     status_text, write_markdown_table)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def pack(a, s, codec: str, log, deadline) -> dict:
 
 
 def read(a, s, codec: str, decoder: str, cold: bool, log, deadline) -> dict:
-    cmd = [PY, str(REPO / "benchmarks" / "pack_read.py"), "--pack", str(a.work / f"pack-{codec}.fppack"),
+    cmd = [PY, str(REPO / "benchmarks" / "lib" / "pack_read.py"), "--pack", str(a.work / f"pack-{codec}.fppack"),
            "--epochs", "2", *(["--cold"] if cold else []), "--", "dataset=shapes", *s["data"], *s["read"], f"data.decoder={decoder}"]
     row = run_json(cmd, deadline.timeout(a.timeout), log)
     rates = row.get("img_per_s") or [None, None]

@@ -10,10 +10,10 @@ ddp.md (the table). Exit code 1 when a run failed or was skipped.
 bf16 gradient compression); a variant whose key this fastpipe's config does not have is a row
 'skipped: key not in this fastpipe' (so a list of levers can name keys still being added).
 ``--profile`` adds a DDP run under profile=on, whose rank-0 trace lands in runs/profile/profile/
-(benchmarks/trace_summary.py reads it). Each run starts in an empty folder. ``--deadline`` skips the
+(benchmarks/lib/trace_summary.py reads it). Each run starts in an empty folder. ``--deadline`` skips the
 runs that no longer fit.
 
-    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/ddp.py --out benchmarks/results/ddp-h200x2   # 2 GPUs
+    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/ddp.py --out $OUT/ddp   # 2 GPUs
     python3 benchmarks/ddp.py --out /tmp/ddp --variant "bf16:launcher.comm_hook=bf16" --profile
     python benchmarks/ddp.py --smoke --out /tmp/ddp-smoke     # CPU, TinyCNN, gloo (the test suite)
 
@@ -27,7 +27,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, config_refusal, run_fastpipe, skipped, status_text,
+from lib.runner import (Deadline, add_common_args, append_jsonl, config_refusal, run_fastpipe, skipped, status_text,
                     write_markdown_table)
 
 

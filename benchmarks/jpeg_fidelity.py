@@ -6,7 +6,7 @@ torchvision's antialiased Resize to --size), encodes it with Pillow at each qual
 resized pixels: mean and largest absolute error in 0..255 units, bytes per image, encode and decode
 milliseconds per image. Prints a markdown table (and writes it to --out when given).
 
-    python benchmarks/jpeg_fidelity.py FOLDER --images 256 --size 256 --out results/cpu-jpeg-fidelity.md
+    python benchmarks/jpeg_fidelity.py FOLDER --images 256 --size 256 --out DEST/jpeg-fidelity.md
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, config_refusal, run_fastpipe, run_json, skipped,
+from lib.runner import (Deadline, add_common_args, append_jsonl, config_refusal, run_fastpipe, run_json, skipped,
                     summarize, write_markdown_table)
 
 HERE = Path(__file__).resolve().parent
@@ -98,7 +98,7 @@ def fastpipe_overrides(a, fp8: bool = False) -> list:
 
 def hand_command(a) -> list:
     layers, heads, width = SHAPES[a.model]
-    return [sys.executable, str(HERE / "lm_handloop.py"), "--batch", a.batch, "--seq-len", a.seq_len,
+    return [sys.executable, str(HERE / "lib" / "lm_handloop.py"), "--batch", a.batch, "--seq-len", a.seq_len,
             "--vocab", a.vocab, "--layers", layers, "--heads", heads, "--width", width, "--compile", a.compile,
             "--warmup", a.warmup, "--steps", a.steps, "--window", a.window, "--device", a.device]
 

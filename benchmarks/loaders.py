@@ -9,7 +9,7 @@ missing, a crash, a timeout) or that --deadline leaves no time for is a row that
 others still run. Writes, as each run ends, OUT/loaders.md (the table), OUT/loaders.jsonl (one line
 per run, appended) and OUT/loaders.log (commands and output).
 
-    python benchmarks/loaders.py --out results/loaders                     # on a GPU machine
+    python benchmarks/loaders.py --out /tmp/loaders                        # on a GPU machine
     python benchmarks/loaders.py --out /tmp/l compile=default dali:data.num_threads=12
     python benchmarks/loaders.py --out /tmp/l --smoke                      # CPU, tiny, for the tests
 
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, read_jsonl, run_fastpipe, skipped, status_text,
+from lib.runner import (Deadline, add_common_args, append_jsonl, read_jsonl, run_fastpipe, skipped, status_text,
                     write_markdown_table)
 
 REPO = Path(__file__).resolve().parents[1]

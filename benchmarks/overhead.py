@@ -6,7 +6,7 @@ the same model, batch, bf16 autocast, channels_last, fused SGD and GPU-resident 
 prints the ratio of the median throughputs. Writes to --out, as each run ends: overhead.jsonl (every
 run), overhead.md (the table) and overhead.log (commands and output).
 
-    python benchmarks/overhead.py --out results/overhead            # on a GPU
+    python benchmarks/overhead.py --out /tmp/o                      # on a GPU
     python benchmarks/overhead.py --out /tmp/o --smoke              # CPU, tiny, for the tests
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from runner import (Deadline, add_common_args, append_jsonl, median, run_fastpipe, run_json, skipped,
+from lib.runner import (Deadline, add_common_args, append_jsonl, median, run_fastpipe, run_json, skipped,
                     write_markdown_table)
 
 HERE = Path(__file__).resolve().parent
 
 
 def hand_command(model: str, mode: str, a) -> list:
-    return [sys.executable, str(HERE / "handloop.py"), "--model", model, "--batch", a.batch,
+    return [sys.executable, str(HERE / "lib" / "handloop.py"), "--model", model, "--batch", a.batch,
             "--image-size", a.image_size, "--compile", mode, "--warmup", a.warmup, "--steps", a.steps,
             "--device", a.device, "--classes", a.classes]
 

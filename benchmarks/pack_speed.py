@@ -2,7 +2,7 @@
 
 Generates (once, under --data) the shapes dataset's 500x375 JPEGs, then times ``python -m
 fastpipe.pack FOLDER OUT --size 256`` once per variant and repeat, each a fresh process through
-runner.py, with PYTHONPATH set to --tree (default: this checkout), so the same script times an
+lib/runner.py, with PYTHONPATH set to --tree (default: this checkout), so the same script times an
 older checkout of fastpipe against this one. The rate counts packing only: the seconds a bare
 ``import fastpipe.cli.pack`` takes in the same interpreter are measured before each run and left
 out. CPU seconds (user + system, of the pack process and its workers, less the import's) per image
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import append_jsonl, read_jsonl, run_command, write_markdown_table
+from lib.runner import append_jsonl, read_jsonl, run_command, write_markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,32 +8,37 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fastpipe.cli.help import register_help_resolver
+from fastpipe.cli.mistakes import explain_hydra_errors, report_like_hydra
 from fastpipe.record.run_record import failed
 from fastpipe.config import config_dir, job_choices, register_configs, to_settings
+from fastpipe.config.keys import old_spelling_note
 from fastpipe.record import results
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
 from fastpipe.launch import warm
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+CONFIG_NAME = "config"  # conf/config.yaml
 
 register_configs()
-register_help_resolver()  # --help's list of groups (conf/hydra/help/fastpipe.yaml)
+register_help_resolver()  # --help's groups and each key's meaning (conf/hydra/help/fastpipe.yaml)
+explain_hydra_errors(CONFIG_NAME)  # fastpipe's line after Hydra's message for a config it cannot compose
 register_sweep_plugins()  # Hydra's plugin scan misses them under an editable install run from elsewhere
 
 
-@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name=CONFIG_NAME)
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
-    from fastpipe.runtime import process_started_at
+    from fastpipe.machine import process_started_at
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
@@ -89,7 +94,7 @@ def run(cfg: DictConfig):
 
 def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -> dict:
     """Settings that cannot work, or a stop signal before training began: the job's failed record."""
-    from fastpipe.runtime import environment
+    from fastpipe.machine import environment
 
     record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
     results.write_if_possible(run_dir, record)
@@ -116,13 +121,34 @@ def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = No
     return record.to_dict()
 
 
+def explain_failure(args: list, explanation: str = None) -> None:
+    """After a failed command: one line naming today's spelling of each of fastpipe 0.1's keys on it
+    (``train.lr=0.1``: Hydra says only that it cannot override ``train.lr``), else ``explanation``
+    (fastpipe's line about Hydra's composition error: cli/mistakes.py)."""
+    note = old_spelling_note([a for a in args if not a.startswith("-")]) or explanation
+    if note:
+        print(f"fastpipe: {note}", file=sys.stderr, flush=True)
+
+
+def hydra_app() -> None:
+    """The Hydra app; a config ``--help`` cannot compose is reported as Hydra reports a run's (exit 1)."""
+    try:
+        run()
+    except ConfigCompositionException as exc:
+        report_like_hydra(exc)
+
+
 def main() -> None:
     from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()
     warm.prestart_if_training(sys.argv[1:])  # the training process imports while Hydra composes
     try:
-        run()
+        hydra_app()
+    except SystemExit as exc:  # Hydra's own error (exit 1: a key it cannot compose), or a refused run
+        if exc.code not in (0, None):
+            explain_failure(sys.argv[1:], getattr(exc, "explanation", None))
+        raise
     except Preempted as exc:  # a stop signal outside any job (between a sweep's jobs)
         print(f"fastpipe: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_PREEMPTED)

@@ -100,17 +100,19 @@ class OutOfMemory(FastpipeError):
     """The device ran out of memory; the message lists the settings that lower it."""
 
 
-def memory_fixes(batch_size, precision: str, activation_checkpointing: bool, sharded: bool) -> list:
+def memory_fixes(batch_size, lower_precision: Optional[str], activation_checkpointing: bool, sharded: bool) -> list:
     """The settings that lower memory and are not already applied, the costliest change last:
-    ``batch_size`` (an int or ``auto``), the precision choice, and whether the launcher shards."""
+    ``batch_size`` (an int or ``auto``), the precision choice that would lower memory (``precision=amp``;
+    None when the run's already does: config/registry.py's ``lower_precision``), and whether the
+    launcher shards."""
     fixes = []
     if batch_size == "auto":
         fixes.append("lower train.batch_size_max, or set train.batch_size=N below the size the search chose "
                      "(graph.txt)")
     elif batch_size != 1:
         fixes.append("lower train.batch_size (train.grad_accum keeps the effective batch)")
-    if precision not in ("amp", "fp8"):
-        fixes.append("use precision=amp")
+    if lower_precision:
+        fixes.append(f"use {lower_precision}")
     if not activation_checkpointing:
         fixes.append("set model.activation_checkpointing=true")
     if sharded:

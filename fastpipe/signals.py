@@ -10,8 +10,8 @@ ahead of time). What a stop signal does depends on where the run is:
   DDP at measurement-window edges, where all ranks agree), writes a checkpoint and stops;
 - finishing (training done, results being written): the note is kept and the run completes.
 
-The Hydra process that started the training process forwards the signals to it, so signalling
-either one works. Ctrl-C (SIGINT) stays an interrupt: exit code 130, no checkpoint.
+The Hydra process that started the training process forwards the signals to it
+(processes.started_with_signals_held), so signalling either one works. Ctrl-C (SIGINT) stays an interrupt: exit code 130, no checkpoint.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
-from fastpipe.errors import EXIT_CODE, Preempted
+from fastpipe.errors import Preempted
 
 # SIGUSR2 too: submitit (hydra/launcher=fastpipe_slurm) asks Slurm for its time-limit warning as SIGUSR2.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
@@ -31,22 +31,6 @@ _before_training: Optional[tuple] = None  # (signal, where) of a stop signal bef
 _owner: Optional[int] = None  # the process whose handlers these are (a forked child inherits them)
 _deferring = 0  # inside ``deferred()``: a start-up stop waits for ``check()``
 _active = False  # inside ``stop_on_signals()``: ``check()`` acts on the run's stop signal
-
-
-def exit_reason(code: int) -> str:
-    """Words for a worker's exit code (negative = killed by that signal)."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (the out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
-        return f"training process killed by {name}{hint}"
-    if code == 130:
-        return "training process interrupted (Ctrl-C: exit code 130)"
-    if code == EXIT_CODE:  # a failure it recognised, whose record it could not write (a full disk): it said it
-        return f"training process failed (exit code {code}) without writing its record; its own error line is above"
-    return f"training process exited with code {code}"
 
 
 def received() -> Optional[str]:
@@ -116,7 +100,9 @@ def check() -> None:
 
 
 @contextlib.contextmanager
-def _handlers(handler) -> Iterator[None]:
+def handlers(handler) -> Iterator[None]:
+    """Inside the block, ``handler`` handles the stop signals (in the main thread only, where Python allows
+    handlers; elsewhere nothing changes)."""
     if threading.current_thread() is not threading.main_thread():  # Python allows handlers there only
         yield
         return
@@ -135,7 +121,7 @@ def stop_on_signals() -> Iterator[None]:
     global _received, _phase, _before_training, _owner, _active
     _received, _phase, _before_training, _owner, _active = None, "starting", None, os.getpid(), True
     try:
-        with _handlers(_note):
+        with handlers(_note):
             if threading.current_thread() is threading.main_thread():
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a pending one raises Preempted now
             yield
@@ -192,47 +178,8 @@ def stop_while_launching() -> Iterator[None]:
     signals on."""
     global _before_training, _owner
     _before_training, _owner = None, os.getpid()
-    with _handlers(_launching):
+    with handlers(_launching):
         yield
-
-
-@contextlib.contextmanager
-def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
-    """Start the training process (``start()`` returns its pid) and pass SIGTERM/SIGUSR1 on to it,
-    with no moment where a stop signal is lost or kills it unrecorded: the trainer starts with them
-    blocked, so one sent to it while it imports stays pending until ``stop_on_signals`` records it
-    (preempted, exit 75); one that reaches this process while it starts is forwarded once it has."""
-    state = {"pid": None, "pending": []}
-
-    def forward(signum, _frame):
-        if state["pid"] is None:
-            state["pending"].append(signum)
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(state["pid"], signum)
-
-    with _handlers(forward):
-        state["pid"] = started_blocked(start)
-        for signum in list(state["pending"]):
-            forward(signum, None)
-        yield state["pid"]
-
-
-def started_blocked(start: Callable[[], int]):
-    """``start()`` (which starts a process) with the stop signals blocked, so that the process inherits
-    the block: one sent to it while it imports stays pending until ``stop_on_signals`` records it."""
-    if threading.current_thread() is not threading.main_thread():
-        return start()
-    from multiprocessing import resource_tracker
-
-    # multiprocessing starts its resource tracker with the first process it spawns, and
-    # unblocks SIGTERM after doing so: started first, it leaves the block below alone
-    resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
-    try:
-        return start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def pool_worker_signals() -> None:
@@ -259,18 +206,3 @@ def pool_results(results, poll_s: float = 1.0) -> Iterator:
             check()
         except StopIteration:
             return
-
-
-def die_with_parent(parent: int) -> None:
-    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
-    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
-    is gone; a parent already gone by now means exit at once. (Here, not in runtime.py, so that a
-    sweep's job process can call it before it imports torch.)"""
-    import sys
-
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)

@@ -48,15 +48,15 @@ def computed_once(tmp_path_factory, name, make):
     """``make(folder)``'s result (JSON), computed once per test session: under pytest-xdist (pyproject's
     addopts) each worker has its own session fixtures, so the first worker to ask computes into a folder
     all workers share, under a file lock, and the others wait for it and read what it wrote."""
-    import fcntl
     import json
+
+    from fastpipe.files import file_lock
 
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return make(tmp_path_factory.mktemp(name))
     shared = tmp_path_factory.getbasetemp().parent  # this run's pytest-N, above every worker's own folder
     folder, result = shared / name, shared / f"{name}.json"
-    with open(shared / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(shared / f"{name}.lock"):
         if not result.exists():
             folder.mkdir()
             result.write_text(json.dumps(make(folder)))
@@ -280,8 +280,8 @@ needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not instal
 
 
 def load_benchmark_runner():
-    """benchmarks/runner.py as a module (benchmarks/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "runner.py")
+    """benchmarks/lib/runner.py as a module (benchmarks/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "lib" / "runner.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
     spec.loader.exec_module(module)

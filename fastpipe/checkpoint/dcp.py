@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from fastpipe.checkpoint.files import TRAIN_STATE, fsync_folder, sha256, write_sidecar
-from fastpipe.errors import DataError
+from fastpipe.checkpoint.files import TRAIN_STATE, sha256, write_sidecar
+from fastpipe.errors import DataError, TrainingError
+from fastpipe.files import fsync_folder
 
 FORMAT = 1
 
@@ -42,6 +43,31 @@ def save_sharded(g, train_state: dict, partial: Path) -> None:
             torch.save(train_state, fh)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def save_step(g, folder: Path, step: int, writer, train_state: dict) -> Path:
+    """Every rank: the sharded checkpoint of ``step`` in ``folder``, written now into a partial folder
+    that rank 0's background ``writer`` (a BackgroundWriter; None on the other ranks) publishes."""
+    final = folder / f"step-{step:08d}.dcp"
+    partial = folder / f".{final.name}.partial"
+    failure = None
+    if writer is not None:
+        try:
+            writer.wait()  # the previous publication (and its rotation) first
+            shutil.rmtree(partial, ignore_errors=True)  # an interrupted attempt at this step
+            partial.mkdir(parents=True)
+        except BaseException as exc:  # raised after the all-reduce, so that no rank waits for rank 0
+            failure = exc
+    # the folder exists, and is empty, for every rank; or every rank learns that rank 0 failed
+    if g.runtime.dist.all_reduce_sum(torch.tensor([float(failure is not None)], device=g.device)).item() > 0:
+        if failure is not None:
+            raise failure
+        raise TrainingError(f"rank 0 could not prepare {partial} for the sharded checkpoint at step {step}; "
+                            "its own error says why")
+    save_sharded(g, train_state, partial)
+    if writer is not None:
+        writer.run(lambda: publish(partial, final, train_state["position"]))
+    return final
 
 
 def publish(partial: Path, final: Path, position: dict) -> Path:

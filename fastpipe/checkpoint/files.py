@@ -8,7 +8,7 @@ at any moment leaves either no file under the final name or a complete one with 
 sidecar without its file, from a kill before the rename, is removed at the next rotation). A file
 under a checkpoint's name without a sidecar (an older fastpipe's, or a sidecar deleted) is loaded
 when it loads, with a warning. A sharded checkpoint (launcher=fsdp) is a folder ``step-NNNNNNNN.dcp``
-published the same way, its sidecar listing every file's size and SHA-256 (checkpoint_dcp.py writes it).
+published the same way, its sidecar listing every file's size and SHA-256 (checkpoint/dcp.py writes it).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from typing import List, Optional
 import torch
 
 from fastpipe.errors import ConfigError, unwritable
+from fastpipe.files import atomic_write, fsync_folder
 
 FORMAT = 1
 NAME = re.compile(r"^step-(\d{8})\.(pt|dcp)$")
@@ -32,23 +33,20 @@ def _before_publish(tmp: Path) -> None:
     """Called when a checkpoint's temporary file is durable, just before its rename (a test seam)."""
 
 
-def _write_durably(path: Path, write, before_publish=None) -> None:
-    """``write(fh)`` into a temporary file, fsync, ``before_publish()`` (the sidecar), rename to ``path``.
-    A failed write (a full disk, a signal) leaves nothing behind and raises, for a full or read-only
-    disk, that OSError naming ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+def _write_durably(path: Path, data, sync_folder: bool = False, before_publish=None) -> None:
+    """``data`` (bytes, or ``write(fh)``) into a temporary file, fsync, ``before_publish()`` (the sidecar),
+    rename to ``path`` (then sync the folder). A failed write (a full disk, a signal) leaves nothing
+    behind and raises, for a full or read-only disk, that OSError naming ``path``."""
+
+    def before_replace(tmp: Path) -> None:
         if before_publish is not None:
             before_publish()
         if path.suffix == ".pt":
             _before_publish(tmp)
-        os.replace(tmp, path)  # atomic: the final name holds a whole file or nothing
+
+    try:
+        atomic_write(path, data, sync_folder=sync_folder, before_replace=before_replace)
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
         cause = unwritable(exc)  # also inside torch.save's RuntimeError ("unexpected pos")
         if cause is not None:
             raise OSError(cause.errno, cause.strerror, str(path)) from exc  # the file it was to become
@@ -106,17 +104,7 @@ def write_checkpoint(folder: Path, state: dict, name: Optional[str] = None) -> P
 
 def write_sidecar(path: Path, sidecar: dict, sync: bool = True) -> None:
     """``path``'s sidecar, written durably; ``sync``: the folder too (its entries survive a power cut)."""
-    _write_durably(path.with_suffix(".json"), lambda fh: fh.write(json.dumps(sidecar, indent=2).encode()))
-    if sync:
-        fsync_folder(path.parent)
-
-
-def fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_durably(path.with_suffix(".json"), json.dumps(sidecar, indent=2).encode(), sync_folder=sync)
 
 
 def checkpoints_in(folder: Path) -> List[Path]:
@@ -183,7 +171,7 @@ def load_verified(candidates: List[Path], log) -> tuple:
 
 def load_state(path: Path) -> dict:
     """A checkpoint's state: the whole file, or a sharded checkpoint's train state (its model and
-    optimizer shards are read by checkpoint_dcp.load_sharded, all ranks together)."""
+    optimizer shards are read by checkpoint.dcp.load_sharded, all ranks together)."""
     if path.is_dir():
         return torch.load(path / TRAIN_STATE, map_location="cpu", weights_only=True)
     return torch.load(path, map_location="cpu", weights_only=True)

@@ -2,16 +2,15 @@
 stop signal; ``train.resume`` (auto | PATH) continues exactly where a run stopped.
 
 A checkpoint holds the model, optimizer, GradScaler, every rank's RNG states and the loop position
-(checkpoint_state.py). The loader position follows from it: loaders fix each epoch's order by
+(state.py). The loader position follows from it: loaders fix each epoch's order by
 ``set_epoch`` and ``epoch_batches`` skips the batches already trained on, so a resumed run sees the
 batches an uninterrupted one would. A checkpoint is written only from finite weights, so the
-newest one is always a good one. Files and their integrity checks live in checkpoint_files.py;
-rank 0 writes, except under launcher=fsdp, where every rank writes its shards (checkpoint_dcp.py).
+newest one is always a good one. Files and their integrity checks live in files.py;
+rank 0 writes, except under launcher=fsdp, where every rank writes its shards (dcp.py).
 Rank 0 chooses the checkpoint to resume, so every rank resumes the same one.
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 import warnings
@@ -21,6 +20,7 @@ from typing import Callable, List, Optional
 import torch
 
 from fastpipe import signals
+from fastpipe.checkpoint.dcp import save_step
 from fastpipe.checkpoint.files import (
     checkpoints_in,
     load_state,
@@ -32,8 +32,7 @@ from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_stat
                                        weights_of)
 from fastpipe.checkpoint.writer import BackgroundWriter
 from fastpipe.config import TrainConfig
-from fastpipe.errors import ConfigError, DataError, FastpipeError, FastpipeWarning, Preempted, TrainingError
-
+from fastpipe.errors import ConfigError, DataError, FastpipeWarning, Preempted
 
 
 class Checkpointer:
@@ -51,7 +50,7 @@ class Checkpointer:
         self.folder = None if run_dir is None else Path(run_dir) / "checkpoints"
         self.every, self.keep, self.resume = cfg.checkpoint_every or 0, cfg.keep_checkpoints, cfg.resume
         self.dist = dist or Dist()
-        # Rank 0 writes in the background (checkpoint_writer.py); the newest good checkpoint is the
+        # Rank 0 writes in the background (writer.py); the newest good checkpoint is the
         # newest complete write, or the one resumed from.
         self.writer = BackgroundWriter(self.folder, self.keep, on_written) if self.folder is not None and self.dist.is_main \
             else None
@@ -177,8 +176,9 @@ class Checkpointer:
                      f"stays {self.latest}")
             return None
         rngs = g.runtime.dist.gather(rng_state(g.device))
-        if g.sharded:
-            path = self._save_sharded(g, pos, rngs)
+        if g.sharded:  # every rank writes its shards now; rank 0 publishes the folder in the background
+            path = save_step(g, self.folder, pos.step, self.writer,
+                             train_state_of(g, pos, self.steps_per_epoch, rngs, self.cfg, self.facts))
         else:
             path = self.folder / f"step-{pos.step:08d}.pt"
             if self.writer is not None:
@@ -188,33 +188,6 @@ class Checkpointer:
         self.last_step = pos.step
         self.stalls.append(time.perf_counter() - start)
         return path
-
-    def _save_sharded(self, g, pos: Position, rngs: list) -> Path:
-        """launcher=fsdp: every rank writes its shards now (checkpoint_dcp.py); rank 0 publishes the
-        folder in the background once all are written."""
-        from fastpipe.checkpoint.dcp import publish, save_sharded
-
-        final = self.folder / f"step-{pos.step:08d}.dcp"
-        partial = self.folder / f".{final.name}.partial"
-        train_state = train_state_of(g, pos, self.steps_per_epoch, rngs, self.cfg, self.facts)
-        failure = None
-        if self.writer is not None:
-            try:
-                self.writer.wait()  # the previous publication (and its rotation) first
-                shutil.rmtree(partial, ignore_errors=True)  # an interrupted attempt at this step
-                partial.mkdir(parents=True)
-            except BaseException as exc:  # raised after the all-reduce, so that no rank waits for rank 0
-                failure = exc
-        # the folder exists, and is empty, for every rank; or every rank learns that rank 0 failed
-        if g.runtime.dist.all_reduce_sum(torch.tensor([float(failure is not None)], device=g.device)).item() > 0:
-            if failure is not None:
-                raise failure
-            raise TrainingError(f"rank 0 could not prepare {partial} for the sharded checkpoint at step {pos.step}; "
-                                "its own error says why")
-        save_sharded(g, train_state, partial)
-        if self.writer is not None:
-            self.writer.run(lambda: publish(partial, final, train_state["position"]))
-        return final
 
     def save_weights(self, g, which: str, step: int, ema=None, metric: Optional[dict] = None) -> Optional[Path]:
         """``checkpoints/best.pt`` or ``last.pt``: the weights that count (the EMA's when there is one, the
@@ -231,19 +204,6 @@ class Checkpointer:
                 return None
             self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered copy is its own
             return self.folder / f"{which}.pt"
-
-    def past_the_end(self, pos: Position, total: int) -> "NothingToTrain":
-        """A resume at or beyond this run's last step: nothing to train, which is not a failure."""
-        return NothingToTrain(f"the checkpoint {self.latest} is at step {pos.step} ({pos.samples_seen} samples), at "
-                              f"or past this run's end (step {total}): nothing to train; raise train.epochs or "
-                              "train.max_steps to train further", metrics={"status": "ok", "steps": pos.step})
-
-    def stopped_already(self, pos: Position, why: str, further: str, metrics: dict) -> "NothingToTrain":
-        """A resume of a run that stopped itself (``why``: its target reached, early stopping) with settings
-        that would stop it there again: nothing to train. ``metrics``: what the checkpoint knows of that
-        run's end (stopped_by, target, best), for a folder that lost its record."""
-        return NothingToTrain(f"the checkpoint {self.latest} (step {pos.step}) shows {why}: nothing to train; "
-                              f"{further}", metrics={"status": "ok", "steps": pos.step, **metrics}, finished=True)
 
     def preempted(self, pos: Position, g=None) -> Preempted:
         """The error that ends a signalled run (exit code EXIT_PREEMPTED), once its checkpoint is written."""
@@ -270,30 +230,6 @@ class Checkpointer:
             return False
         self.stopped_by = name
         return True
-
-
-class NothingToTrain(FastpipeError):
-    """A resumed run already at its end: one line, exit code 0, no training; the record of the run that
-    ended there stays, when the folder holds it (``keeps``). ``finished``: the run had stopped itself
-    there (its target, early stopping), which the record must show too."""
-
-    exit_code = 0
-
-    def __init__(self, message: str, metrics: dict, finished: bool = False) -> None:
-        super().__init__(message)
-        self.metrics, self.finished = metrics, finished
-
-    def keeps(self, earlier: Optional[dict]) -> bool:
-        """True when ``earlier`` (the run folder's record before this launch) is the finished record of
-        the run that ended at this checkpoint: ok at the same steps (the same command run again, a Slurm
-        requeue), and for a run that stopped itself, the same stop and target."""
-        if not earlier or earlier.get("status") != "ok" or earlier.get("steps") != self.metrics["steps"]:
-            return False
-        if not self.finished:  # at or past the run's end
-            return True
-        ours, theirs = self.metrics.get("target") or {}, earlier.get("target") or {}
-        return (earlier.get("stopped_by") == self.metrics["stopped_by"]
-                and theirs.get("value") == ours.get("value") and theirs.get("steps") == ours.get("steps"))
 
 
 def finite_state(model: torch.nn.Module) -> torch.Tensor:

@@ -4,11 +4,11 @@ the write, fsync and SHA-256 on a background thread.
 The training thread only queues device-to-host copies of every tensor into buffers it reuses from
 one checkpoint to the next (pinned on CUDA, so the copies are asynchronous and ordered before the
 next step's updates on the same stream) and records an event; the writer thread waits for that
-event, then writes the file exactly as checkpoint_files.py does (temporary file, fsync, sidecar with
+event, then writes the file exactly as checkpoint/files.py does (temporary file, fsync, sidecar with
 size and SHA-256, rename) and rotates old ones. The weights files (best.pt, last.pt) are written the
-same way, without rotation, and never become the checkpoint a resume starts from. A new write waits for the previous one;
-a stop signal, the end of the run and a failure wait for the write in flight, so every guarantee of
-a synchronous save holds when the run ends.
+same way, without rotation, and never become the checkpoint a resume starts from. A new write waits
+for the previous one; a stop signal, the end of the run and a failure wait for the write in flight,
+so every guarantee of a synchronous save holds when the run ends.
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class BackgroundWriter:
 
     def run(self, publish: Callable[[], Path], step_checkpoint: bool = True) -> None:
         """Run ``publish`` (which makes one file complete and returns its path) in the background, after
-        the previous one; a step checkpoint's (the sharded ones' publication too: checkpoint_dcp.py)
+        the previous one; a step checkpoint's (the sharded ones' publication too: checkpoint/dcp.py)
         then rotates and becomes ``written``."""
         self.wait()
         self._thread = threading.Thread(target=self._write, args=(publish, step_checkpoint), name="fastpipe-checkpoint",

@@ -4,27 +4,30 @@ Reports torch, CUDA, cuDNN and driver versions, each GPU with its memory, NCCL, 
 OmegaConf, whether the CPU computes bf16 natively, the TF32 switches, whether fastpipe's configs
 compose (as ``python -m fastpipe`` composes them) and a tiny torch.compile smoke test. Exits 1 when
 something required is broken (listed under "problems"), 0 otherwise; optional things that are
-missing are "notes".
+missing are "notes": among them each package a registered choice or logger declares it needs
+(config/registry.py's ``Requirement``), which ``--require EXTRA`` makes required.
 ``--json`` prints the same as JSON; ``--bench`` adds the hardware ceilings (fastpipe/measure/bench.py).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.metadata as metadata
 import json
 import platform
 import sys
-import time
-from typing import List, Optional
+from typing import Dict, Optional
 
 import torch
 
-from fastpipe.runtime import cpu_bf16
+from fastpipe.cli.probes import (SWEEP_PLUGINS, compile_smoke, config_composes, dali, driver_version, gpus, nccl,
+                                 nvml_gpu_count, sweep_plugins, tf32)
+from fastpipe.config.logger import logger_class, logger_names
+from fastpipe.config.registry import Requirement
+from fastpipe.config.registry import requirements as choice_requirements
+from fastpipe.machine import cpu_bf16
 
 REQUIRED_RANGES = {"hydra-core": ("1.3.2", "1.4"), "omegaconf": ("2.3", "2.4")}  # pyproject's pins
-OPTIONAL = ("cuda", "nccl", "dali", "compile")  # what --require can make mandatory
-SWEEP_PLUGINS = {"hydra/launcher=gpus": "GpusLauncher", "hydra/sweeper=halving": "HalvingSweeper"}
+MACHINE = ("cuda", "nccl", "compile")  # what --require can make mandatory, beside the packages choices need
 
 
 def _version(dist: str) -> Optional[str]:
@@ -38,115 +41,33 @@ def _as_tuple(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else 0 for p in version.split("+")[0].split(".")[:3])
 
 
-def driver_version() -> Optional[str]:
-    """The NVIDIA driver's version from NVML; None without a driver."""
-    try:
-        import pynvml
+def requirements() -> Dict[str, Requirement]:
+    """``{"data=dali": Requirement}``: the packages fastpipe's registered choices and loggers need beyond
+    its own dependencies (each choice's registration, each logger class's ``requires``)."""
+    import fastpipe.config  # noqa: F401  (registers fastpipe's own choices)
 
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # no NVML library or no driver
-        return None
-
-
-def nvml_gpu_count() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:
-        return 0
+    found = choice_requirements()
+    for name in logger_names():
+        declared = getattr(logger_class(name), "requires", None)
+        if declared:
+            found[f"logger={name}"] = Requirement(*declared)
+    return found
 
 
-def gpus() -> List[dict]:
-    """Every GPU torch can use, with its memory and compute capability."""
-    if not torch.cuda.is_available():
-        return []
-    out = []
-    for i in range(torch.cuda.device_count()):
-        p = torch.cuda.get_device_properties(i)
-        out.append({"index": i, "name": p.name, "memory_gb": round(p.total_memory / 2**30, 1),
-                    "capability": f"{p.major}.{p.minor}", "multiprocessors": p.multi_processor_count})
-    return out
+def optional_choices() -> tuple:
+    """What ``--require`` takes: the machine's parts, then each required package's extra (``dali``, ``fp8``)."""
+    return MACHINE + tuple(dict.fromkeys(r.extra for r in requirements().values()))
 
 
-def nccl() -> dict:
-    available = torch.distributed.is_available() and torch.distributed.is_nccl_available()
-    version = None
-    if available and torch.cuda.is_available():
-        raw = torch.cuda.nccl.version()
-        version = ".".join(map(str, raw)) if isinstance(raw, tuple) else str(raw)
-    return {"available": bool(available), "version": version,
-            "gloo": bool(torch.distributed.is_available() and torch.distributed.is_gloo_available())}
-
-
-def dali() -> dict:
-    """DALI's distribution and whether it imports (it may be installed for another CUDA)."""
-    dists = sorted(d.metadata["Name"] for d in metadata.distributions()
-                   if (d.metadata["Name"] or "").lower().startswith("nvidia-dali"))
-    info = {"installed": bool(dists), "package": dists[0] if dists else None, "version": None, "error": None}
-    if dists:
-        try:
-            info["version"] = importlib.import_module("nvidia.dali").__version__
-        except Exception as exc:  # e.g. a CUDA library it needs is missing
-            info["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-    return info
-
-
-def tf32() -> dict:
-    """The process defaults (fastpipe sets them per run: precision=fp32 keeps TF32 off unless precision.tf32)."""
-    return {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32,
-            "float32_matmul_precision": torch.get_float32_matmul_precision()}
-
-
-def compile_smoke(backend: str, device: str) -> dict:
-    """torch.compile a tiny function and check its result against eager."""
-    def f(x):
-        return torch.nn.functional.gelu(x @ x.T) * 2 + 1
-
-    x = torch.randn(16, 16, device=device)
-    start = time.perf_counter()
-    try:
-        torch._dynamo.reset()  # a fresh compile, not a cached one
-        ok = torch.allclose(torch.compile(f, backend=backend)(x), f(x), atol=1e-4, rtol=1e-4)
-        error = None if ok else "compiled result differs from eager"
-    except Exception as exc:
-        ok, error = False, f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
-    return {"ok": bool(ok), "backend": backend, "device": device,
-            "seconds": round(time.perf_counter() - start, 2), "error": error}
-
-
-def config_composes() -> Optional[str]:
-    """None when fastpipe's packaged configs compose as ``python -m fastpipe`` composes them (its
-    schemas registered first); a broken install fails here."""
-    try:
-        from hydra import compose, initialize_config_dir
-        from hydra.core.global_hydra import GlobalHydra
-
-        from fastpipe.config import config_dir, register_configs
-
-        register_configs()
-        GlobalHydra.instance().clear()
-        try:
-            with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-                compose(config_name="config", return_hydra_config=True)
-        finally:
-            GlobalHydra.instance().clear()
-        return None
-    except Exception as exc:
-        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
-
-
-def sweep_plugins() -> List[str]:
-    """fastpipe's Hydra plugins that Hydra's own plugin scan finds, as any Hydra app would."""
-    from hydra.core.plugins import Plugins
-    from hydra.plugins.launcher import Launcher
-    from hydra.plugins.sweeper import Sweeper
-
-    found = {c.__name__ for c in Plugins.instance().discover(Launcher) + Plugins.instance().discover(Sweeper)}
-    return [choice for choice, name in SWEEP_PLUGINS.items() if name in found]
+def package_notes(dali_info: dict) -> Dict[str, Optional[str]]:
+    """``{extra: note, or None when fine}`` for each package a registered choice or logger needs: not
+    installed; DALI, which the report imports, also installed but not importing."""
+    notes: Dict[str, Optional[str]] = {}
+    for who, needed in requirements().items():
+        notes[needed.extra] = notes.get(needed.extra) or (None if needed.installed() else needed.missing_text(who))
+    if dali_info["installed"] and not dali_info["version"]:
+        notes["dali"] = f"DALI is installed but does not import ({dali_info['error']})"
+    return notes
 
 
 def diagnose(compile_backend: str = "inductor", require=()) -> dict:
@@ -176,11 +97,9 @@ def diagnose(compile_backend: str = "inductor", require=()) -> dict:
     optional = {
         "cuda": None if cuda else "no CUDA device: training runs on the CPU (device=auto)",
         "nccl": None if report["nccl"]["available"] else "NCCL unavailable: launcher=ddp uses gloo",
-        "dali": None if report["dali"]["version"] else (
-            f"DALI is installed but does not import ({report['dali']['error']})" if report["dali"]["installed"]
-            else 'DALI is not installed: data=dali needs pip install "fastpipe[dali]"'),
         "compile": None if report["compile"]["ok"] else (
             f"torch.compile smoke test failed ({report['compile']['error']}): compile=* falls back to eager"),
+        **package_notes(report["dali"]),
     }
     missing = [c for c in SWEEP_PLUGINS if c not in report["sweep_plugins"]]
     if missing:  # fastpipe's own entry point registers them; other Hydra apps need the scan
@@ -241,8 +160,8 @@ def main(argv=None) -> int:
     parser.add_argument("--copy-mb", type=int, default=None, help="bench copy size in MiB (default 1024 GPU, 64 CPU)")
     parser.add_argument("--repeats", type=int, default=10, help="bench: timed repeats (median is reported)")
     parser.add_argument("--compile-backend", default="inductor", help="backend of the compile smoke test")
-    parser.add_argument("--require", action="append", default=[], choices=OPTIONAL,
-                        help="treat this optional component as required (repeatable)")
+    parser.add_argument("--require", action="append", default=[], choices=optional_choices(),
+                        help="treat this optional component (or the package of this extra) as required (repeatable)")
     args = parser.parse_args(argv)
     report = diagnose(args.compile_backend, set(args.require))
     if args.bench:

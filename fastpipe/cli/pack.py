@@ -16,7 +16,7 @@ images pack (raw pixels, or JPEG files with --codec jpeg; one file, or with --sh
 of shards and an index), other datasets of fixed-shape samples a records pack. Images are packed
 by a pool of --threads processes; a pack killed half-way is resumed by the same command, and a
 second command packing the same OUT waits for the first and then uses its pack. The format is
-documented in fastpipe/data/packformat.py.
+documented in fastpipe/data/pack/format.py.
 """
 from __future__ import annotations
 
@@ -31,11 +31,12 @@ import torch
 
 from fastpipe.config import config_dir
 
-from fastpipe.data.cache import pack_images, stored_shape
-from fastpipe.data.packfile import DEFAULT_CHUNK_IMAGES, PackReader
-from fastpipe.data.packparts import check_out, remove_other_kind
-from fastpipe.data.records import pack_records
-from fastpipe.data.shards import PackSet, index_of, verify_sharded
+from fastpipe.data.pack.cache import pack_images, stored_shape
+from fastpipe.data.pack.format import DEFAULT_CHUNK_IMAGES
+from fastpipe.data.pack.parts import check_out, remove_other_kind
+from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.records import pack_records
+from fastpipe.data.pack.shards import PackSet, index_of, verify_sharded
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import EXIT_CODE, ConfigError, DataError, FastpipeError
 

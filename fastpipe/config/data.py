@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Union
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
-from fastpipe.config.registry import register
+from fastpipe.config.registry import Requirement, register
 from fastpipe.errors import ConfigError
 
 
@@ -53,12 +53,13 @@ class LoaderCommon:
 
 
 @register("data", "default", builder="fastpipe.data.default:build_default_loader",
-          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True)
+          reads=("image_files", "tokens", "generated", "samples"), uses_collate_fn=True, held_out_subset=True,
+          streams=True)
 @dataclass
 class DefaultLoaderConfig(LoaderCommon):
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
 
-    name: str = "default"
+    name: str = "default"  # the choice: data=default
     num_workers: Any = "auto"  # worker processes; auto = min(16, this process's share of the CPU cores)
     pin_memory: Any = "auto"  # page-locked batches for non-blocking copies; auto = on when training on CUDA
     persistent_workers: bool = True  # keep workers alive between epochs
@@ -80,12 +81,13 @@ class DefaultLoaderConfig(LoaderCommon):
         return _pin(self.pin_memory, device_type)
 
 
-@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"))
+@register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"),
+          held_out_subset=True)
 @dataclass
 class MmapLoaderConfig(LoaderCommon):
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
 
-    name: str = "mmap"
+    name: str = "mmap"  # the choice: data=mmap
     path: Optional[str] = None  # a pack file, or a sharded pack (its folder or index.json); null = the cache
     # Image size stored in the cache: N or [height, width]; null = image_size (8/7 of it with augment).
     stored_size: Any = None
@@ -148,12 +150,14 @@ class MmapLoaderConfig(LoaderCommon):
         return _pin(self.pin_memory, device_type)
 
 
-@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",))
+@register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",),
+          held_out_subset=True, overfit_batches=False,  # DALI's reader takes whole image folders
+          requires=Requirement("nvidia.dali", "fastpipe[dali]", "NVIDIA DALI", "data=default"))
 @dataclass
 class DaliLoaderConfig(LoaderCommon):
     """data=dali: NVIDIA DALI pipelines (needs the extra: pip install "fastpipe[dali]")."""
 
-    name: str = "dali"
+    name: str = "dali"  # the choice: data=dali
     decoder: str = "auto"  # auto = mixed (nvJPEG + the hardware decoder) when training on CUDA, else cpu
     num_threads: Any = "auto"  # DALI CPU threads per process; auto = this process's share of the cores
     prefetch_queue_depth: int = 2  # batches DALI prepares ahead

@@ -12,7 +12,7 @@ from fastpipe.errors import ConfigError
 @register("launcher", "single", builder="fastpipe.train.parallel:replicate")
 @dataclass
 class SingleLauncherConfig:
-    name: str = "single"
+    name: str = "single"  # the choice: launcher=single
     # Train in a fresh process, so no job inherits another's CUDA, compile or worker state; false
     # trains inside the Hydra process (a debugger can step in; sweeps lose that isolation).
     fresh_process: bool = True
@@ -23,11 +23,11 @@ class ProcessGroupLauncherConfig:
     """What launcher=ddp and launcher=fsdp share: worker processes started by torch's elastic launcher
     (or joined from torchrun/srun) that form one process group."""
 
-    name: str = "ddp"
+    name: str = "ddp"  # the choice: launcher=ddp | fsdp
     nproc_per_node: Any = "auto"  # processes on this machine; auto = one per visible GPU, or 2 on a CPU
     nnodes: int = 1  # machines; each runs `python -m fastpipe launcher=ddp ...` (or torchrun)
     node_rank: int = 0  # rdzv_backend=static only: this machine's index (c10d assigns it itself)
-    rdzv_backend: str = "c10d"
+    rdzv_backend: str = "c10d"  # how the nodes meet: c10d (at rdzv_endpoint) | static (node_rank) | etcd | etcd-v2
     rdzv_endpoint: Optional[str] = None  # HOST:PORT on node 0; null (one node) = localhost, a free port
     rdzv_id: str = "fastpipe"  # names the job at the endpoint: the same on every node of one job
     backend: str = "auto"  # process-group backend; auto = nccl on CUDA, gloo on the CPU
@@ -80,7 +80,7 @@ class ProcessGroupLauncherConfig:
 class DdpLauncherConfig(ProcessGroupLauncherConfig):
     """launcher=ddp: every process holds the whole model; DistributedDataParallel all-reduces gradients."""
 
-    name: str = "ddp"
+    name: str = "ddp"  # the choice: launcher=ddp
     # Gradient bucket size (MB): each bucket's all-reduce starts as soon as its gradients are ready,
     # so smaller buckets overlap sooner and larger ones launch fewer collectives. null = DDP's own
     # default, 25 MB buckets after a 1 MB first one (a number, even 25, makes every bucket that size).
@@ -113,7 +113,7 @@ class FsdpLauncherConfig(ProcessGroupLauncherConfig):
     """launcher=fsdp: parameters, gradients and optimizer state sharded over the processes by PyTorch's
     FSDP2 (``fully_shard``); the processes start as launcher=ddp's do."""
 
-    name: str = "fsdp"
+    name: str = "fsdp"  # the choice: launcher=fsdp
     # The modules that become FSDP units, each gathering its parameters just before it runs: auto =
     # the model's repeated blocks (the modules of its nn.ModuleList, e.g. a GPT's layers); or a list of
     # class names, e.g. [Block]. The root is sharded last and holds what no unit took.

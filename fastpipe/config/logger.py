@@ -4,39 +4,71 @@ Both are objects built from a ``_target_`` that see the run only where the loop 
 on the host: ``on_window(run, scalars)``, ``on_eval(run, metrics)``, ``on_checkpoint(run, path)``,
 ``on_end(run, record)`` (and ``on_start(run)``), each optional. Each choice of the logger group nests
 its keys under its own name (conf/logger/mlflow.yaml holds ``mlflow: {...}``, as lightning-hydra-
-template's configs/logger do), so several compose: ``logger=[tensorboard,mlflow]``. The built-in
-loggers' keys are the schemas below; a project's own logger (its conf/logger/NAME.yaml) or callback
+template's configs/logger do), so several compose: ``logger=[tensorboard,mlflow]``. A logger's keys,
+their defaults and meaning are its schema below, registered with ``register_logger``; the logger class
+(record/loggers/) takes them by extending it, and declares what else it needs and writes
+(fastpipe/protocols.py's ``Logger``). A project's own logger (its conf/logger/NAME.yaml) or callback
 (``callbacks.NAME._target_=...``) is a ``_target_`` and its callable's keyword arguments, checked
 against the callable's signature.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+import importlib
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any, Dict, Optional, Tuple
 
 from fastpipe.config._checks import one_of
+from fastpipe.config.registry import SCHEMA_PREFIX, Requirement
 from fastpipe.errors import ConfigError, EnvironmentProblem
 
 LOGGERS = "fastpipe.record.loggers"
+# logger name -> {name: schema}: each registered logger's ConfigStore node, keys nested under its name.
+SCHEMAS: Dict[str, Dict[str, type]] = {}
 
 
+def register_logger(name: str, target: str):
+    """Register the decorated dataclass as ``logger=NAME``'s keys: Hydra's ConfigStore gets
+    ``logger/schema_NAME``, the keys nested under NAME with ``_target_=target`` (the logger's class,
+    which extends the dataclass, so each default is written once). Registering a name again replaces it."""
+    def add(keys: type) -> type:
+        from hydra.core.config_store import ConfigStore
+
+        node = make_dataclass(f"{keys.__name__}Node", [("_target_", str, field(default=target))], bases=(keys,))
+        SCHEMAS[name] = {name: node}
+        ConfigStore.instance().store(group="logger", name=SCHEMA_PREFIX + name, node=SCHEMAS[name])
+        return keys
+
+    return add
+
+
+def logger_names() -> Tuple[str, ...]:
+    """The registered loggers, in registration order."""
+    return tuple(SCHEMAS)
+
+
+def logger_class(name: str) -> Optional[type]:
+    """The class of the registered logger ``name`` (what it declares: fastpipe/protocols.py), or None when
+    ``name`` is not registered or its module does not import."""
+    schema = SCHEMAS.get(name, {}).get(name)
+    return None if schema is None else _declared(schema._target_)
+
+
+@register_logger("tensorboard", f"{LOGGERS}.tensorboard.TensorBoardLogger")
 @dataclass
 class TensorBoardLoggerConfig:
-    _target_: str = f"{LOGGERS}.tensorboard.TensorBoardLogger"
     folder: str = "tb"  # the event files' folder inside the run folder (tensorboard --logdir outputs)
 
 
+@register_logger("csv", f"{LOGGERS}.csv_file.CsvLogger")
 @dataclass
 class CsvLoggerConfig:
-    _target_: str = f"{LOGGERS}.csv_file.CsvLogger"
     file: str = "metrics.csv"  # inside the run folder: one row per logged step, a column per scalar
 
 
+@register_logger("mlflow", f"{LOGGERS}.mlflow_run.MlflowLogger")
 @dataclass
 class MlflowLoggerConfig:
-    _target_: str = f"{LOGGERS}.mlflow_run.MlflowLogger"
     # Where runs go: http(s)://HOST:PORT (a team's tracking server), sqlite:///PATH, databricks, ...;
     # null = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working folder (no server needed).
     tracking_uri: Optional[str] = None
@@ -51,9 +83,9 @@ class MlflowLoggerConfig:
             raise ConfigError(f"logger.mlflow.timeout_s={self.timeout_s} must be > 0 (seconds)")
 
 
+@register_logger("wandb", f"{LOGGERS}.wandb_run.WandbLogger")
 @dataclass
 class WandbLoggerConfig:
-    _target_: str = f"{LOGGERS}.wandb_run.WandbLogger"
     project: Optional[str] = None  # the W&B project; null = the working folder's name
     entity: Optional[str] = None  # the team or user; null = the API key's default entity
     # online | offline | disabled; null = $WANDB_MODE, else online with an API key configured
@@ -66,11 +98,6 @@ class WandbLoggerConfig:
             one_of("logger.wandb.mode", self.mode, ("online", "offline", "disabled"))
         if not self.timeout_s > 0:
             raise ConfigError(f"logger.wandb.timeout_s={self.timeout_s} must be > 0 (seconds)")
-
-
-# Registered as logger/schema_NAME, each nested under its name (the choice files' package is logger).
-SCHEMAS = {"tensorboard": {"tensorboard": TensorBoardLoggerConfig}, "csv": {"csv": CsvLoggerConfig},
-           "mlflow": {"mlflow": MlflowLoggerConfig}, "wandb": {"wandb": WandbLoggerConfig}}
 
 
 @dataclass
@@ -104,14 +131,13 @@ class Hook:
     def check(self) -> None:
         """The package it needs is installed, it imports, and its keys are its callable's parameters."""
         requires = getattr(_declared(self.target), "requires", None)
-        if requires:
-            package, extra = requires
-            if importlib.util.find_spec(package) is None:
-                others = "logger=tensorboard, logger=csv or logger=none"
-                what = f"logger={self.name}" if self.kind == "logger" else self.key
-                raise EnvironmentProblem(f"{what} needs the {package} package, which is not "
-                                         f"installed here; install it: pip install \"{extra}\" (or choose "
-                                         f"another: {others})")
+        if requires and not Requirement(*requires).installed():
+            package, extra = requires[:2]
+            others = ", ".join(f"logger={n}" for n in logger_names() if not getattr(logger_class(n), "requires", None))
+            what = f"logger={self.name}" if self.kind == "logger" else self.key
+            raise EnvironmentProblem(f"{what} needs the {package} package, which is not "
+                                     f"installed here; install it: pip install \"{extra}\" (or choose "
+                                     f"another: {others} or logger=none)")
         from fastpipe.targets import check_params
 
         check_params(self.key, self.callable(), self.target, self.params)

@@ -7,11 +7,9 @@ goes to the callable (docs/project.md).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar, Dict, Optional
 
-from fastpipe.config.legacy import moved_target, old_object_spelling
 from fastpipe.errors import ConfigError
 
 # Keywords fastpipe passes at run time to a callable that accepts them (and whose config does not
@@ -25,9 +23,8 @@ SCHEDULE_RUNTIME_KEYS = ("optimizer", "total_steps", "T_max")
 class ObjectConfig:
     """A ``_target_`` and its keyword arguments (``params``, nested ``_target_`` s included)."""
 
-    target: str = ""
-    params: Dict[str, Any] = field(default_factory=dict)
-    deprecations: List[str] = field(default_factory=list)  # what an old spelling should become
+    target: str = ""  # the callable that builds it, pkg.module.Name (the config's _target_; docs/project.md)
+    params: Dict[str, Any] = field(default_factory=dict)  # the callable's keyword arguments (the other keys)
 
     GROUP: ClassVar[str] = ""
     OWN_KEYS: ClassVar[tuple] = ()  # fastpipe's own keys in this group (fields of the subclass)
@@ -38,19 +35,15 @@ class ObjectConfig:
         """From the composed group node (a dict after ``OmegaConf.to_object``)."""
         if isinstance(node, cls):
             return node
-        if dataclasses.is_dataclass(node):  # schema_model / schema_dataset of 0.1 (config/legacy.py)
-            node = {k: v for k, v in dataclasses.asdict(node).items()}
         if not isinstance(node, dict):
             raise ConfigError(f"{cls.GROUP}: expected a config with a _target_, got {node!r}")
-        node, notes = old_object_spelling(cls.GROUP, dict(node), cls.OWN_KEYS)  # fastpipe 0.1's spellings
+        node = dict(node)
         target = node.pop("_target_", None)
         if not target:
             raise ConfigError(f"the {cls.GROUP} config has no _target_; give {cls.GROUP}._target_=pkg.module.Callable "
                               f"(or choose a built-in: {cls.GROUP}=NAME)")
-        target, note = moved_target(f"{cls.GROUP}._target_", str(target))
-        notes += [note] if note else []
         own = {k: node.pop(k) for k in cls.OWN_KEYS if k in node}
-        return cls(target=str(target), params=node, deprecations=notes, **own)
+        return cls(target=str(target), params=node, **own)
 
     @property
     def key(self) -> str:
@@ -145,10 +138,36 @@ class TaskConfig(ObjectConfig):
 
 @dataclass
 class OptimizerConfig(ObjectConfig):
-    """optimizer: a torch.optim optimizer (or a project's own) with ``_partial_: true``."""
+    """optimizer: a torch.optim optimizer (or a project's own) with ``_partial_: true``. Its ``lr`` may be
+    ``auto``: found by a range test before training (train/lr_find.py; ``train.lr_find_*``)."""
+
+    # optimizer.lr=auto: the found rate times this (a sweep varies it: +sweep=lr); 1.0 = the rule's rate.
+    lr_auto_factor: float = 1.0
 
     GROUP: ClassVar[str] = "optimizer"
+    OWN_KEYS: ClassVar[tuple] = ("lr_auto_factor",)
     RUNTIME_KEYS: ClassVar[tuple] = OPTIMIZER_RUNTIME_KEYS
+
+    def __post_init__(self) -> None:
+        lr = self.params.get("lr")
+        if isinstance(lr, str) and lr != "auto":
+            raise ConfigError(f"optimizer.lr={lr!r} is not valid; give a number, or auto (found by a range test)")
+        if isinstance(self.lr_auto_factor, bool) or not isinstance(self.lr_auto_factor, (int, float)) \
+                or not self.lr_auto_factor > 0:
+            raise ConfigError(f"optimizer.lr_auto_factor={self.lr_auto_factor!r} must be a number > 0 (it multiplies "
+                              "the rate optimizer.lr=auto finds)")
+
+    @property
+    def lr_auto(self) -> bool:
+        """optimizer.lr=auto: the rate is found by a range test before training."""
+        return self.params.get("lr") == "auto"
+
+    def refuse_auto_with(self, launcher: str, shards: bool) -> None:
+        """optimizer.lr=auto under a launcher that shards the model (``shards``): refused in one line."""
+        if self.lr_auto and shards:
+            raise ConfigError(f"optimizer.lr=auto with launcher={launcher}: the range test is not supported for a "
+                              "sharded model; find the rate with launcher=ddp at the same global batch and set "
+                              "optimizer.lr=RATE")
 
 
 @dataclass

@@ -7,12 +7,12 @@ from typing import Any, Union
 from omegaconf import MISSING
 
 from fastpipe.config._checks import auto_or_bool, one_of
-from fastpipe.config.registry import names, register
+from fastpipe.config.registry import Requirement, names, register
 from fastpipe.errors import ConfigError
 
 
 # Decorators apply bottom-up: the choices register (and are listed) as fp32, amp (then fp8, below).
-@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision")
+@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision", half=True)
 @register("precision", "fp32", builder="fastpipe.stages.precision:build_fp32", schema_name="precision")
 @dataclass
 class PrecisionConfig:
@@ -36,14 +36,15 @@ class PrecisionConfig:
         return self.dtype
 
 
-@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8")
+@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8", half=True,
+          requires=Requirement("torchao", "fastpipe[fp8]", "torchao's float8 training", "precision=amp"))
 @dataclass
 class Fp8PrecisionConfig:
     """precision=fp8: the chosen Linear layers' matmuls in float8 (torchao's float8 training, docs/precision.md),
     bf16 autocast around everything else. Needs torch.compile and a GPU of compute capability >= 8.9
     (Ada, Hopper and newer); on the CPU torchao emulates it (slower than bf16: for tests and debugging)."""
 
-    name: str = "fp8"
+    name: str = "fp8"  # the choice: precision=fp8
     # How float8 scales are taken: tensorwise = one scale per tensor (fastest); rowwise = one per row
     # (closer to bf16's accuracy, a little slower).
     recipe: str = "tensorwise"

@@ -15,9 +15,9 @@ class ProfileConfig:
     warmup: int = 2  # steps traced, then discarded (the profiler's own start-up cost)
     active: int = 5  # steps recorded per cycle
     repeat: int = 1  # cycles; each writes one trace file
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
+    record_shapes: bool = False  # record each operator's input shapes (torch.profiler's record_shapes)
+    profile_memory: bool = False  # record tensor allocations and frees (torch.profiler's profile_memory)
+    with_stack: bool = False  # record the Python stack of each operator (larger traces)
 
     def __post_init__(self) -> None:
         one_of("profile.name", self.name, ("off", "on"))

@@ -11,18 +11,23 @@ model", or "which function builds this precision" asks here, never by comparing 
 
 A builder given as ``"package.module:function"`` is imported when first used, so the schemas (this
 layer) never import the stages they describe. A project (or a test) registers its own choice the
-same way, with the builder itself instead of its path (docs/architecture.md).
+same way, with the builder itself instead of its path (docs/architecture.md). What a choice must
+implement: fastpipe/protocols.py.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Dict, NamedTuple, Optional, Tuple, Union
 
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, EnvironmentProblem
 
 CLOSED_GROUPS = ("data", "launcher", "precision", "compile")
 DEVICES = ("cpu", "cuda")
+# A schema's name in Hydra's ConfigStore: schema_<name>, in its group beside the choices (a config
+# file's ``defaults: [schema_<name>]``); never a choice, so no list of choices shows it.
+SCHEMA_PREFIX = "schema_"
 
 # What a dataset is, as far as a loader is concerned: a dataset callable declares one (its
 # ``data_format`` attribute; undeclared: ``samples``), a loader registers the formats it ``reads``.
@@ -33,6 +38,34 @@ DATA_FORMATS = {
     "generated": "it is generated on the device and has no files",  # dataset=synthetic
     "samples": "it has no image files to decode",  # any other map-style dataset of (input, target)
 }
+
+
+class Requirement(NamedTuple):
+    """A package a choice needs beyond fastpipe's own dependencies: the doctor notes it when missing
+    (``--require EXTRA`` makes it a problem), and the config check refuses the choice without it. A
+    logger class declares one as its ``requires`` attribute, ``(module, install)``."""
+
+    module: str  # what it imports: nvidia.dali, torchao
+    install: str  # what installs it: fastpipe[dali]
+    what: str = ""  # in words, for the messages: NVIDIA DALI (default: the module's name)
+    instead: str = ""  # the choice to use without it: data=default
+
+    @property
+    def extra(self) -> str:
+        """The name ``--require`` takes: the extra in ``fastpipe[EXTRA]``, else the module's name."""
+        return self.install.partition("[")[2].rstrip("]") or self.module
+
+    def installed(self) -> bool:
+        """Whether its module can be found (not imported: importing some costs seconds)."""
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):  # a parent package that is not there
+            return False
+
+    def missing_text(self, who: str) -> str:
+        """``who`` needs it, which is not installed: the one line naming the install."""
+        return (f"{who} needs {self.what or 'the ' + self.module + ' package'}, which is not installed: "
+                f"pip install \"{self.install}\"" + (f" (or use {self.instead})" if self.instead else ""))
 
 
 @dataclass(frozen=True)
@@ -46,8 +79,14 @@ class Choice:
     schema_name: str = ""  # its ConfigStore entry is schema_<schema_name> (default: the choice's name)
     devices: Tuple[str, ...] = DEVICES  # where it can run
     launchers: Optional[Tuple[str, ...]] = None  # the launchers it works under; None = every one
+    requires: Optional[Requirement] = None  # a package it needs beyond fastpipe's dependencies
     reads: Tuple[str, ...] = ()  # data: the DATA_FORMATS it can read
     uses_collate_fn: bool = False  # data: batches are collated by dataset.collate_fn (else the loader's own)
+    # data: its builder takes subset=positions, a subset of the held-out split (train.target_eval_samples)
+    held_out_subset: bool = False
+    streams: bool = False  # data: reads a stream (an IterableDataset), split over its readers by set_shard
+    overfit_batches: bool = True  # data: trains on the splits cut to their first batches (train.overfit_batches)
+    half: bool = False  # precision: computes in 16 bits or fewer, which lowers memory (the out-of-memory advice)
     process_group: bool = False  # launcher: its workers form a torch.distributed process group
     ddp: bool = False  # launcher: the model trains as a DistributedDataParallel replica
     shards: bool = False  # launcher: parameters, gradients and optimizer state are sharded (FSDP2)
@@ -69,6 +108,11 @@ class Choice:
             raise ConfigError(f"{self.group}={self.name} works with launcher={' or launcher='.join(self.launchers)}, "
                               f"not launcher={launcher}; choose another {self.group} or launcher")
 
+    def refuse_missing(self) -> None:
+        """One line when the package this choice needs is not installed."""
+        if self.requires is not None and not self.requires.installed():
+            raise EnvironmentProblem(self.requires.missing_text(f"{self.group}={self.name}"))
+
     def refuse_format(self, data_format: str, dataset: str) -> None:
         """data: one line when this loader cannot read a dataset of ``data_format``, naming those that can."""
         if data_format in self.reads:
@@ -76,6 +120,25 @@ class Choice:
         able = [c.name for c in _CHOICES["data"].values() if data_format in c.reads]
         raise ConfigError(f"data={self.name} cannot read dataset={dataset}: {DATA_FORMATS[data_format]}; use "
                           f"data={' or data='.join(able)}")
+
+    def refuse_stream(self, dataset: str) -> None:
+        """data: one line when this loader cannot read ``dataset``, a stream."""
+        if not self.streams:
+            raise ConfigError(f"data={self.name} reads samples by index, but dataset={dataset} is a stream (an "
+                              f"IterableDataset); use data={' or data='.join(having('data', 'streams'))}")
+
+    def refuse_held_out_subset(self) -> None:
+        """data: one line when this loader's builder cannot read a subset of the held-out split."""
+        if not self.held_out_subset:
+            raise ConfigError(f"train.target_eval_samples needs a loader that can read a subset of the held-out split, "
+                              f"and data={self.name}'s builder takes no subset: drop train.target_eval_samples")
+
+    def refuse_overfit_batches(self) -> None:
+        """data: one line when this loader cannot train on the splits' first batches."""
+        if not self.overfit_batches:
+            able = having("data", "overfit_batches")
+            raise ConfigError(f"train.overfit_batches works with data={' or data='.join(able)}, not data={self.name}; "
+                              f"use data={able[0]}")
 
 
 _CHOICES: Dict[str, Dict[str, Choice]] = {group: {} for group in CLOSED_GROUPS}
@@ -102,7 +165,8 @@ def _store(group: str, choice: Choice) -> None:
     """The schema in Hydra's ConfigStore, for a config file's ``defaults: [schema_<name>]``."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group=group, name=f"schema_{choice.schema_name or choice.name}", node=choice.schema)
+    name = SCHEMA_PREFIX + (choice.schema_name or choice.name)
+    ConfigStore.instance().store(group=group, name=name, node=choice.schema)
 
 
 def choice(group: str, name: str) -> Choice:
@@ -116,6 +180,26 @@ def choice(group: str, name: str) -> Choice:
 def names(group: str) -> Tuple[str, ...]:
     """The registered choices of ``group``, in registration order."""
     return tuple(_CHOICES[group])
+
+
+def having(group: str, field: str) -> Tuple[str, ...]:
+    """The registered choices of ``group`` whose ``field`` (a Choice flag) is set, in registration order."""
+    return tuple(c.name for c in _CHOICES[group].values() if getattr(c, field))
+
+
+def lower_precision(name: str) -> Optional[str]:
+    """``precision=amp``: the first registered half precision, to suggest when precision=``name`` runs out
+    of memory; None when ``name`` is one already (or none is registered)."""
+    if choice("precision", name).half:
+        return None
+    half = having("precision", "half")
+    return f"precision={half[0]}" if half else None
+
+
+def requirements() -> Dict[str, Requirement]:
+    """``{"data=dali": Requirement}``: every registered choice that needs a package of its own."""
+    return {f"{c.group}={c.name}": c.requires for group in CLOSED_GROUPS for c in _CHOICES[group].values()
+            if c.requires is not None}
 
 
 def schemas(group: str) -> Dict[str, type]:

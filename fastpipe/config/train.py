@@ -1,5 +1,4 @@
-"""``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints
-(fastpipe 0.1's ``train.lr`` and friends: config/legacy.py)."""
+"""``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,10 +10,10 @@ from fastpipe.errors import ConfigError
 
 @dataclass
 class TrainConfig:
-    epochs: int = 3
+    epochs: int = 3  # passes over the training split (max_steps may stop the run sooner)
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     # Samples per process per micro-batch, or auto: the largest that fits in device memory (or, with
-    # batch_size_goal=throughput, the fastest of those), found by trying the real step before training
+    # batch_size_goal=throughput, the fastest of those). auto tries the real step before training
     # (fastpipe/train/batch_size.py; on a CPU up to batch_size_max, which is then the answer for memory).
     batch_size: Any = 64
     batch_size_goal: str = "memory"  # auto: memory (the largest that fits) or throughput (best samples/s)
@@ -30,9 +29,22 @@ class TrainConfig:
     batch_size_search_s: Optional[float] = 30.0
     # The learning rate follows the global batch (batch_size x grad_accum x processes): none = as
     # configured; linear = optimizer.lr x global / lr_reference_batch (Goyal et al. 2017); sqrt = x its
-    # square root (often used with Adam). graph.txt shows the lr applied.
+    # square root (often used with Adam). graph.txt shows the lr applied. A found rate (optimizer.lr=auto)
+    # is not scaled: the range test measured it at this run's batch.
     lr_scaling: str = "none"
     lr_reference_batch: int = 256  # the global batch optimizer.lr was tuned for
+    # optimizer.lr=auto's range test (docs/recipe.md, "Finding the learning rate"): before training, the
+    # run's training step at rates rising exponentially from lr_find_min to lr_find_max over lr_find_steps
+    # optimizer steps, stopped once the smoothed loss passes 4x its best or a loss is non-finite.
+    lr_find_min: float = 1.0e-7
+    lr_find_max: float = 10.0
+    lr_find_steps: int = 100
+    # The seed of the test's batches and its throw-away model; null = the run's seed. A fixed value gives
+    # every seed of a race or of report.repeats the same rate.
+    lr_find_seed: Optional[int] = None
+    # Which rate of the curve: valley (fastai's default: half-way down the longest descent), steepest (the
+    # steepest descent per decade), min_div10 (a tenth of the rate at the lowest loss).
+    lr_find_rule: str = "valley"
     # Gradient clipping: the gradients' total L2 norm is scaled down to at most this (after fp16 loss
     # scaling is undone); null = off. The norm before clipping is logged at window edges.
     clip_grad_norm: Optional[float] = None
@@ -62,8 +74,9 @@ class TrainConfig:
     # the confirmed evaluation counts.
     target_eval_samples: Optional[int] = None
     # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
-    # compilation included) passes this many seconds, checked where the host syncs anyway (window edges,
-    # evaluations, epoch ends) and agreed by every rank: a final evaluation, a checkpoint (to resume from) and the results. null = no limit.
+    # compilation included) passes this many seconds: a final evaluation, a checkpoint (to resume from)
+    # and the results. Checked where the host syncs anyway (window edges, evaluations, epoch ends) and
+    # agreed by every rank. null = no limit.
     time_budget_s: Optional[float] = None
     # MixUp / CutMix of each training batch on the device (torchvision.transforms.v2, Beta(alpha, alpha));
     # classification of images only (the task's loss takes the soft labels); both set = one of the two
@@ -98,6 +111,7 @@ class TrainConfig:
         if self.batch_size_search_s is not None and not self.batch_size_search_s > 0:
             raise ConfigError(f"train.batch_size_search_s={self.batch_size_search_s} must be > 0 (seconds), or null "
                               "for no limit")
+        self._check_lr_find()
         for key in ("batch_size_max", "batch_size_start", "lr_reference_batch"):
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}={getattr(self, key)} must be >= 1")
@@ -118,6 +132,16 @@ class TrainConfig:
             raise ConfigError("train.checkpoint_every must be >= 0 (steps; 0 or null = off)")
         if self.resume in ("", "null", "none", "off", "false"):
             self.resume = None
+
+    def _check_lr_find(self) -> None:
+        """optimizer.lr=auto's range test: a ramp that rises, long enough to smooth and trim."""
+        one_of("train.lr_find_rule", self.lr_find_rule, ("valley", "steepest", "min_div10"))
+        if not 0 < self.lr_find_min < self.lr_find_max:
+            raise ConfigError(f"train.lr_find_min={self.lr_find_min:g} and train.lr_find_max={self.lr_find_max:g}: the "
+                              "range test's ramp needs 0 < lr_find_min < lr_find_max (defaults 1e-7 and 10)")
+        if self.lr_find_steps < 10:
+            raise ConfigError(f"train.lr_find_steps={self.lr_find_steps} must be >= 10: the rules skip the ramp's "
+                              "first tenth and last 5 steps (default 100)")
 
     def _check_target(self) -> None:
         """train.target and its companions: what a time-to-target run needs."""

@@ -2,26 +2,14 @@
 ``build_loader`` builds the one ``data.name`` names."""
 from __future__ import annotations
 
-import inspect
-from typing import Iterator, Protocol
+from typing import Optional
 
 from fastpipe.config import LoaderConfig
 from fastpipe.config.registry import choice
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError
+from fastpipe.protocols import Loader
 from fastpipe.runtime import Runtime
-
-
-class Loader(Protocol):
-    """What every loader gives the loop: batches of (inputs, targets) on the training device."""
-
-    def __len__(self) -> int: ...  # batches per epoch on this process
-
-    def __iter__(self) -> Iterator[tuple]: ...
-
-    def set_epoch(self, epoch: int) -> None: ...  # the epoch's order (and augmentation) from (seed, epoch)
-
-    def describe(self) -> str: ...  # graph.txt's loader line
 
 
 def data_format(splits) -> str:
@@ -32,15 +20,18 @@ def data_format(splits) -> str:
 
 
 def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, seed: int, train: bool,
-                 channels_last: bool, subset=None):
+                 channels_last: bool, subset=None) -> Optional[Loader]:
     """A ``Loader`` over ``splits`` (a DataSplits): the registered builder of ``cfg.name``, called with
     the same arguments; None when there is no held-out split. ``subset`` (held-out only): positions in
     the held-out split (ascending, data/subset.py) to read instead of all of it, shared out over the
-    ranks as the whole split would be (``train.target_eval_samples``); a builder takes it as its
-    ``subset`` keyword."""
+    ranks as the whole split would be (``train.target_eval_samples``); a builder registered with
+    ``held_out_subset`` takes it as its ``subset`` keyword. What the registered choice cannot read (a
+    format, a stream, a subset) is refused in one line."""
     loader = choice("data", cfg.name)
     loader.refuse_format(data_format(splits), splits.name)
     loader.refuse_unsupported(device_type=runtime.device.type)
+    if is_stream(splits.train) or is_stream(splits.val):
+        loader.refuse_stream(splits.name)
     if not train and splits.val is None:
         return None
     args = (cfg, splits, runtime, batch_size, seed, train, channels_last)
@@ -49,7 +40,5 @@ def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, s
     if train or is_stream(splits.val):
         raise ConfigError(f"train.target_eval_samples reads a subset of the held-out split by index, but "
                           f"dataset={splits.name}'s held-out split is a stream: drop train.target_eval_samples")
-    if "subset" not in inspect.signature(loader.build).parameters:
-        raise ConfigError(f"train.target_eval_samples needs a loader that can read a subset of the held-out split, "
-                          f"and data={cfg.name}'s builder takes no subset: drop train.target_eval_samples")
+    loader.refuse_held_out_subset()
     return loader.build(*args, subset=subset)

@@ -7,7 +7,7 @@ Where the batches come from:
   device (augment.py);
 - datasets that are memory-mapped themselves and can read a batch at once (``read_batch``, e.g.
   ``dataset=tokens``): straight from their own map;
-- any other dataset of fixed-shape samples: a records pack (records.py), packed once.
+- any other dataset of fixed-shape samples: a records pack (pack/records.py), packed once.
 """
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ import torch
 from fastpipe.config import MmapLoaderConfig
 from fastpipe.data.augment import DeviceTransform, ImagePackPrep
 from fastpipe.data.device import DeviceLoader, MovePrep
-from fastpipe.data.jpeg import StreamSafe
-from fastpipe.data.packfile import TRAIN, VAL
-from fastpipe.data.packopen import jpeg_decoder, open_own_shards, read_plan, resolve_pack
-from fastpipe.data.packsource import PackImages
-from fastpipe.data.records import RecordPack
+from fastpipe.data.pack.format import TRAIN, VAL
+from fastpipe.data.pack.jpeg import StreamSafe
+from fastpipe.data.pack.records import RecordPack
+from fastpipe.data.pack.resolve import jpeg_decoder, open_own_shards, read_plan, resolve_pack
+from fastpipe.data.pack.source import PackImages
 from fastpipe.data.splits import DataSplits
-from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError, no_full_batch
 from fastpipe.measure.setup import setup_part
 from fastpipe.runtime import Runtime
@@ -152,9 +151,6 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         raise ConfigError("data.pin_memory=true needs CUDA (pinned memory speeds host-to-GPU copies); "
                           "use data.pin_memory=auto")
     dataset = splits.train if train else splits.val
-    if is_stream(splits.train) or is_stream(splits.val):
-        raise ConfigError(f"data=mmap reads samples by index, but dataset={splits.name} is a stream (an "
-                          "IterableDataset); use data=default")
     if hasattr(dataset, "read_batch") and not cfg.path:  # memory-mapped itself: no pack
         source, indices, how = DatasetSource(dataset), _pick(np.arange(len(dataset)), subset), "the dataset's own memory map"
         prepare, geometry, plan = MovePrep(device), "as read", None

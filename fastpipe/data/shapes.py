@@ -7,7 +7,6 @@ class or files deleted) is regenerated, never trained on.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -26,6 +25,7 @@ from PIL import Image, ImageDraw
 from fastpipe import signals
 from fastpipe.data.cachedir import remove_dead_tmp, tmp_sibling, writing_into
 from fastpipe.errors import ConfigError, DataError
+from fastpipe.files import file_lock
 
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "diamond", "hbar", "vbar")
 GENERATOR_VERSION = 2  # bump when drawing changes, so cached folders are not reused
@@ -146,7 +146,7 @@ PROCESSES_FROM = 2048  # images: a set this large is drawn by processes (numpy's
 
 
 def _init_pool_worker(parent: int) -> None:
-    from fastpipe.runtime import die_with_parent
+    from fastpipe.processes import die_with_parent
 
     signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
     die_with_parent(parent)
@@ -215,8 +215,8 @@ def generate(root: Path, num_classes: int, num_images: int, size: Tuple[int, int
         _refuse_foreign(root)
         print(f"fastpipe: warning: the shapes dataset in {root} is incomplete ({problem}); generating it again",
               file=sys.stderr, flush=True)
-        with open(root.parent / f".{root.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one process regenerates; the others then find it complete
+        # one process regenerates; the others then find it complete
+        with file_lock(root.parent / f".{root.name}.lock"):
             if incomplete(root, expected) is not None:
                 tmp = tmp_sibling(root)
                 _write(tmp, expected, size, seed, progress, threads, desc)

@@ -19,9 +19,9 @@ from fastpipe.record.run_record import RunRecord, failed
 from fastpipe.config import Config, ProcessGroupLauncherConfig
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
-from fastpipe.runtime import (cpu_cores, die_with_parent, environment, full_errors, init_distributed,
-                              shutdown_distributed, visible_gpus)
-from fastpipe.signals import exit_reason
+from fastpipe.machine import environment, visible_gpus
+from fastpipe.processes import die_with_parent, exit_reason
+from fastpipe.runtime import cpu_cores, full_errors, init_distributed, shutdown_distributed
 
 
 def _worker(settings_path: str, run_dir: str, parent: int) -> Optional[dict]:

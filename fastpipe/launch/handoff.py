@@ -9,21 +9,20 @@ The processes get the file's path instead; the launcher removes the file once th
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 from pathlib import Path
 from typing import Iterator
 
 from fastpipe.config import Config
+from fastpipe.files import atomic_write
 
 
 @contextlib.contextmanager
 def settings_file(settings: Config, run_dir: Path) -> Iterator[str]:
     """The path of a file holding ``settings`` for the duration of the launch."""
     path = Path(run_dir) / f".settings-{settings.run_id}.pkl"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(pickle.dumps(settings, protocol=pickle.HIGHEST_PROTOCOL))
-    os.replace(tmp, path)  # a reader never sees half a file
+    # a reader never sees half a file; not synced: the file lives as long as the launch
+    atomic_write(path, pickle.dumps(settings, protocol=pickle.HIGHEST_PROTOCOL), fsync=False)
     try:
         yield str(path)
     finally:

@@ -27,9 +27,10 @@ from fastpipe.config import Config
 from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
-from fastpipe.runtime import (broadcast_from_main, die_with_parent, dist_from_env, environment, full_errors,
-                              init_distributed, shutdown_distributed, started_by_torchrun)
-from fastpipe.signals import exit_reason, started_with_signals_held
+from fastpipe.machine import environment
+from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held
+from fastpipe.runtime import (broadcast_from_main, dist_from_env, full_errors, init_distributed, shutdown_distributed,
+                              started_by_torchrun)
 
 
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:

@@ -64,7 +64,7 @@ def launch_repeats(launch: Callable, settings, run_dir: Path, resume: bool = Fal
             runs.append(launch(resumable(repeat_settings(settings, k), folder, resume), folder))
         if runs[-1].get("status") != "ok":
             break  # a failed repeat (bad input, crash) would fail again: stop measuring
-    combined = _combined(runs, names, n)
+    combined = combined_record(runs, names, n)
     results.write(run_dir, combined)
     return combined.to_dict()
 
@@ -111,9 +111,11 @@ def combine_targets(targets: List[Optional[dict]]) -> Optional[dict]:
         return None
     seconds = _median_time(known, "seconds")
     reached = [t["seconds"] for t in known if t["reached"]]
-    if seconds is None:  # most missed it: the slowest run's record, not reached
-        combined = dict(max((t for t in known if not t["reached"]), key=lambda t: t["seconds"]))
-        combined["reached"] = False
+    if seconds is None:  # most missed it: not reached, its clock and best value the medians over the runs
+        combined = dict(next(t for t in known if not t["reached"]), reached=False)
+        for key in ("seconds", "seconds_end_to_end", "best_value"):  # each one's median over the runs that have it
+            values = [t[key] for t in known if t.get(key) is not None]
+            combined[key] = statistics.median(values) if values else None
     else:
         combined = dict(min((t for t in known if t["reached"]), key=lambda t: abs(t["seconds"] - seconds)))
         combined.update(seconds=seconds, seconds_end_to_end=_median_time(known, "seconds_end_to_end"))
@@ -126,7 +128,7 @@ def combine_targets(targets: List[Optional[dict]]) -> Optional[dict]:
 
 def combine_repeats(runs: List[dict], names: List[str], n: int) -> dict:
     """One metrics dict for N repeats: medians, the max peak memory, and a ``repeats`` record."""
-    return _combined(runs, names, n).to_dict()
+    return combined_record(runs, names, n).to_dict()
 
 
 def _median_dict(dicts: List[Optional[dict]]) -> Optional[dict]:
@@ -142,7 +144,9 @@ def _median_dict(dicts: List[Optional[dict]]) -> Optional[dict]:
     return out
 
 
-def _combined(runs: List[dict], names: List[str], n: int) -> RunRecord:
+def combined_record(runs: List[dict], names: List[str], n: int) -> RunRecord:
+    """One RunRecord for N runs of one job (repeats, or a race's rounds): medians, the max peak memory, a
+    ``repeats`` record; a failed run's record when one failed."""
     throughputs = [m.get("throughput") for m in runs]
     repeats = {"n": n, "dirs": names, "throughput": throughputs, "min": None, "max": None, "spread": None}
     failed = next((i for i, m in enumerate(runs) if m.get("status") != "ok"), None)

@@ -6,7 +6,7 @@ its settings, and the Hydra process has spent as long importing them for its own
 composes and checks the config and records the run's provenance) and, in a sweep, again as each job
 hands its process over (the next job's imports run while this one trains). ``take`` gives the
 launcher the waiting process, which then runs the job exactly as a process spawned for it would:
-same entry point, stop signals blocked from its start (signals.py), killed with the Hydra process.
+same entry point, stop signals blocked from its start (processes.py), killed with the Hydra process.
 
 It is not used when the Hydra process's environment has changed since it started in a variable
 torch or the loaders read as they import (``CUDA_*``, ``TORCH*``, ``OMP_*``...): a fresh process
@@ -65,7 +65,7 @@ keep_one_ready = False  # a sweep: start the next job's process as this one's is
 def prestart(imports: Sequence[str] = WARM_IMPORTS) -> None:
     """Start a waiting training process, unless one waits already."""
     global _ready
-    from fastpipe.signals import started_blocked
+    from fastpipe.processes import started_blocked
 
     if _ready is not None:
         if _ready.process.is_alive():
@@ -131,7 +131,7 @@ def dismiss() -> None:
 
 def _wait_for_a_job(conn, parent: int, imports: Sequence[str]) -> None:
     """The waiting process: import, wait for the job, then run it as a freshly spawned one would."""
-    from fastpipe.signals import die_with_parent
+    from fastpipe.processes import die_with_parent
 
     die_with_parent(parent)
     try:

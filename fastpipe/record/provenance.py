@@ -8,8 +8,9 @@ kept as ``<run>/code.diff`` when it is at most ``DIFF_LIMIT`` bytes. An untracke
 ``UNTRACKED_LIMIT`` (or not text) enters the patch as one line naming it and its size. ``fastpipe`` is
 ``{version, commit}``: the commit of a source checkout fastpipe runs from, null for an installed wheel.
 What fastpipe and its trackers write into the working folder is not the project's code and is not
-counted: the folder holding the run folder under the working folder (``outputs/``), ``mlflow.db``, ``mlruns/``,
-``mlartifacts/`` and ``wandb/``.
+counted: the folder holding the run folder under the working folder (``outputs/``), and what each
+registered logger declares as its ``working_files`` (MLflow's ``mlflow.db``, ``mlruns/``,
+``mlartifacts/``; W&B's ``wandb/``: config/logger.py, fastpipe/protocols.py).
 """
 from __future__ import annotations
 
@@ -23,7 +24,13 @@ from typing import Optional, Tuple
 DIFF_LIMIT = 1_000_000  # bytes: a larger patch is recorded by its hash only
 UNTRACKED_LIMIT = 1_000_000  # bytes: a larger untracked file is named in the patch, not copied into it
 GIT_TIMEOUT_S = 20
-TRACKER_FILES = ("mlflow.db", "mlruns", "mlartifacts", "wandb")  # in the working folder: the trackers' own
+
+
+def tracker_files() -> Tuple[str, ...]:
+    """What the registered loggers write into the working folder (their ``working_files``): the trackers' own."""
+    from fastpipe.config.logger import logger_class, logger_names
+
+    return tuple(dict.fromkeys(f for name in logger_names() for f in getattr(logger_class(name), "working_files", ())))
 
 
 def _git(folder: Path, *args: str) -> Optional[bytes]:
@@ -64,14 +71,14 @@ def _excluded(top: Path, folder: Path, written) -> list:
     """Pathspecs leaving out what fastpipe writes: the trackers' files, and for each run folder the folder
     holding it one level below where it and the working folder part (``outputs/`` for ``outputs/DATE/TIME``
     under the working folder, wherever that is in the repository)."""
-    out, folder = [], Path(folder).resolve()
-    for path in [folder / name for name in TRACKER_FILES] + [Path(w) for w in written]:
+    out, folder, trackers = [], Path(folder).resolve(), tracker_files()
+    for path in [folder / name for name in trackers] + [Path(w) for w in written]:
         path = path.resolve()
         try:
             rel = path.relative_to(top)
         except ValueError:  # outside the repository
             continue
-        if path.name not in TRACKER_FILES:
+        if path.name not in trackers:
             common = Path(os.path.commonpath([folder, path]))
             below = path.relative_to(common).parts
             if not below:  # the run folder is the working folder or holds it: nothing of it can be left out

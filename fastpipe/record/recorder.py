@@ -1,16 +1,14 @@
-"""A run folder's artefacts besides metrics.json (graph.txt, loss.png, code.diff), and the run's loggers
+"""A run folder's artefacts besides metrics.json (graph.txt, loss.png, code.diff, lr_find.*), and the run's loggers
 and callbacks (record/loggers/), which see the run where the loop reports: window edges, evaluations,
 checkpoints, the end."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fastpipe.record import results
+from fastpipe.record.loss_plot import write_loss_plot
 from fastpipe.record.run_record import RunRecord
-
-LOSS_DPI = 110
 
 
 class RunRecorder:
@@ -19,6 +17,7 @@ class RunRecorder:
     def __init__(self, run_dir: Path, enabled: bool = True, hooks=None) -> None:
         self.run_dir, self.enabled, self.hooks = Path(run_dir), enabled, hooks
         self.step = 0
+        self.evaluations: List[Tuple[int, Dict[str, float]]] = []  # (step, val/* metrics): loss.png's second axis
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -43,6 +42,8 @@ class RunRecorder:
 
     def evaluation(self, step: int, metrics: Dict[str, Optional[float]]) -> None:
         """An evaluation's held-out metrics (``val/NAME``), to every logger's ``on_eval``."""
+        if self.enabled:
+            self.evaluations.append((step, dict(metrics)))
         self._send("evaluation", step, metrics)
 
     def _send(self, what: str, step: int, values: Dict[str, Optional[float]]) -> None:
@@ -50,6 +51,19 @@ class RunRecorder:
         values = {tag: float(value) for tag, value in values.items() if value is not None}
         if self.enabled and self.hooks is not None and values:
             getattr(self.hooks, what)(step, values)
+
+    def lr_find(self, search: dict, raw=None) -> None:
+        """optimizer.lr=auto's range test (metrics.json's ``lr_search``; ``raw``: each step's loss as
+        measured): lr_find.csv and lr_find.png, and its curve to the loggers' ``on_curve`` as
+        ``lr_find/loss`` and ``lr_find/lr`` against the test's own steps, never the training steps."""
+        if not self.enabled:
+            return
+        from fastpipe.record import lr_find
+
+        lr_find.write(self.run_dir, search, raw)
+        if self.hooks is not None and search["curve"]:
+            self.hooks.curve("lr_find/loss", [(i, loss) for i, (_, loss) in enumerate(search["curve"])])
+            self.hooks.curve("lr_find/lr", [(i, lr) for i, (lr, _) in enumerate(search["curve"])])
 
     def checkpoint(self, step: int, path: Path) -> None:
         """A checkpoint complete on disk (called from the checkpoint writer's thread)."""
@@ -75,30 +89,12 @@ class RunRecorder:
             record.warnings.extend(notes)
             self.write_metrics(record)
 
-    def plot_loss(self, history, title: str) -> None:
-        """loss.png: training loss at each measurement window edge."""
+    def plot_loss(self, history, record: RunRecord) -> None:
+        """loss.png: the training loss at each window edge, the held-out primary metric of each
+        evaluation beside it, titled by the run's overrides (record/loss_plot.py)."""
         if not self.enabled or not history:
             return
-        import matplotlib.pyplot as plt
-
-        fig = loss_figure(history, title)
-        fig.savefig(self.run_dir / "loss.png", dpi=LOSS_DPI)
-        plt.close(fig)
-
-
-def loss_figure(history, title: str):
-    """The loss.png figure: loss against step, titled by the run's choices, wrapped to the figure's width
-    (ten groups' choices are twice as long as one line)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: never needs a display
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    steps, losses = zip(*history)
-    ax.plot(steps, losses, marker=".")
-    ax.set(xlabel="optimizer step", ylabel="training loss")
-    ax.set_title(textwrap.fill(title, width=75), fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+        metric = record.primary_metric
+        tag = metric and f"val/{metric['name']}"
+        evaluations = [(step, values[tag]) for step, values in self.evaluations if values.get(tag) is not None]
+        write_loss_plot(self.run_dir / "loss.png", history, record.overrides, evaluations, metric)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
+from fastpipe.files import atomic_write
 from fastpipe.record.run_record import RunRecord, failed
 
 FILE = "metrics.json"
@@ -31,18 +32,9 @@ def _finite_or_none(value):
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write via a temporary file, fsync and rename, so a reader never sees half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(_finite_or_none(payload), fh, indent=2, default=str, allow_nan=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, a signal: no temporary file left behind
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``payload`` as JSON (non-finite numbers as null) via a temporary file, fsync and rename,
+    so a reader never sees half a file."""
+    atomic_write(path, json.dumps(_finite_or_none(payload), indent=2, default=str, allow_nan=False))
 
 
 def write(run_dir: Path, record: RunRecord) -> None:

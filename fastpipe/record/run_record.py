@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Iterable, List, Optional, TypedDict
 
 # What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "failed", "preempted", "interrupted", "running")
 UNFINISHED = STATUSES[1:]  # what a run that did not finish is (running: began, no outcome yet)
 
@@ -137,10 +137,11 @@ class RunRecord:
     grad_norm: Optional[float] = None
     batch_size: Optional[int] = None
     batch_size_search: Optional[Dict[str, Any]] = None  # BatchSearch.record(): goal, cap, chosen, seconds, probes
+    lr_search: Optional[Dict[str, Any]] = None  # optimizer.lr=auto: LrSearch.record(): rule, curve, suggestion, ...
     model_build_s: Optional[float] = None  # constructing and initialising the model on its device (or sharding it)
     fp8: Optional[Dict[str, Any]] = None  # precision=fp8: Fp8Layers.record(): recipe, converted, kept, ...
     per_rank: Optional[Dict[str, List[Any]]] = None  # measure.steps.PER_RANK_KEYS -> one value per rank
-    env: Optional[Dict[str, Any]] = None  # runtime.environment()
+    env: Optional[Dict[str, Any]] = None  # machine.environment()
     code: Optional[Code] = None  # record/provenance.py: the commits the run was made from
     warnings: List[str] = field(default_factory=list)
     # Written only when set:

@@ -7,16 +7,17 @@ file races with the next run that opens it).
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
 from fastpipe.errors import ConfigError
+from fastpipe.files import LockBusy, file_lock
 
 NAME = ".fastpipe.lock"
 
@@ -32,39 +33,33 @@ class RunLock:
 
     def __init__(self, folder: Path, what: str = "run") -> None:
         self.folder, self.what = Path(folder), what
-        self._file = None
+        self._held_lock: Optional[ExitStack] = None
 
     def acquire(self) -> "RunLock":
         key = str(self.folder.resolve())
         if key in RunLock._held:
             return RunLock._held[key]
         self.folder.mkdir(parents=True, exist_ok=True)
-        handle = open(self.folder / NAME, "a+")
+        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                            "command": _command()})
+        held = ExitStack()
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = _describe(handle.read())
-            handle.close()
+            held.enter_context(file_lock(self.folder / NAME, wait=False, owner=owner))
+        except LockBusy as busy:
             hint = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
-            raise FolderInUse(f"{self.what} folder {self.folder} is in use by another fastpipe run ({holder}); "
-                              f"wait for it to finish, or give this {self.what} its own {hint}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                                 "command": _command()}))
-        handle.flush()
-        self._file = handle
+            raise FolderInUse(f"{self.what} folder {self.folder} is in use by another fastpipe run "
+                              f"({_describe(busy.holder)}); wait for it to finish, or give this {self.what} its "
+                              f"own {hint}") from None
+        self._held_lock = held
         RunLock._held[key] = self
         return self
 
     def release(self) -> None:
-        if self._file is None:
+        if self._held_lock is None:
             return
         RunLock._held.pop(str(self.folder.resolve()), None)
-        fcntl.flock(self._file, fcntl.LOCK_UN)
-        self._file.close()
-        self._file = None
+        self._held_lock.close()
+        self._held_lock = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
@@ -95,11 +90,8 @@ def holder(folder: Path) -> Optional[str]:
     path = Path(folder) / NAME
     if not path.is_file():
         return None
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            return _describe(handle.read())
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+    try:
+        with file_lock(path, wait=False):
+            return None
+    except LockBusy as busy:
+        return _describe(busy.holder)

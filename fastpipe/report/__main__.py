@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from fastpipe.config.report import OBJECTIVES
+from fastpipe.config.report import AGGREGATES, OBJECTIVES
 from fastpipe.errors import EXIT_CODE, FastpipeError
 
 
@@ -31,6 +31,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="what ranks the jobs and picks the winner; default: the sweep's report.objective")
     parser.add_argument("--target-clock", choices=("training", "end_to_end"),
                         help="time_to_target's clock; default: the sweep's report.target_clock")
+    parser.add_argument("--force", action="store_true",
+                        help="with --save-best: write the leader even when the measurements do not separate it from "
+                             "the others (a tie, an unstable throughput), with a comment saying so")
+    parser.add_argument("--max-spread", type=float, metavar="S",
+                        help="the widest (max - min) / median of a job's repeated throughputs that still ranks; "
+                             "default: the sweep's report.max_spread")
+    parser.add_argument("--aggregate", choices=AGGREGATES,
+                        help="how several runs' times to target make one (median, or MLPerf's olympic mean); "
+                             "default: the sweep's report.aggregate")
     parser.add_argument("--quiet", action="store_true", help="do not print report.md")
     return parser.parse_args(argv)
 
@@ -38,7 +47,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code."""
     from fastpipe.report.publish import write_report
-    from fastpipe.report.sweep import load_spec
+    from fastpipe.report.jobs import load_spec
     from fastpipe.report.winner import experiment_hint
 
     args = parse_args(argv)
@@ -53,7 +62,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if spec is not None:
             spec.objective = args.objective or spec.objective
             spec.target_clock = args.target_clock or spec.target_clock
-        result = write_report(args.sweep_dir, spec, save_best=args.save_best)
+            spec.aggregate = args.aggregate or spec.aggregate
+            if args.max_spread is not None:
+                if not args.max_spread > 0.0:
+                    raise FastpipeError(f"--max-spread={args.max_spread} must be > 0 (e.g. 0.10)")
+                spec.max_spread = args.max_spread
+        if args.force and args.save_best is None:
+            raise FastpipeError("--force goes with --save-best PATH (it writes a leader that is not a separated winner)")
+        result = write_report(args.sweep_dir, spec, save_best=args.save_best, force=args.force)
     except FastpipeError as exc:
         print(f"fastpipe.report: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_CODE
@@ -62,7 +78,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"wrote report.md, report.csv, report.png, hparams/{', best.yaml' if result.best else ''} "
           f"in {args.sweep_dir}")
     if args.save_best is not None:
-        print(f"saved the winner (job {result.best['job']}) to {args.save_best}; run it: {experiment_hint(args.save_best)}")
+        saved = result.best or result.candidate
+        what = "the winner" if result.best is not None else "the leader, not a separated winner,"
+        print(f"saved {what} (job {saved['job']}) to {args.save_best}; run it: {experiment_hint(args.save_best)}")
     return 0
 
 

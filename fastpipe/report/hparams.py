@@ -12,22 +12,11 @@ import shutil
 from pathlib import Path
 from typing import Dict
 
+from fastpipe.report.columns import COLUMNS
 from fastpipe.report.sweep import SweepResult
 
-# metric tag -> (row key, description)
-METRICS = {
-    "throughput": ("throughput", "training samples/s, steady state"),
-    "speedup": ("speedup", "throughput / the baseline's"),
-    "epoch_time_s": ("epoch_time_s", "last epoch's training wall time (s)"),
-    "warmup_s": ("warmup_s", "warm-up and compilation (s)"),
-    "data_wait_pct": ("data_wait_pct", "% of the steady state waiting for data"),
-    "gpu_util_pct": ("gpu_util_pct", "mean NVML GPU utilisation (%)"),
-    "peak_mem_gb": ("peak_mem_gb", "peak memory (GB)"),
-    "accuracy": ("accuracy", "held-out top-1 (0..1), classification"),
-    "primary_metric": ("metric_value", "the task's primary held-out metric (e.g. accuracy 0..1, an LM's loss)"),
-    "time_to_target_s": ("time_to_target_s", "seconds until train.target was reached (report.target_clock's clock)"),
-    "target_reached": ("target_reached", "1 when the run reached train.target, 0 when it did not"),
-}
+# The columns HParams shows as metrics: tag, row key and description from each Column.
+METRICS = [c for c in COLUMNS if c.hparam]
 
 
 def session_hparams(row: dict, result: SweepResult) -> Dict[str, object]:
@@ -59,12 +48,12 @@ def write_hparams(result: SweepResult, folder: Path) -> None:
             domains.setdefault(name, set()).add(value)
     declared = [hp.HParam(name, hp.Discrete(sorted(values)) if name != "job" else None)
                 for name, values in domains.items()]
-    metrics = [hp.Metric(tag, display_name=tag, description=desc) for tag, (_, desc) in METRICS.items()]
+    metrics = [hp.Metric(c.hparam, display_name=c.hparam, description=c.description) for c in METRICS]
     with SummaryWriter(str(folder)) as writer:  # the experiment: a top-level run of its own
         writer.file_writer.add_summary(hp.hparams_config_pb(hparams=declared, metrics=metrics))
     for row, hparams in sessions:
         with SummaryWriter(str(folder / f"job-{row['job']}")) as writer:
             writer.file_writer.add_summary(hp.hparams_pb(hparams, trial_id=f"job-{row['job']}"))
-            for tag, (key, _) in METRICS.items():
-                if row[key] is not None:
-                    writer.add_scalar(tag, float(row[key]), 0)
+            for c in METRICS:
+                if row[c.key] is not None:
+                    writer.add_scalar(c.hparam, float(row[c.key]), 0)

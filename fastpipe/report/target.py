@@ -8,12 +8,15 @@
 - Speed-up = the baseline's time / the row's; "–" when the baseline did not reach the target. The
   winner is the soonest row that reached it, among those that may win (ok, not a compile fall-back);
   a job too short for a steady-state throughput (``unmeasured``) may still win: it reached the target.
-- With ``report.repeats`` the time is the median over the repeats (seeds ``seed``, ``seed+1``, ...)
-  and the spread their min..max; when the winner's median lies within the runner-up's spread, the
-  report calls it a tie.
+- Over several runs of a job (``report.repeats``, seeds ``seed``, ``seed+1``, ...; a race's rounds)
+  the time is their median, or with ``report.aggregate=olympic`` MLPerf's olympic mean (the fastest and
+  slowest dropped, the rest averaged; a miss counts as the slowest; two misses: not reached), and the
+  spread their min..max. Whether the winner is told apart from the others is confidence.py's question.
 """
 from __future__ import annotations
 
+import math
+import statistics
 from typing import List, Optional
 
 from fastpipe.report.formats import metric_text
@@ -22,20 +25,40 @@ from fastpipe.sweeps.objective import shortfall
 WINNABLE = ("ok", "unmeasured")  # a reached target needs no steady-state throughput
 
 
-def target_fields(m: dict, clock: str) -> dict:
+def aggregate_time(runs: List[Optional[float]], how: str = "median") -> Optional[float]:
+    """One time for several runs (None = a miss, slower than every reached run): their median, or the
+    olympic mean (module docstring); None when that is a miss."""
+    times = sorted(math.inf if t is None else t for t in runs)
+    if how == "olympic" and len(times) >= 3:
+        if times[-2] == math.inf:  # more than one miss: not reached
+            return None
+        centre = sum(times[1:-1]) / (len(times) - 2)
+    else:
+        centre = statistics.median(times) if times else math.inf
+    return None if math.isinf(centre) else centre
+
+
+def target_fields(m: dict, clock: str, aggregate: str = "median") -> dict:
     """A report row's time-to-target fields from a job's metrics.json."""
     t = m.get("target") or {}
     key = "seconds_end_to_end" if clock == "end_to_end" else "seconds"
     seconds, reached = t.get(key), bool(t.get("reached"))
     repeats = t.get("repeats") or {}
-    spread = [s for s, hit in zip(repeats.get(key) or [], repeats.get("reached") or []) if hit]
-    return {"target": t.get("value"), "target_metric": t.get("metric"), "target_reached": t.get("reached"),
+    runs = [s if hit else None for s, hit in zip(repeats.get(key) or [], repeats.get("reached") or [])]
+    if len(runs) > 1:  # several runs: the sweep's aggregate of them
+        combined = aggregate_time(runs, aggregate)
+        reached = combined is not None
+        seconds = combined if reached else statistics.median(s for s in repeats.get(key) or [] if s is not None)
+    elif t:
+        runs = [seconds if reached else None]
+    spread = [s for s in runs if s is not None]
+    return {"target": t.get("value"), "target_metric": t.get("metric"), "target_reached": reached if t else None,
             "time_to_target_s": seconds if reached else None, "target_seconds": seconds,
             "target_steps": t.get("steps"), "target_samples": t.get("samples"), "target_best": t.get("best_value"),
             "target_higher": t.get("higher_is_better", True), "target_eval_every": t.get("eval_every"),
             "target_eval_samples": t.get("eval_samples"),
             "target_min": min(spread) if len(spread) > 1 else None, "target_max": max(spread) if len(spread) > 1 else None,
-            "target_repeats": len(repeats.get("reached") or []) or 1,
+            "target_repeats": len(repeats.get("reached") or []) or 1, "target_runs": runs,
             "compile_cache": (m.get("compile_cache") or {}).get("state"), "curve": t.get("curve") or []}
 
 
@@ -63,15 +86,7 @@ def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[d
     if base is not None and base_s is None:
         notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
                      "soonest job that did")
-    best = eligible[0]
-    if len(eligible) > 1:
-        runner = eligible[1]
-        if runner["target_min"] is not None and runner["target_min"] <= best["time_to_target_s"] <= runner["target_max"]:
-            best["tie"] = runner["job"]
-            notes.append(f"tie: job {best['job']}'s median ({best['time_to_target_s']:,.1f} s) lies within job "
-                         f"{runner['job']}'s spread ({runner['target_min']:,.1f}-{runner['target_max']:,.1f} s over "
-                         f"{runner['target_repeats']} seeds): the two are not told apart; raise report.repeats")
-    return best
+    return eligible[0]
 
 
 def time_cell(r: dict) -> str:
@@ -80,7 +95,7 @@ def time_cell(r: dict) -> str:
         text = f"{r['time_to_target_s']:,.1f}"
         if r["target_min"] is not None:
             text += f" ({r['target_min']:,.1f}-{r['target_max']:,.1f}, n={r['target_repeats']})"
-        return text + (" tie" if r.get("tie") is not None else "")
+        return text
     if r["target_seconds"] is None:
         return "n/a"
     return f"> {r['target_seconds']:,.1f} (best {metric_text(r['target_metric'], r['target_best'])})"

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from fastpipe.record.overrides import override_key
 from fastpipe.record.provenance import describe
-from fastpipe.report.tables import metric_text
+from fastpipe.report.formats import metric_text
 
 # Overrides that select a preset sweep or a ladder step: the step's group choices are pinned
 # instead (ladder steps only choose groups, so nothing is lost).
@@ -105,7 +105,11 @@ def winner_text(best: dict, result, path: Path) -> str:
     else:
         line = f"{best['throughput']:,.1f} samples/s{speed}; {held} (parity {best['parity']})"
     overrides = list(best["overrides"]) + target_overrides(best)
-    comments = [f"fastpipe sweep winner: job {best['job']} of {result.sweep_dir}", line,
+    how_sure = [x[2:] for x in result.confidence.lines]
+    if best is not result.best:  # written with --force: say what it was not separated from
+        how_sure = [f"NOT A SEPARATED WINNER (written with --force): {x}" for x in how_sure]
+    comments = [f"fastpipe sweep {'winner' if best is result.best else 'leader'}: job {best['job']} of "
+                f"{result.sweep_dir}", line, *how_sure,
                 f"code: {describe(best.get('code'))}",
                 f"run it:  {experiment_hint(path)}",
                 f"same as: {command_line(overrides, best['choices'])}", ""]

@@ -39,6 +39,8 @@ def build_optimizer(cfg: OptimizerConfig, train: TrainConfig, model: torch.nn.Mo
     """
     from fastpipe.targets import call_partial
 
+    if cfg.lr_auto:  # the job settles it first (train/lr_find.py): a graph is built with a rate
+        raise ConfigError("optimizer.lr=auto has no rate yet: a graph built outside a run needs optimizer.lr=RATE")
     no_decay = wants_no_decay(train.no_decay, cfg.callable())
     made = cfg.build(params=param_groups(model, no_decay), fused=True)
     optimizer = call_partial("optimizer", cfg.target, cfg.params, made) if isinstance(made, functools.partial) else made

@@ -87,7 +87,7 @@ def build_amp(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False)
 
 def _emulated_bf16(device: torch.device, dtype: torch.dtype) -> str:
     """Warn (and say, for graph.txt) when bf16 on this CPU is emulated: many times slower than fp32."""
-    from fastpipe.runtime import cpu_bf16
+    from fastpipe.machine import cpu_bf16
 
     cpu = cpu_bf16() if device.type == "cpu" and dtype is torch.bfloat16 else {"native": None}
     if cpu["native"] is not False:

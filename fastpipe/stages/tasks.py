@@ -20,24 +20,14 @@ what the task cannot train on (a sentence naming it and the fix; None: fine), be
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Protocol
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
 
 from fastpipe.config import TaskConfig
 from fastpipe.errors import ConfigError
-
-
-class Task(Protocol):
-    """The objective: what the loop, evaluation and the reports ask of a task (the protocol above)."""
-
-    primary: str
-    higher_is_better: bool
-
-    def loss(self, output, target) -> torch.Tensor: ...
-
-    def metrics(self, output, target) -> Dict[str, torch.Tensor]: ...
+from fastpipe.protocols import Task
 
 
 class Classification:

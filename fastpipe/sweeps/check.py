@@ -1,8 +1,8 @@
 """Every job of a sweep checked before the first one starts.
 
 Hydra refuses a value of the wrong type for the whole sweep before launching it; a value that only
-fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a misspelt ``train.*`` or ``data.*``
-key: config/keys.py) would otherwise surface as a failed row after the jobs before it had run. So the
+fastpipe can judge (``train.batch_size=abc``, ``train.epochs=0``, a misspelt ``data.*`` key:
+config/keys.py) would otherwise surface as a failed row after the jobs before it had run. So the
 sweep's jobs are composed as its sweeper will compose them (command-line lists and a preset's
 ``hydra.sweeper.params``) and converted to fastpipe's settings, the ``_target_`` keys of the groups a
 job's overrides touch checked against their callables (``+model.hiden=...``) and a swept
@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fastpipe.errors import ConfigError
 
-GRID_SWEEPERS = ("BasicSweeper", "HalvingSweeper")  # sweepers whose jobs are the grid of the overrides
+GRID_SWEEPERS = ("BasicSweeper", "HalvingSweeper", "RaceSweeper")  # sweepers whose jobs are the grid of the overrides
 
 
 def sweep_jobs(config: DictConfig) -> List[List[str]]:

@@ -10,14 +10,18 @@ from fastpipe.measure.steps import describe_measurement
 from fastpipe.models import describe_model
 from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
-from fastpipe.train.batch_size import BatchSearch
+from fastpipe.train.batch_search import BatchSearch
 from fastpipe.train.graph import TrainingGraph, eval_batch_size, steps_per_epoch, total_steps
 from fastpipe.train.loop import describe_loop
+from fastpipe.train.lr_find import LrSearch
 
 
-def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None) -> List[Tuple[str, str]]:
-    """(stage, description) in the graph's order; ``search``: how train.batch_size=auto chose the size."""
+def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None,
+                lr_search: Optional[LrSearch] = None) -> List[Tuple[str, str]]:
+    """(stage, description) in the graph's order; ``search``: how train.batch_size=auto chose the size,
+    ``lr_search``: how optimizer.lr=auto found the rate."""
     train, world = settings.train, g.runtime.dist.world_size
+    optimizer = describe_optimization(g.optimizer, train, world)
     per_epoch = steps_per_epoch(g, train)
     return [
         ("runtime", g.runtime.describe(settings.seed, settings.runtime.cudnn_benchmark, g.parallel.channels_last)),
@@ -31,7 +35,7 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("parallel", g.parallel.describe()),
         ("precision", g.precision.describe()),
         ("compile", g.compiled.describe()),
-        ("optimizer", describe_optimization(g.optimizer, train, world)),
+        ("optimizer", lr_search.annotate(optimizer) if lr_search is not None else optimizer),
         ("schedule", f"{g.schedule.describe()} over {total_steps(train, per_epoch)} steps"
                      + (f"  {g.ema.describe()}" if g.ema is not None else "")),
         ("loop", describe_loop(train, per_epoch, g.dataset.val,
@@ -41,8 +45,10 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
     ]
 
 
-def describe(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None) -> str:
+def describe(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None,
+             lr_search: Optional[LrSearch] = None) -> str:
     """graph.txt's text."""
     lines = ["fastpipe training graph"]
-    lines += [f"  {i + 1:>2}. {name:<10} {text}" for i, (name, text) in enumerate(stage_lines(g, settings, search))]
+    lines += [f"  {i + 1:>2}. {name:<10} {text}"
+              for i, (name, text) in enumerate(stage_lines(g, settings, search, lr_search))]
     return "\n".join(lines)

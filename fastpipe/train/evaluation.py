@@ -120,6 +120,12 @@ class Evaluator:
             state["target"] = self.target.state()
         return state
 
+    def outcome(self, step: int, samples: int) -> dict:
+        """What a run's record keeps of its evaluations at ``step`` (``samples`` trained on by then): the
+        best by the primary metric (step, value) and the target's record."""
+        return {"best": self.best and {"step": self.best["step"], "value": self.best["value"]},
+                "target": self.target and self.target.record(step, samples)}
+
     def due(self, step: int) -> bool:
         return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from fastpipe.config import Config
-from fastpipe.config.registry import choice
+from fastpipe.config.registry import choice, lower_precision
 from fastpipe.errors import (EnvironmentProblem, FastpipeError, OutOfMemory, TrainingError, Unwritable, cannot_write,
                              memory_fixes, unwritable)
 from fastpipe.record.run_record import RunRecord
@@ -97,7 +97,8 @@ def fixable_text(exc: FastpipeError) -> str:
 
 def out_of_memory(settings, exc: BaseException) -> OutOfMemory:
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    fixes = memory_fixes(settings.train.batch_size, settings.precision.name, settings.model.activation_checkpointing,
+    fixes = memory_fixes(settings.train.batch_size, lower_precision(settings.precision.name),
+                         settings.model.activation_checkpointing,
                          choice("launcher", settings.launcher.name).shards)
     return OutOfMemory(f"out of memory with train.batch_size={settings.train.batch_size} "
                        f"(precision={settings.precision.name}, model={settings.model.target}, "

@@ -4,8 +4,8 @@ Stages, in order: dataset -> task -> precision -> model placed by the launcher (
 checkpointing, channels_last; a DDP replica, or FSDP2 shards from the meta device) -> compile ->
 EMA -> optimizer -> loaders -> schedule. Each is built by its group's registered builder
 (config/registry.py) from that group's schema alone. ``build`` makes a run's graph, ``build_probe``
-the same stages at one batch size for the batch-size search, ``build_held_out`` what evaluating a
-trained model takes; graph.txt is assembled from each stage's own description (description.py).
+the same stages at one batch size for the batch-size search, ``build_range_test`` the same stages for
+the learning-rate range test, ``build_held_out`` what evaluating a trained model takes; graph.txt is assembled from each stage's own description (description.py).
 """
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from torch import nn
 from fastpipe.config import Config, DefaultLoaderConfig, LoaderConfig, TrainConfig
 from fastpipe.config.data import resize_schedule
 from fastpipe.config.registry import choice
-from fastpipe.data import Loader, build_loader
+from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError, FastpipeWarning
 from fastpipe.measure.setup import setup_part
+from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
@@ -111,8 +112,8 @@ def total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
 
 
 def with_batch_size(settings: Config, batch_size: int) -> Config:
-    """``settings`` training at ``batch_size`` per process (a shallow copy: the Config's own post-init,
-    which reads old spellings into the groups, does not run twice)."""
+    """``settings`` training at ``batch_size`` per process (a shallow copy: the Config's own post-init
+    does not run twice)."""
     settings = copy.copy(settings)
     settings.train = dataclasses.replace(settings.train, batch_size=batch_size)
     return settings
@@ -124,9 +125,7 @@ def build_splits(settings: Config, runtime: Runtime, progress: bool = False) -> 
     with setup_part("dataset_index"):
         splits = build_dataset(settings.dataset, runtime, name, progress=progress)
     if settings.train.overfit_batches:  # the same first batches every epoch, held out too
-        if settings.data.name == "dali":
-            raise ConfigError("train.overfit_batches works with data=default or data=mmap (DALI reads whole image "
-                              "folders); use data=default")
+        choice("data", settings.data.name).refuse_overfit_batches()
         per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
         splits = splits.first(settings.train.overfit_batches * per_batch)
     return splits
@@ -149,6 +148,13 @@ def build_probe(settings: Config, runtime: Runtime, splits: DataSplits, batch_si
     return _stages(settings, local, splits, PROBE_LOADER, probe=True)
 
 
+def build_range_test(settings: Config, runtime: Runtime, splits: DataSplits) -> TrainingGraph:
+    """The run's stages for optimizer.lr=auto's range test (train/lr_find.py): the same model, placement
+    (a DDP replica on every rank, as training builds it), precision, compile, EMA and optimizer, fed by
+    the run's own loader, with no held-out loader; thrown away after the test."""
+    return _stages(settings, runtime, splits, settings.data, probe=True)
+
+
 def build_held_out(settings: Config, runtime: Runtime, splits: DataSplits) -> HeldOut:
     """What evaluating a whole (not sharded) model of ``settings`` on ``splits.val`` takes, from the
     same builders as training. data=default reads every dataset and needs no pack: the metrics do
@@ -161,8 +167,8 @@ def build_held_out(settings: Config, runtime: Runtime, splits: DataSplits) -> He
 
 def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: LoaderConfig,
             probe: bool = False) -> TrainingGraph:
-    """The stages after the dataset, each from its own group's settings (a probe's: no held-out loader,
-    and its epoch does not matter, as it trains on one batch again and again)."""
+    """The stages after the dataset, each from its own group's settings (a probe's, for the batch-size
+    search or the range test: no held-out loader, no batch recipe, no check of the run's length)."""
     device, train = runtime.device, settings.train
     for group in ("launcher", "precision", "compile"):  # data: where its loader is built (build_loader)
         choice(group, getattr(settings, group).name).refuse_unsupported(device_type=device.type)

@@ -11,12 +11,14 @@ import torch
 from fastpipe.train import graph as training_graph
 from fastpipe.record import results
 from fastpipe.record.notes import collect_warnings
-from fastpipe.checkpoint.policy import Checkpointer, NothingToTrain
+from fastpipe.checkpoint.nothing_to_train import NothingToTrain
+from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
 from fastpipe.errors import FastpipeWarning, TrainingError
 from fastpipe.train.description import describe
 from fastpipe.train.failures import fixable_failure, record_failure, write_record
+from fastpipe.train import lr_find
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.loop import train
 from fastpipe.measure import setup
@@ -26,7 +28,8 @@ from fastpipe.stages.profiling import build_profiler
 from fastpipe.record.recorder import RunRecorder
 from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
-from fastpipe.runtime import dist_from_env, environment, setup_runtime
+from fastpipe.machine import environment
+from fastpipe.runtime import dist_from_env, setup_runtime
 from fastpipe.signals import stop_on_signals, stopped_before_training, training
 
 
@@ -41,7 +44,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
     record.set(name=settings.name, tags=list(settings.tags), code=settings.context.code)
-    for note in settings.notes:  # old spellings to update, keys dropped for this choice
+    for note in settings.notes:  # keys dropped for this choice
         record.warnings.append(note)
         if dist.is_main:
             print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
@@ -85,11 +88,15 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     show = settings.runtime.progress and dist.is_main
     search = None
     splits = training_graph.build_splits(settings, runtime, progress=show)  # once: the search's probes share it
-    if settings.train.batch_size == "auto":
+    if settings.train.batch_size == "auto":  # first the batch, then the rate at that batch
         with setup.setup_part("batch_search"):
             settings, search = _with_found_batch_size(settings, runtime, splits)
         record.batch_size_search = search.record()
     record.batch_size = settings.train.batch_size
+    settings, lr_search = lr_find.settle(settings, runtime)  # optimizer.lr=auto
+    if lr_search is not None:
+        record.lr_search = lr_search.record()
+        recorder.lr_find(record.lr_search, lr_search.raw)
     g = training_graph.build(settings, runtime, progress=show, splits=splits)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
@@ -98,7 +105,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
             g.train_loader.start_early(0)
     with setup.setup_part("first_batch_check"):  # the project's parts on a first batch of each split
         check_first_batches(g, settings)
-    description = describe(g, settings, search)
+    description = describe(g, settings, search, lr_search)
     if dist.is_main:
         print(description, flush=True)
     recorder.write_text("graph.txt", description)
@@ -124,8 +131,8 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
                checkpoint_stall_s=ckpt.stall_summary())
     _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
     record.set(status="ok")
-    recorder.plot_loss(result.loss_history, " ".join(f"{k}={v}" for k, v in settings.choices.items()))
-    recorder.write_text("graph.txt", describe(g, settings, search))  # again: a compile fall-back is noted there
+    recorder.plot_loss(result.loss_history, record)
+    recorder.write_text("graph.txt", describe(g, settings, search, lr_search))  # again: a compile fall-back is noted there
     record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
     record.setup_parts_s = setup.recorded(ckpt.clock.setup_s)
     if dist.is_main:
@@ -137,7 +144,7 @@ def _with_found_batch_size(settings: Config, runtime, splits) -> tuple:
     and the search."""
     from fastpipe.train.batch_size import find_batch_size
 
-    search = find_batch_size(settings, runtime, splits)
+    search = find_batch_size(lr_find.provisional(settings), runtime, splits)  # optimizer.lr=auto: any rate sizes the step
     if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)

@@ -2,14 +2,15 @@
 
 - ``hydra/launcher=gpus``: a sweep's jobs run concurrently, each in a fresh process pinned to its
   own GPU(s) and share of the CPU cores (gpus_launcher.py);
-- ``hydra/sweeper=halving``: successive halving on measured throughput (halving_sweeper.py).
+- ``hydra/sweeper=halving``: successive halving on measured throughput or time to target (halving_sweeper.py);
+- ``hydra/sweeper=race``: configurations raced over seeds by time to target (race_sweeper.py).
 
 Their settings and defaults are the dataclasses in config.py; docs/sweeps.md explains them.
 """
 
 
 def register() -> None:
-    """Make ``hydra/launcher=gpus`` and ``hydra/sweeper=halving`` known to Hydra even where its plugin
+    """Make ``hydra/launcher=gpus``, ``hydra/sweeper=halving`` and ``race`` known to Hydra even where its plugin
     scan cannot list this package: an install behind an import hook (such as an editable install made
     with an older pyproject.toml, whose hook Python's ``pkgutil`` cannot list). Installs made from this
     pyproject.toml, editable or not, are found by the scan itself, for any Hydra app. Idempotent;
@@ -19,8 +20,9 @@ def register() -> None:
     from hydra_plugins.fastpipe_sweeps import config  # noqa: F401  (the ConfigStore entries)
     from hydra_plugins.fastpipe_sweeps.gpus_launcher import GpusLauncher
     from hydra_plugins.fastpipe_sweeps.halving_sweeper import HalvingSweeper
+    from hydra_plugins.fastpipe_sweeps.race_sweeper import RaceSweeper
 
     plugins = Plugins.instance()
-    for clazz in (GpusLauncher, HalvingSweeper):
+    for clazz in (GpusLauncher, HalvingSweeper, RaceSweeper):
         if f"{clazz.__module__}.{clazz.__name__}" not in plugins.class_name_to_class:
             plugins.register(clazz)

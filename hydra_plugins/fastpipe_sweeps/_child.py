@@ -60,11 +60,9 @@ def _dumps(outcome) -> bytes:
 
 
 def _write_result(path: str, outcome) -> None:
-    data = _dumps(outcome)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    from fastpipe.files import atomic_write
+
+    atomic_write(path, _dumps(outcome), fsync=False)  # the sweep process reads it once this process has ended
 
 
 def main(job_file: str) -> int:
@@ -73,7 +71,8 @@ def main(job_file: str) -> int:
     sys.path[:] = job["sys_path"]  # the sweep process's: what it imports, this process imports too
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])  # before torch starts its threads: they follow the affinity
-    from fastpipe.signals import die_with_parent, exit_on_stop_signals
+    from fastpipe.processes import die_with_parent
+    from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()  # SIGTERM/SIGUSR1 before the job starts: exit 75; the job then handles its own
     die_with_parent(job["parent"])  # the sweep process died: so does this job

@@ -1,5 +1,5 @@
 """The plugins' settings (``hydra.launcher.*``, ``hydra.sweeper.*``), registered in Hydra's ConfigStore
-as the choices ``hydra/launcher=gpus`` and ``hydra/sweeper=halving``.
+as the choices ``hydra/launcher=gpus``, ``hydra/sweeper=halving`` and ``hydra/sweeper=race``.
 
 No ``from __future__ import annotations`` in this package's scanned modules: Hydra's plugin scanner
 runs a module before it is in ``sys.modules``, where dataclasses cannot resolve string annotations."""
@@ -36,7 +36,24 @@ class HalvingSweeperConf:
     # 1/keep times longer); null = from the baseline, which trains first: the last round's budget is its
     # time to the target, each earlier one keep times the next (docs/sweeps.md).
     budget_s: Optional[float] = None
+    # report.objective=time_to_target: the finalists (with the baseline) are raced over this many seeds
+    # before a winner is named (hydra/sweeper=race's test, docs/time-to-target.md); 0 = no race.
+    finalist_rounds: int = 5
+
+
+@dataclass
+class RaceSweeperConf:
+    _target_: str = "hydra_plugins.fastpipe_sweeps.race_sweeper.RaceSweeper"
+    min_rounds: int = 5  # seeds every configuration trains before the first test (5: the fewest that can separate two)
+    max_rounds: int = 10  # seeds at most; the configurations still in the race then form a tie set
+    alpha: float = 0.05  # significance level of the tests (Friedman, Conover's post-hoc Holm-corrected; Wilcoxon)
+    # A round's cap: this many times the leader's median training-clock time to target; a run past it
+    # stops (train.time_budget_s) and counts as a miss for its seed. null = no cap.
+    cap: Optional[float] = 2.0
+    max_wall_s: Optional[float] = None  # stop racing after this many seconds of rounds; null = no limit
+    params: Optional[Dict[str, str]] = None  # hydra.sweeper.params, as for the basic sweeper (+sweep= presets)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="fastpipe")
 ConfigStore.instance().store(group="hydra/sweeper", name="halving", node=HalvingSweeperConf, provider="fastpipe")
+ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweeperConf, provider="fastpipe")

@@ -13,7 +13,7 @@ The launcher writes ``launcher.json`` into each job folder (slot, GPUs, cores, s
 exit code: the report's ``gpus`` column) and ``output.log`` (the job's stdout and stderr, which it
 also prints, each line prefixed ``[#N]`` when jobs run side by side).
 
-Stop signals: SIGTERM/SIGUSR1 to the sweep process are forwarded to every running job (each stops
+Stop signals (stopping.py): SIGTERM/SIGUSR1 to the sweep process are forwarded to every running job (each stops
 and checkpoints as a serial job would), no further job starts, and the sweep ends with exit code 75
 once they have stopped; ``sweep.resume=true`` continues it. Ctrl-C reaches every job (one process
 group) and ends the sweep with 130.
@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import threading
@@ -42,14 +41,15 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydra_plugins.fastpipe_sweeps.devices import describe_gpus, visible_gpus
-from hydra_plugins.fastpipe_sweeps.jobs import LAUNCHER_FILE, OUTPUT_FILE, Job, collect, task_for_job, write_json
+from hydra_plugins.fastpipe_sweeps.jobs import (LAUNCHER_FILE, OUTPUT_FILE, Job, collect, pump_output, task_for_job,
+                                                write_json)
+from hydra_plugins.fastpipe_sweeps.stopping import SweepStop
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds hydra_plugins/ (and, installed, fastpipe/)
 CHILD = ("import sys; sys.path.insert(0, {root!r}); from hydra_plugins.fastpipe_sweeps._child import main; "
          "sys.exit(main(sys.argv[1]))")
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 GRACE_S = 30.0  # after Ctrl-C: how long jobs get to record that they were interrupted
 
 
@@ -72,8 +72,7 @@ class GpusLauncher(Launcher):
         self.task = None  # the task function as it travels (task_for_job)
         self.fastpipe_task = False
         self._singletons = None  # Hydra's singleton state, taken at launch
-        self._stop: Optional[int] = None  # the exit code the sweep will end with (75, 130, 2)
-        self._stop_reason = ""
+        self._stop = SweepStop()
         self._print_lock = threading.Lock()
 
     # ------------------------------------------------------------------ Hydra's Launcher interface
@@ -166,68 +165,19 @@ class GpusLauncher(Launcher):
         job.proc = subprocess.Popen([sys.executable, "-c", CHILD.format(root=str(ROOT)), str(job.job_file)],
                                     env=self._env(slot), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         prefix = f"[#{job.num}] " if len(self.slots) > 1 else ""
-        job.pump = threading.Thread(target=self._pump, args=(job.proc.stdout, prefix, job.run_dir / OUTPUT_FILE),
-                                    name=f"job-{job.num}-output", daemon=True)
+        job.pump = threading.Thread(target=pump_output, args=(job.proc.stdout, prefix, job.run_dir / OUTPUT_FILE,
+                                                              self._print_lock), name=f"job-{job.num}-output", daemon=True)
         job.pump.start()
 
-    def _pump(self, stream, prefix: str, log_path: Path) -> None:
-        """Copy a job's output to its output.log and to this process's stdout, line by line (a progress
-        bar's carriage-return updates are shown once, at the end of their line)."""
-        pending = b""
-        with open(log_path, "wb") as logfile:
-            while True:
-                chunk = stream.read1(65536)
-                if not chunk:
-                    break
-                logfile.write(chunk)
-                logfile.flush()
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    self._emit(prefix, line)
-            if pending:
-                self._emit(prefix, pending)
-        stream.close()
-
-    def _emit(self, prefix: str, line: bytes) -> None:
-        parts = [p for p in line.split(b"\r") if p.strip()]
-        text = parts[-1].decode(errors="replace") if parts else ""
-        with self._print_lock:
-            sys.stdout.write(f"{prefix}{text}\n")
-            sys.stdout.flush()
-
     # ------------------------------------------------------------------ the pool
-    def _signal_running(self, running: Dict[int, Job], signum: int) -> None:
-        for job in running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(job.proc.pid, signum)
-
-    @contextlib.contextmanager
-    def _forwarding(self, running: Dict[int, Job]):
-        """While jobs run, SIGTERM/SIGUSR1 go to every running job, and no further job starts."""
-        def forward(signum, _frame):
-            if self._stop is None:
-                self._stop, self._stop_reason = 75, f"stopped by {signal.Signals(signum).name}"
-            self._signal_running(running, signum)
-
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
     def _run(self, jobs: List[Job]) -> Dict[int, JobReturn]:
         pending, running, returns = deque(jobs), {}, {}
         free = list(self.slots)
-        self._stop, self._stop_reason = None, ""
-        with self._forwarding(running):
+        self._stop = SweepStop()
+        with self._stop.forwarding(running):
             try:
                 while pending or running:
-                    while pending and free and self._stop is None:
+                    while pending and free and self._stop.code is None:
                         job = pending.popleft()
                         self._start(job, free.pop(0))
                         running[job.num] = job
@@ -239,7 +189,7 @@ class GpusLauncher(Launcher):
                         free.append(job.slot)
                         free.sort(key=lambda s: s.index)
                         returns[num] = collect(job, self.fastpipe_task)
-                        self._after(job, running)
+                        self._stop.after(job, running)
             except KeyboardInterrupt:  # Ctrl-C reached every job too (one process group): let them record it
                 deadline = time.time() + GRACE_S
                 for job in running.values():
@@ -248,28 +198,5 @@ class GpusLauncher(Launcher):
                     if job.proc.poll() is None:
                         job.proc.kill()
                 raise
-        if self._stop is not None:
-            left = len(pending)
-            print(f"fastpipe: error: {self._stop_reason}: the running jobs stopped (a job that had begun training "
-                  f"checkpointed first){f'; {left} job(s) did not start' if left else ''}; run the same command "
-                  "with sweep.resume=true to finish the sweep", file=sys.stderr, flush=True)
-            if self._stop == 130:
-                raise KeyboardInterrupt
-            sys.exit(self._stop)
+        self._stop.end_sweep(len(pending))
         return returns
-
-    def _after(self, job: Job, running: Dict[int, Job]) -> None:
-        """A job that ended the way a serial sweep ends (stopped, interrupted, its folder in use) ends this
-        sweep too: the others are told to stop."""
-        code = job.proc.returncode
-        if self._stop is not None or code not in (2, 75, 130) or job.had_result:
-            return
-        if code == 75:
-            self._stop, self._stop_reason = 75, f"job {job.num} was stopped by a signal"
-            self._signal_running(running, signal.SIGTERM)
-        elif code == 130:
-            self._stop, self._stop_reason = 130, f"job {job.num} was interrupted (Ctrl-C)"
-            self._signal_running(running, signal.SIGINT)
-        else:
-            self._stop, self._stop_reason = 2, f"job {job.num} could not start (see its message above)"
-            self._signal_running(running, signal.SIGTERM)

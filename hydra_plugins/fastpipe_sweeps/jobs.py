@@ -1,5 +1,5 @@
 """One job of the ``gpus`` launcher as the sweep process sees it: its files, how its task function
-travels, and the JobReturn it ends with (``_child.py`` is the other side, in the job's process)."""
+travels, its output, and the JobReturn it ends with (``_child.py`` is the other side, in the job's process)."""
 
 import contextlib
 import copy
@@ -51,6 +51,34 @@ def write_json(path: Path, payload: dict) -> None:
     from fastpipe.record.results import write_json_atomic
 
     write_json_atomic(path, payload)
+
+
+def pump_output(stream, prefix: str, log_path: Path, print_lock: threading.Lock) -> None:
+    """Copy a job's output (``stream``) to its output.log and to this process's stdout, line by line, each
+    line prefixed (``[#N] `` when jobs run side by side) and printed under ``print_lock``; a progress bar's
+    carriage-return updates are shown once, at the end of their line."""
+    def emit(line: bytes) -> None:
+        parts = [p for p in line.split(b"\r") if p.strip()]
+        text = parts[-1].decode(errors="replace") if parts else ""
+        with print_lock:
+            sys.stdout.write(f"{prefix}{text}\n")
+            sys.stdout.flush()
+
+    pending = b""
+    with open(log_path, "wb") as logfile:
+        while True:
+            chunk = stream.read1(65536)
+            if not chunk:
+                break
+            logfile.write(chunk)
+            logfile.flush()
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                emit(line)
+        if pending:
+            emit(pending)
+    stream.close()
 
 
 @dataclass

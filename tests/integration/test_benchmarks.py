@@ -12,7 +12,7 @@ from conftest import HAVE_DALI, REPO, load_benchmark_runner, needs_dali, run_sid
 
 
 def _check_overhead(out):
-    """overhead.py --smoke's results (run by phase 1 of h200_handloops_checkpoints_jpeg512.sh below)."""
+    """overhead.py --smoke's results (run by phase 1 of h200_plan.sh below)."""
     rows = [json.loads(line) for line in (out / "overhead.jsonl").read_text().splitlines()]
     assert {r["runner"] for r in rows} == {"hand", "fastpipe"}
     assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows)
@@ -23,7 +23,7 @@ def _check_overhead(out):
 def _load_trace_summary():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("trace_summary", REPO / "benchmarks" / "trace_summary.py")
+    spec = importlib.util.spec_from_file_location("trace_summary", REPO / "benchmarks" / "lib" / "trace_summary.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -63,12 +63,12 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     assert ts.subtract([[0, 10]], [[2, 3], [5, 12]]) == [(0, 2), (3, 5)]
     assert ts.subtract([[10, 20], [0, 5]], [[12, 13], [1, 2]]) == [(0, 1), (2, 5), (10, 12), (13, 20)]  # unsorted
     assert "zero length" in ts.summarize([ev("user_annotation", "ProfilerStep#1", 5, 0)])
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trace_summary.py"), str(path)],
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "lib" / "trace_summary.py"), str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "GPU busy" in proc.stdout
 
 
-# ---------------------------------------------------------------- benchmarks/runner.py (pure: fast)
+# ---------------------------------------------------------------- benchmarks/lib/runner.py (pure: fast)
 
 
 # A stand-in for `python -m fastpipe`: FAKE_MODE says how it ends; it writes metrics.json where
@@ -186,14 +186,14 @@ def smokes(tmp_path_factory):
     for folder in out.values():
         folder.mkdir()
     commands = {
-        "phase1": (["bash", str(REPO / "benchmarks" / "h200_handloops_checkpoints_jpeg512.sh"), "1"],
+        "phase1": (["bash", str(REPO / "benchmarks" / "h200_plan.sh"), "1"],
                    {"env": dict(os.environ, SMOKE="1", WORK=str(out["phase1"] / "work"),
                                 OUT=str(out["phase1"] / "out"), PY=sys.executable)}),
         "ddp": script("ddp.py", "--smoke", "--out", out["ddp"], "--profile", "--variant",
                       "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1"),
         "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
                                  "dali:data.no_such_key=1"),
-        "lm-handloop": script("lm_handloop.py", "--device", "cpu", "--smoke"),
+        "lm-handloop": script("lib/lm_handloop.py", "--device", "cpu", "--smoke"),
         "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
                       "--work", out["ttt"] / "work"),
     }
@@ -255,7 +255,7 @@ def test_checkpoint_stall_refuses_a_checkpoint_on_a_window_edge(tmp_path):
     assert bad.returncode == 2 and "window edge" in bad.stderr
 
 
-def test_h200_handloops_script_phase1_smoke(smokes):
+def test_h200_plan_phase1_smoke(smokes):
     """SMOKE=1 phase 1 on this CPU: every table and the archive land in OUT/p1, at most 8 files; the
     smoke modes of overhead.py, checkpoint_stall.py and lm.py it ran give their full results."""
     import tarfile
@@ -316,7 +316,7 @@ def test_benchmark_script_smoke_mode(smokes):
     assert "bucket_cap_mb=1  comm_hook=bf16" in graph
     traces = list((out / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
     assert len(traces) == 1  # rank 0 only
-    summary = _script("trace_summary.py", traces[0])
+    summary = _script("lib/trace_summary.py", traces[0])
     assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import shapes
-from fastpipe.data.packfile import PackReader
+from fastpipe.data.pack.reader import PackReader
 from fastpipe.errors import EXIT_CODE
 
 from conftest import REPO, TINY, run_cli, run_clis, without_shapes

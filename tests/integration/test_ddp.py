@@ -7,7 +7,6 @@ The fast tests pin the pieces: config checks, rank metrics, failure reasons, the
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -60,55 +59,40 @@ def test_sweep_single_and_ddp_rows_train_to_the_same_accuracy(tmp_path):
     assert "DistributedDataParallel" in (tmp_path / "1" / "graph.txt").read_text()
 
 
-def test_a_crashing_rank_fails_its_job_quickly_and_the_sweep_goes_on(tmp_path):
+# Each a launcher=ddp job of one sweep (+case=...): a rank that raises, a model with an unused head, that
+# model with launcher.find_unused_parameters=true.
+DDP_CASES = {
+    "crash": "model:\n  _target_: ddp_helpers.CrashOnRank\ntrain:\n  max_steps: 10\n",
+    "unused": "model:\n  _target_: fault_models.UnusedHead\ntrain:\n  max_steps: 4\n",
+    "unused_found": "model:\n  _target_: fault_models.UnusedHead\nlauncher:\n  find_unused_parameters: true\n"
+                    "train:\n  max_steps: 4\n",
+}
+
+
+def test_failing_ranks_fail_their_job_quickly_with_the_cause_and_the_sweep_goes_on(tmp_path):
+    """Job 0: rank 1 raises at its 3rd forward while rank 0 waits in the gradient all-reduce: the job fails
+    on the crash (not by waiting out the collective), with that rank's own traceback. Job 1: a model with
+    an unused head fails, naming the setting; job 2 trains it with that setting. A failed job is a row:
+    the sweep goes on."""
+    conf = tmp_path / "conf" / "case"
+    conf.mkdir(parents=True)
+    for name, text in DDP_CASES.items():
+        (conf / f"{name}.yaml").write_text("# @package _global_\n" + text)
     start = time.monotonic()
-    # Job 0: ddp, rank 1 raises at its 3rd forward while rank 0 waits in the gradient all-reduce.
-    # Job 1: single (rank 0 only: CrashOnRank trains like TinyCNN), to show the sweep carried on.
-    proc = _run([sys.executable, "-m", "fastpipe", "-m", "launcher=ddp,single", "model._target_=ddp_helpers.CrashOnRank",
-                 "dataset.num_images=240", "train.batch_size=16", "train.max_steps=10", f"hydra.sweep.dir={tmp_path}",
-                 *SMALL])
+    proc = _run([sys.executable, "-m", "fastpipe", "-m", "--config-dir", str(tmp_path / "conf"), "launcher=ddp",
+                 f"+case={','.join(DDP_CASES)}", "dataset.num_images=200", "train.batch_size=16",
+                 f"hydra.sweep.dir={tmp_path / 'sweep'}", *SMALL])
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]  # in a sweep a failed job is a row
-    jobs = _jobs(tmp_path)
-    failed, ok = jobs[0], jobs[1]
-    assert failed["status"] == "failed" and ok["status"] == "ok"
-    assert failed["reason"].startswith("rank 1 of 2 failed: RuntimeError: injected failure on rank 1"), failed["reason"]
-    assert "ddp_helpers.py" in failed["traceback"]  # the failing rank's own traceback
-    assert failed["choices"]["launcher"] == "ddp"
+    crashed, unused, found = (job for _, job in sorted(_jobs(tmp_path / "sweep").items()))
+    assert crashed["status"] == "failed" and crashed["choices"]["launcher"] == "ddp"
+    assert crashed["reason"].startswith("rank 1 of 2 failed: RuntimeError: injected failure on rank 1"), crashed["reason"]
+    assert "ddp_helpers.py" in crashed["traceback"]  # the failing rank's own traceback
     assert "rank 1 of 2 failed" in proc.stderr
-    # launcher.timeout_s is 600: the job ended on the crash, not by waiting out a collective.
+    # launcher.timeout_s is 600: the crashed job ended on the crash, not by waiting out a collective.
     assert elapsed < 300, elapsed
-
-
-def test_a_stop_signal_reaches_every_rank_and_the_job_checkpoints(tmp_path):
-    # SIGTERM to the Hydra process (what Slurm sends): the elastic agent passes it to the ranks, which
-    # agree and checkpoint at the next step the host syncs at: here an evaluation, as the measurement
-    # window (500 steps) never fills; the job is "preempted" with exit code 75.
-    args = [sys.executable, "-m", "fastpipe", "launcher=ddp", "dataset.num_images=2400", "train.batch_size=8",
-            "train.epochs=3", f"hydra.run.dir={tmp_path}", *SMALL, "measure.window=500", "train.eval_every=7"]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (tmp_path / "graph.txt").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)  # rank 0 writes graph.txt just before training starts
-    time.sleep(2)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 75, stderr[-3000:]
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["status"] == "preempted" and "stopped by SIGTERM" in metrics["reason"]
-    assert Path(metrics["checkpoint"]).is_file()
-    assert metrics["steps"] % 7 == 0 or metrics["steps"] % 120 == 0, metrics["steps"]  # an evaluation or an epoch's end
-
-
-@pytest.mark.slow
-def test_a_model_with_an_unused_head_trains_with_find_unused_parameters_and_says_so_without(tmp_path):
-    proc = _run([sys.executable, "-m", "fastpipe", "-m", "launcher=ddp", "model._target_=fault_models.UnusedHead",
-                 "launcher.find_unused_parameters=false,true", "dataset.num_images=200", "train.batch_size=16",
-                 "train.max_steps=4", f"hydra.sweep.dir={tmp_path}", *SMALL])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = _jobs(tmp_path)
-    assert jobs[0]["status"] == "failed" and "set launcher.find_unused_parameters=true" in jobs[0]["reason"], jobs[0]
-    assert jobs[1]["status"] == "ok" and jobs[1]["steps"] == 4
+    assert unused["status"] == "failed" and "set launcher.find_unused_parameters=true" in unused["reason"], unused
+    assert found["status"] == "ok" and found["steps"] == 4
 
 
 def test_under_torchrun_fastpipe_joins_the_group_and_writes_one_run_folder(tmp_path):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fastpipe.runtime import cpu_bf16
+from fastpipe.machine import cpu_bf16
 
 
 @pytest.mark.slow

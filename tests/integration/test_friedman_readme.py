@@ -3,6 +3,7 @@ the check of its ``_target_`` s (the experiment's ``data.num_workers`` dropped, 
 ``data=mmap``), and the README's sweep runs to its report."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -73,11 +74,14 @@ def test_every_job_of_a_readme_command_is_accepted(command, monkeypatch):
 @pytest.mark.slow
 def test_the_readme_sweep_runs_every_loader_to_a_report(tmp_path):
     """The README's sweep, shortened (one epoch, jobs in the Hydra process): the project trains through
-    both loaders with its own metrics, four ok rows."""
+    both loaders with its own metrics, four ok rows; the report judges parity by the primary metric and
+    its direction (the parity line names mse, lower is better; each row's held-out cell is its mse) and
+    the winner qualifies by it."""
     folder = tmp_path / "friedman"
     shutil.copytree(EXAMPLE, folder)
     sweep = readme_commands()[2]
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", *sweep, *SHORT, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+    proc = subprocess.run([sys.executable, "-m", "fastpipe", *sweep, *SHORT, "report.parity_tol=0.5",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                           cwd=folder, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "FASTPIPE_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -96,4 +100,14 @@ def test_the_readme_sweep_runs_every_loader_to_a_report(tmp_path):
     for text in graphs:
         assert "input=float32[10]  target=float32[1]" in text and "MSE  primary metric: mse (lower is better)" in text
     assert f"fastpipe: warning: {DROPPED}" in proc.stderr
-    assert "4 jobs, 4 ok" in (tmp_path / "sweep" / "report.md").read_text()
+    md = (tmp_path / "sweep" / "report.md").read_text()
+    assert "4 jobs, 4 ok" in md
+    assert "primary held-out metric (mse, lower is better)" in md and "| held-out mse |" in md
+    table = list(csv.DictReader((tmp_path / "sweep" / "report.csv").open()))
+    assert len(table) == 4 and {r["metric"] for r in table} == {"mse"}
+    base = next(r for r in table if r["baseline"] == "True")
+    for r in table:
+        worse = float(r["metric_value"]) - float(base["metric_value"])
+        assert r["parity"] == ("baseline" if r is base else "ok" if worse <= 0.5 + 1e-9 else "FAIL")
+    best = next(r for r in table if r["best"] == "True")
+    assert best["parity"] in ("ok", "baseline") and "mse" in (tmp_path / "sweep" / "best.yaml").read_text()

@@ -1,5 +1,5 @@
 """``python -m fastpipe --help`` is fastpipe's own (every real choice, no ``schema_*`` entry, no internal or
-deprecated key), ``--cfg job`` lists settings only, and ``--hydra-help`` is still Hydra's."""
+removed key), ``--cfg job`` lists settings only, and ``--hydra-help`` is still Hydra's."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import CONF_DIR, REPO
-from fastpipe.config import Config, TrainConfig, legacy
+from fastpipe.config import Config, TrainConfig
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -47,7 +47,7 @@ def test_help_lists_every_real_choice_and_nothing_else(outputs):
     defaults = {k: str(v) for d in root if isinstance(d, dict) for k, v in d.items() if not k.startswith("override")}
     # in brackets each group's choice on this command line (presets such as +experiment have none)
     assert {g: chosen for g, (_, chosen) in listed.items() if chosen} == {**defaults, "precision": "amp"}
-    config = yaml.safe_load(text.split("does not list) ==\n", 1)[1].split("\nEach key's default", 1)[0])
+    config = yaml.safe_load(text.split("does not list) ==\n", 1)[1].split("\nBeside each key", 1)[0])
     assert config == yaml.safe_load(outputs["cfg"])  # the composed config, as --cfg job prints it
 
 
@@ -56,7 +56,6 @@ def test_cfg_job_lists_settings_only(outputs):
     assert set(config) == {f.name for f in dataclasses.fields(Config)} and not RUN_FACTS & set(config)
     assert set(config["train"]) == {f.name for f in dataclasses.fields(TrainConfig)} and config["train"]["batch_size"] == 64
     assert config["precision"]["name"] == "amp"
-    assert not set(legacy.OLD_TRAIN_KEYS) & set(config["train"])
 
 
 def test_hydra_help_is_still_hydras(outputs):

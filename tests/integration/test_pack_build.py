@@ -14,8 +14,8 @@ from conftest import REPO, run_in_process
 
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import shapes
-from fastpipe.data.packfile import PackReader
-from fastpipe.data.packjournal import build_lock, journal_path, partial_path
+from fastpipe.data.pack.journal import build_lock, journal_path, partial_path
+from fastpipe.data.pack.reader import PackReader
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 

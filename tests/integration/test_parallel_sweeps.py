@@ -37,7 +37,8 @@ def span(job_dir: Path):
 @pytest.fixture(scope="module")
 def parallel_sweep(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("parallel") / "sweep"
-    proc = sweep(sweep_dir, PARALLEL + ["precision=fp32,amp"] + TINY)
+    # each job trains in its own process (launcher.fresh_process=false): the slot's process is the subject
+    proc = sweep(sweep_dir, PARALLEL + ["precision=fp32,amp", "launcher.fresh_process=false"] + TINY)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     return sweep_dir, proc
 

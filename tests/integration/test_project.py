@@ -1,8 +1,8 @@
 """A project's own data, model and objective: the example project run as a new user would, its
-task's metrics in metrics.json and the report, clear lines for wrong _target_s, and old configs."""
+task's metrics in metrics.json (the sweep report's parity by them: test_friedman_readme.py), clear
+lines for wrong _target_s, and old configs."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -57,36 +57,3 @@ def test_project_trains_under_ddp(project):
     assert m["primary_metric"]["name"] == "mse" and m["val_metrics"]["mse"] > 0
 
 
-def test_sweep_report_judges_parity_by_the_primary_metric_and_its_direction(project):
-    """precision x compile over the project: the parity line names mse (lower is better), each row's
-    held-out cell is its mse, and the winner qualifies by it."""
-    proc = fastpipe(project, "--config-dir", "conf", "-m", "+experiment=regression", "precision=fp32,amp",
-                    "compile=off,default", *SHORT, "report.parity_tol=0.5", "launcher.fresh_process=false",
-                    "hydra.sweep.dir=sweep", timeout=900)  # each job in the Hydra process: the report is the subject
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    md = (project / "sweep" / "report.md").read_text()
-    assert "primary held-out metric (mse, lower is better)" in md and "| held-out mse |" in md
-    rows = list(csv.DictReader((project / "sweep" / "report.csv").open()))
-    assert len(rows) == 4 and {r["metric"] for r in rows} == {"mse"}
-    base = next(r for r in rows if r["baseline"] == "True")
-    for r in rows:
-        worse = float(r["metric_value"]) - float(base["metric_value"])
-        assert r["parity"] == ("baseline" if r is base else "ok" if worse <= 0.5 + 1e-9 else "FAIL")
-    best = next(r for r in rows if r["best"] == "True")
-    assert best["parity"] in ("ok", "baseline") and "mse" in (project / "sweep" / "best.yaml").read_text()
-
-
-def test_an_old_project_config_runs_and_warns(tmp_path):
-    conf = tmp_path / "conf" / "model"
-    conf.mkdir(parents=True)
-    conf.joinpath("old.yaml").write_text("defaults:\n  - schema_model\n_target_: fastpipe.models.TinyCNN\n"
-                                         "kwargs:\n  width: 8\n")
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "--config-dir", str(tmp_path / "conf"), "model=old",
-                           "dataset.num_images=120", "dataset.image_size=16", "train.max_steps=6",
-                           "runtime.progress=false", "data.num_workers=0", "launcher.fresh_process=false",
-                           f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "fastpipe: warning: model.kwargs is deprecated" in proc.stderr
-    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert m["status"] == "ok" and any("model.kwargs is deprecated" in w for w in m["warnings"])

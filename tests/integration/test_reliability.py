@@ -74,7 +74,8 @@ def test_a_killed_rerun_never_reports_the_earlier_runs_results(tmp_path):
 
 def test_a_second_run_in_a_busy_folder_is_refused_and_the_first_is_untouched(tmp_path):
     hold = tmp_path.parent / f"{tmp_path.name}.hold"  # the first run waits mid-training until it is gone
-    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(hold)])
+    # the first run trains in its Hydra process (launcher.fresh_process=false): the folder's lock is the subject
+    process = start_run(tmp_path, ["train.checkpoint_every=0", "launcher.fresh_process=false", *held_model(hold)])
     wait_for(tmp_path / "tb", process)
     hydra_files = {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()}
     second = subprocess.run([sys.executable, "-m", "fastpipe", *RESUMABLE, "train.max_steps=2",
@@ -103,6 +104,7 @@ def test_killing_the_hydra_process_kills_its_trainer_and_frees_the_folder(tmp_pa
 
 def test_a_second_sweep_into_a_busy_sweep_folder_is_refused(tmp_path):
     sweep = [sys.executable, "-m", "fastpipe", "-m", *RESUMABLE, "train.checkpoint_every=0",
+             "launcher.fresh_process=false",  # jobs in the sweep's process: the sweep folder's lock is the subject
              *held_model(tmp_path.parent / f"{tmp_path.name}.hold"), "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
     first = subprocess.Popen(sweep, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(tmp_path / "0" / "tb", first)

@@ -44,8 +44,11 @@ def test_stop_signal_ends_a_sweep_and_sweep_resume_continues_the_stopped_job(tmp
     from conftest import REPO
 
     hold = tmp_path.parent / f"{tmp_path.name}.hold"  # job 0 waits in step 7 until the signal comes
+    # The jobs train in the sweep's process; a job's own training process ending with 75 stops a sweep too
+    # (test_reliability.py: a stop signal while the job starts up).
     args = ([sys.executable, "-m", "fastpipe", "-m"] + RESUMABLE + held_model(hold) +
-            [f"train.max_steps={RESUMABLE_TOTAL}", "precision=fp32,amp", f"hydra.sweep.dir={tmp_path}"])
+            [f"train.max_steps={RESUMABLE_TOTAL}", "precision=fp32,amp", "launcher.fresh_process=false",
+             f"hydra.sweep.dir={tmp_path}"])
     sweep = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(tmp_path / "0" / "tb", sweep)
     sweep.send_signal(signal.SIGTERM)

@@ -35,6 +35,7 @@ def test_two_ddp_ranks_screen_the_target_together_and_stop_at_the_same_step(tmp_
 @pytest.mark.slow
 def test_halving_by_time_to_target_resumes_the_promoted_combination_from_its_checkpoint(tmp_path):
     proc = fastpipe(["-m", "hydra/sweeper=halving", "hydra.sweeper.finalists=1", "hydra.sweeper.budget_s=0.5",
+                     "hydra.sweeper.finalist_rounds=0",
                      "optimizer.lr=0.003,0.0003,0.0001", "report.objective=time_to_target", "train.target=0.99",
                      "train.eval_every=5", "train.max_steps=100", "train.epochs=20", "launcher.fresh_process=false", *SMALL,
                      f"hydra.sweep.dir={tmp_path}"])

@@ -2,6 +2,11 @@
 the in-process tests of those (tests/unit/report, launch, sweeps)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
 
 def job_metrics(throughput=100.0, accuracy=0.9, status="ok", **extra) -> dict:
     """One job's metrics: ``status`` ok (or failed, with a reason), the given throughput and accuracy,
@@ -21,3 +26,21 @@ def halving_job(throughput, accuracy=0.9, steps=12, **extra) -> dict:
     return job_metrics(throughput, accuracy, **{
         "primary_metric": {"name": "accuracy", "value": accuracy, "higher_is_better": True},
         "steps": steps, "step_time_ms": {"median": step_ms, "p90": None}, **extra})
+
+
+def make_sweep(root: Path, jobs, task=("precision=fp32,amp", "compile=off,default"), report=None):
+    """A sweep folder as Hydra + fastpipe leave it: multirun.yaml and N/{.hydra, metrics.json}."""
+    root.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(OmegaConf.create({"hydra": {"overrides": {"task": list(task)}, "sweeper": {"params": None}},
+                                     "report": report or {"baseline": None, "parity_tol": 0.01}}),
+                   root / "multirun.yaml")
+    for num, (overrides, m) in enumerate(jobs):
+        d = root / str(num)
+        (d / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(list(overrides)), d / ".hydra" / "overrides.yaml")
+        OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}}}), d / ".hydra" / "hydra.yaml")
+        if m is not None:
+            m = dict(m, overrides=list(overrides))
+            m["choices"] = dict(m["choices"], **{o.split("=")[0]: o.split("=")[1] for o in overrides})
+            (d / "metrics.json").write_text(json.dumps(m))
+    return root

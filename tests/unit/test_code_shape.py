@@ -1,5 +1,5 @@
-"""The package's shape: no import cycle among fastpipe's modules, nothing imports the app module, and
-no import climbs the layers of docs/architecture.md."""
+"""The package's shape: no import cycle among fastpipe's modules, nothing imports the app module, no
+import climbs the layers of docs/architecture.md, and modules and functions stay short."""
 from __future__ import annotations
 
 import ast
@@ -118,3 +118,48 @@ def test_the_layer_check_finds_a_climbing_import_inside_a_function_and_an_unplac
     assert layer_problems(layers, (package,), tmp_path) == [
         "fastpipe/stray.py has no row in docs/architecture.md's layer table",
         "fastpipe/low.py:5 imports fastpipe.high (layer 0 -> 1)"]
+
+
+MODULE_LINES, FUNCTION_LINES = 250, 60  # docs/architecture.md: modules under about 250 lines, functions under 60
+
+
+def _functions(node, prefix=""):
+    """(qualified name, lines from ``def`` to the last line) of each function under ``node``, nested ones too."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{child.name}"
+            if not isinstance(child, ast.ClassDef):
+                yield name, child.end_lineno - child.lineno + 1
+            yield from _functions(child, f"{name}.")
+        else:
+            yield from _functions(child, prefix)
+
+
+def too_long(roots=(PACKAGE, PLUGINS), repo: Path = REPO) -> dict:
+    """``path`` -> lines for each module over MODULE_LINES, ``path::function`` -> lines for each function
+    over FUNCTION_LINES (methods as ``Class.method``), under ``roots``."""
+    found = {}
+    for path in sorted(p for root in roots for p in root.rglob("*.py")):
+        rel, text = path.relative_to(repo).as_posix(), path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            found[rel] = len(text.splitlines())
+        found.update({f"{rel}::{name}": lines for name, lines in _functions(ast.parse(text)) if lines > FUNCTION_LINES})
+    return found
+
+
+def test_modules_and_functions_stay_within_their_lengths():
+    """Every module over 250 lines and every function over 60 fails, naming where to split."""
+    found = [f"{where} ({lines} lines)" for where, lines in too_long().items()]
+    assert not found, (f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a function: " + "; ".join(found)
+                       + ": split it where the split names a job of its own")
+
+
+def test_the_length_check_finds_a_long_module_and_a_long_method(tmp_path):
+    package = tmp_path / "fastpipe"
+    package.mkdir()
+    body = [f"        x{i} = {i}" for i in range(FUNCTION_LINES)]
+    (package / "short.py").write_text("def f():\n" + "\n".join(body[1:]) + "\n")  # 60 lines: at the limit
+    long = "class C:\n    def m(self):\n" + "\n".join(body) + "\n" * MODULE_LINES  # m: 61 lines
+    (package / "long.py").write_text(long)
+    assert too_long((package,), tmp_path) == {"fastpipe/long.py": len(long.splitlines()),
+                                              "fastpipe/long.py::C.m": FUNCTION_LINES + 1}

@@ -5,6 +5,8 @@ where the loop already reports, each hook optional (docs/tracking.md):
     on_window(run, scalars)    at each measurement window's edge and each epoch's end ({"train/loss": ...})
     on_eval(run, metrics)      after each evaluation ({"val/accuracy": ..., "val/loss": ...})
     on_checkpoint(run, path)   when a checkpoint is complete on disk
+    on_curve(run, tag, points) a curve measured before training, on its own steps ([(step, value)]:
+                               optimizer.lr=auto's lr_find/loss)
     on_end(run, record)        at the end, whatever the outcome (metrics.json's content, a dict)
 
 ``run`` is a ``RunInfo``; its ``step`` is the event's optimizer step. dispatch.py calls each object

@@ -7,15 +7,20 @@ and the file is written again with the wider header, so it is a well-formed CSV 
 from __future__ import annotations
 
 import csv
-import os
+import io
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from fastpipe.config.logger import CsvLoggerConfig
+from fastpipe.files import atomic_write
 from fastpipe.record.loggers import RunInfo
 
 
-class CsvLogger:
-    def __init__(self, file: str = "metrics.csv") -> None:
-        self.file = file
+@dataclass(eq=False)
+class CsvLogger(CsvLoggerConfig):
+    writes = "`metrics.csv`"  # what it leaves in the run folder, as the sweep report says
+
+    def __post_init__(self) -> None:
         self.columns: List[str] = ["step"]
         self.rows: List[Dict[str, float]] = []  # written rows, kept to write the file again with a new column
         self.pending: Optional[Dict[str, float]] = None
@@ -37,12 +42,11 @@ class CsvLogger:
         self.rows.append(row)
         if new or len(self.rows) == 1:
             self.columns += new
-            tmp = self._path.with_name(f".{self._path.name}.tmp")
-            with open(tmp, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=self.columns, lineterminator="\n")
-                writer.writeheader()
-                writer.writerows(self.rows)
-            os.replace(tmp, self._path)
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=self.columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.rows)
+            atomic_write(self._path, text.getvalue(), fsync=False)  # as the appended rows, not synced
         else:
             with open(self._path, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=self.columns, lineterminator="\n").writerow(row)

@@ -130,6 +130,11 @@ class RunHooks:
     def checkpoint(self, step: int, path) -> None:
         self._send("on_checkpoint", step, path)
 
+    def curve(self, tag: str, points) -> None:
+        """A curve measured before training on its own step axis (optimizer.lr=auto's ``lr_find/loss``):
+        ``points`` are ``(step, value)``."""
+        self._send("on_curve", 0, tag, [(int(step), float(value)) for step, value in points])
+
     def end(self, step: int, record: dict) -> List[str]:
         """``on_end`` to each, then wait (see the module's docstring); returns the warnings to record."""
         self._send("on_end", step, record)

@@ -3,20 +3,22 @@
 At the start: the run (a sweep's job: nested under the sweep's parent run, tagged with its stage), its
 tags (name, tags, stage, job, the code's commits) and params (the composed config, flattened, every
 group choice). At each window edge and evaluation: its scalars as metrics at the optimizer step. At the
-end: metrics.json's numbers as metrics, graph.txt, loss.png, metrics.json, metrics.csv, code.diff and
-``.hydra/`` as artifacts, and its status (FINISHED, FAILED with the reason, KILLED when stopped). The
+end: metrics.json's numbers as metrics, graph.txt, loss.png, metrics.json, metrics.csv, code.diff,
+lr_find.csv/png and ``.hydra/`` as artifacts, and its status (FINISHED, FAILED with the reason, KILLED when stopped). The
 run's id is kept in the run folder's trackers.json: ``train.resume`` continues the same MLflow run.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
+from fastpipe.config.logger import MlflowLoggerConfig
 from fastpipe.record.loggers import RunInfo, numbers, state
 from fastpipe.record.loggers import mlflow_common as common
 
-ARTIFACT_FILES = ("graph.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff")
+ARTIFACT_FILES = ("graph.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv", "lr_find.png")
 TARGET = "fastpipe.record.loggers.mlflow_run.MlflowLogger"
 
 
@@ -32,13 +34,15 @@ def run_tags(run: RunInfo, parent: Optional[str]) -> Dict[str, str]:
     return tags
 
 
-class MlflowLogger:
+@dataclass(eq=False)
+class MlflowLogger(MlflowLoggerConfig):
     requires = ("mlflow", "fastpipe[mlflow]")  # checked before training: config/logger.py
     state_key = "mlflow"  # its entry in trackers.json
+    writes = "its MLflow run (`trackers.json` says where)"  # what it leaves in the run folder, as the report says
+    working_files = ("mlflow.db", "mlruns", "mlartifacts")  # MLflow's own, in the working folder: not project code
 
-    def __init__(self, tracking_uri: Optional[str] = None, experiment: Optional[str] = None, timeout_s: float = 5.0,
-                 artifacts: bool = True) -> None:
-        self.tracking_uri, self.experiment, self.timeout_s, self.artifacts = tracking_uri, experiment, timeout_s, artifacts
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.client, self.run_id = None, None
 
     def on_start(self, run: RunInfo) -> None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import shutil
 import sys
 import uuid
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from fastpipe.config.logger import WandbLoggerConfig
 from fastpipe.record.loggers import RunInfo, numbers, state
 
 TARGET = "fastpipe.record.loggers.wandb_run.WandbLogger"
-FILES = ("graph.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff")
+FILES = ("graph.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv", "lr_find.png")
 TAG_LIMIT, GROUP_LIMIT, JOB_TYPE_LIMIT = 64, 128, 64  # characters W&B accepts
 STEP = "trainer/step"
 
@@ -46,13 +48,15 @@ def mode_for(configured: Optional[str]) -> str:
     return configured or env["wandb_mode"] or ("online" if env["wandb_api_key"] else "offline")
 
 
-class WandbLogger:
+@dataclass(eq=False)
+class WandbLogger(WandbLoggerConfig):
     requires = ("wandb", "fastpipe[wandb]")  # checked before training: config/logger.py
     state_key = "wandb"  # its entry in trackers.json
+    writes = "its W&B run (`wandb/`, `trackers.json`)"  # what it leaves in the run folder, as the report says
+    working_files = ("wandb",)  # W&B's own folder in the working folder: not project code
 
-    def __init__(self, project: Optional[str] = None, entity: Optional[str] = None, mode: Optional[str] = None,
-                 timeout_s: float = 30.0) -> None:
-        self.project, self.entity, self.mode, self.timeout_s = project, entity, mode, timeout_s
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.run = None
 
     def on_start(self, run: RunInfo) -> None:

@@ -1,4 +1,4 @@
-"""benchmarks/runner.py's pure helpers: tables, jsonl rows, the deadline."""
+"""benchmarks/lib/runner.py's pure helpers: tables, jsonl rows, the deadline."""
 from __future__ import annotations
 
 from conftest import load_benchmark_runner

@@ -34,3 +34,20 @@ def test_plugins_hidden_from_hydras_scan_get_a_note_naming_the_reinstall(capsys,
     assert ("  note         Hydra's plugin scan does not find hydra/launcher=gpus (an editable install made with an "
             "older fastpipe?): Hydra apps other than fastpipe cannot use them; reinstall fastpipe with the README's "
             "install command\n") in out
+
+
+def test_a_package_a_registered_choice_needs_is_a_note_unless_its_extra_is_required(capsys, monkeypatch):
+    from fastpipe.config import registry
+    from fastpipe.config.data import DefaultLoaderConfig
+
+    needy = registry.Choice("data", "needy", DefaultLoaderConfig, "fastpipe.data.default:build_default_loader",
+                            requires=registry.Requirement("no_such_module_fastpipe", "fastpipe[needy]",
+                                                          "the needy library", "data=default"))
+    monkeypatch.setitem(registry._CHOICES["data"], "needy", needy)  # as registering data=needy would
+    quick(monkeypatch)
+    note = ('data=needy needs the needy library, which is not installed: pip install "fastpipe[needy]" '
+            "(or use data=default)")
+    assert doctor.main(["--compile-backend", "eager"]) == 0
+    assert f"  note         {note}\n" in capsys.readouterr().out
+    assert doctor.main(["--compile-backend", "eager", "--require", "needy"]) == 1  # the extra's name
+    assert f"  problem      {note}\n" in capsys.readouterr().out

@@ -88,7 +88,6 @@ def test_compile_choices_map_to_torch_compile_modes():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("train.optimizer=sgd", "train.optimizer moved to the optimizer group: use optimizer=sgd"),
     ("train.grad_accum=0", "train.grad_accum=0 must be >= 1"),
     ("precision.dtype=fp8", "precision.dtype='fp8' is not valid"),
     ("device=tpu", "device='tpu' is not valid"),

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (docs/errors.md), the rows found while composing: each input and exactly what
+"""The bad-input catalogue (docs/errors/config.md), the rows found while composing: each input and exactly what
 the user sees."""
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The sweep presets (+sweep=ladder, all): each ladder step is one job with the choices it names."""
+"""The sweep presets (+sweep=ladder, all, lr): each ladder step is one job with the choices it names; +sweep=lr
+races the found learning rate."""
 from __future__ import annotations
 
-from fastpipe.report.sweep import SweepSpec, first_values
+from fastpipe.report.baseline import first_values
+from fastpipe.report.jobs import SweepSpec
 
 from conftest import REPO, compose
 
@@ -27,3 +29,17 @@ def test_presets_compose_the_ladder_steps():
     assert steps == [("default", "fp32", "off"), ("mmap", "fp32", "off"), ("mmap", "fp32", "default"),
                      ("mmap", "amp", "default")]
     assert first_values(SweepSpec(["+sweep=ladder"], dict(params))) == ["+ladder=s0_baseline"]
+
+
+def test_the_lr_preset_races_the_suggestion_against_a_third_and_three_times_it():
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    from fastpipe.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = hydra_compose("config", ["+sweep=lr", "train.target=0.9", "train.eval_every=5"], return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_.endswith("RaceSweeper")
+    assert cfg.hydra.sweeper.params == {"optimizer.lr_auto_factor": "0.3,1,3"}
+    assert (cfg.optimizer.lr, cfg.train.lr_find_seed, cfg.report.objective) == ("auto", 0, "time_to_target")
+    assert cfg.report.baseline == "optimizer.lr_auto_factor=1"  # the suggestion itself

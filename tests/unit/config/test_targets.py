@@ -17,9 +17,8 @@ def test_a_wrong_target_is_one_clear_line_naming_the_key(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match=r"^model._target_='nosuch.Net' cannot be imported .*PYTHONPATH"):
         make_settings(["model._target_=nosuch.Net"])
-    for typo in ("train.epoch=3", "+train.epoch=3"):  # with + or without: refused, never silently dropped
-        with pytest.raises(ConfigError, match=r"^train.epoch is not a key of TrainConfig \(its keys: .*epochs"):
-            make_settings([typo])
+    with pytest.raises(ConfigError, match=r"^train.epoch is not a key of TrainConfig \(the nearest: train.epochs; its keys: "):
+        make_settings(["+train.epoch=3"])  # added with +: refused, never silently dropped (without +: Hydra's error)
     with pytest.raises(ConfigError, match=r"model.widht is not a parameter of fastpipe.models.TinyCNN"):
         make_settings(["+model.widht=8"])
     with pytest.raises(ConfigError, match=r"optimizer.momentun is not a parameter of torch.optim.SGD"):

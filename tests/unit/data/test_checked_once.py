@@ -38,8 +38,8 @@ def test_a_pack_is_verified_once_per_version_and_again_when_it_changes(tmp_path,
     from conftest import cpu_runtime, make_settings, shapes_splits
 
     from fastpipe.data import build_loader
-    from fastpipe.data import packopen
-    from fastpipe.data.packfile import PackReader
+    from fastpipe.data.pack import resolve as packopen
+    from fastpipe.data.pack.reader import PackReader
 
     splits = shapes_splits(num_images=240, image_size=16)
     settings = make_settings(["data=mmap"])

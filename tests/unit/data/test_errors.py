@@ -1,4 +1,4 @@
-"""The bad-input catalogue (docs/errors.md), the rows about data: each input and exactly what the user sees."""
+"""The bad-input catalogue (docs/errors/data.md), the rows about data: each input and exactly what the user sees."""
 from __future__ import annotations
 
 import json

@@ -19,7 +19,8 @@ from torchvision.transforms import PILToTensor
 from fastpipe.config import DaliLoaderConfig, DefaultLoaderConfig, MmapLoaderConfig
 from fastpipe.data import build_loader
 from fastpipe.data.device import MEAN, STD
-from fastpipe.data.images import ImageFiles, image_folder, scan_image_folder, shapes
+from fastpipe.data.folders import scan_image_folder
+from fastpipe.data.images import ImageFiles, image_folder, shapes
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import DataError
 
@@ -199,7 +200,7 @@ def test_shapes_never_regenerates_over_files_it_did_not_write(tmp_path):
 # 4. Leftovers of dead writers
 
 def test_dead_writers_temporary_files_are_removed_on_the_next_open(tmp_path):
-    from fastpipe.data.cache import ensure_cached_pack
+    from fastpipe.data.pack.cache import ensure_cached_pack
 
     host = socket.gethostname()
     root = shapes(cache_root=tmp_path, **SMALL)["train"].root
@@ -268,7 +269,7 @@ def read_only(tmp_path, monkeypatch):
 
 
 def test_unwritable_cache_is_one_line_naming_the_folder_and_the_fix(read_only, tmp_path):
-    from fastpipe.data.cache import ensure_cached_pack
+    from fastpipe.data.pack.cache import ensure_cached_pack
     from fastpipe.data.tokens import tokens
 
     fix = "; set FASTPIPE_CACHE to a writable folder"

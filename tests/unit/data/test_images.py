@@ -18,7 +18,7 @@ def test_shapes_dataset_is_byte_identical_for_the_same_settings(tmp_path):
 
 
 def test_val_folder_is_the_held_out_split(tmp_path):
-    from fastpipe.data.images import scan_image_folder
+    from fastpipe.data.folders import scan_image_folder
     from fastpipe.data import shapes
 
     src = shapes.generate(tmp_path / "src", 2, 40, (16, 16), seed=0)
@@ -30,7 +30,7 @@ def test_val_folder_is_the_held_out_split(tmp_path):
 
 
 def test_held_out_split_is_deterministic_and_disjoint(tmp_path):
-    from fastpipe.data.images import scan_image_folder
+    from fastpipe.data.folders import scan_image_folder
     from fastpipe.data import shapes
 
     root = shapes.generate(tmp_path / "d", 4, 200, (16, 16), seed=0)

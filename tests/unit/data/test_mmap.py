@@ -7,12 +7,15 @@ import pytest
 import torch
 from conftest import cpu_runtime, make_settings
 
+from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import build_loader, shapes
-from fastpipe.data.images import image_transform, scan_image_folder
-from fastpipe.data.packfile import HEADER, PackReader, PackWriter
+from fastpipe.data.folders import scan_image_folder
+from fastpipe.data.images import image_transform
+from fastpipe.data.pack.format import HEADER
+from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.writer import PackWriter
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError, DataError
-from fastpipe.cli.pack import main as pack_main
 from fastpipe.runtime import Dist
 
 TINY_MMAP = ["data=mmap", "dataset.num_images=240", "dataset.image_size=16", "train.batch_size=16",
@@ -130,7 +133,7 @@ def test_one_process_packs_while_the_others_wait_for_it(tmp_path, monkeypatch):
 
     import shutil
 
-    from fastpipe.data.cache import ensure_cached_pack
+    from fastpipe.data.pack.cache import ensure_cached_pack
 
     monkeypatch.setenv("FASTPIPE_CACHE", str(tmp_path))
     spec = build_dataset(make_settings(TINY_MMAP).dataset, cpu_runtime(), "shapes")

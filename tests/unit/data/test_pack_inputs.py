@@ -10,7 +10,7 @@ from conftest import HERE_TESTS
 from png_folders import png_folder
 
 from fastpipe.cli.pack import main as pack_main
-from fastpipe.data.shards import PackSet
+from fastpipe.data.pack.shards import PackSet
 
 SMALL = ["--size", "8", "--chunk-images", "4", "--threads", "1", "--no-progress"]
 

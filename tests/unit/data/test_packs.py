@@ -13,13 +13,13 @@ from conftest import cpu_runtime, make_settings
 
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import build_loader, shapes
-from fastpipe.data.cache import ensure_cached_pack, images_key
 from fastpipe.data.images import shapes as shapes_dataset
-from fastpipe.data.jpeg import Decoder
-from fastpipe.data.packfile import PackReader
-from fastpipe.data.packsource import PackImages
-from fastpipe.data.shardplan import LanePlan
-from fastpipe.data.shards import PackSet
+from fastpipe.data.pack.cache import ensure_cached_pack, images_key
+from fastpipe.data.pack.jpeg import Decoder
+from fastpipe.data.pack.lanes import LanePlan
+from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.shards import PackSet
+from fastpipe.data.pack.source import PackImages
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.runtime import Dist

@@ -9,7 +9,7 @@ import pytest
 from conftest import cpu_runtime, needs_dali
 from PIL import Image
 
-from fastpipe.data.shardplan import LanePlan
+from fastpipe.data.pack.lanes import LanePlan
 from fastpipe.errors import ConfigError
 
 
@@ -45,7 +45,7 @@ def test_the_smallest_accepted_shuffle_buffer_gives_each_epoch_another_order():
 # ------------------------------------------------------------------ FASTPIPE_CACHE that cannot be made
 def test_a_cache_folder_that_cannot_be_created_is_one_line_naming_fastpipe_cache(tmp_path):
     """/proc/nope: mkdir fails with ENOENT (not EACCES or ENOTDIR) although its parent exists."""
-    from fastpipe.data.cache import ensure_cached_pack
+    from fastpipe.data.pack.cache import ensure_cached_pack
     from fastpipe.data.images import image_folder, shapes
     from fastpipe.data.splits import DataSplits
     from fastpipe.errors import DataError

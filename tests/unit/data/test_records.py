@@ -12,9 +12,11 @@ import torch
 from conftest import cpu_runtime, make_settings, run_in_process
 from torch.utils.data import default_collate
 
+from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import build_loader, shapes
-from fastpipe.data.packfile import TRAIN, VAL, PackReader
-from fastpipe.data.records import (
+from fastpipe.data.pack.format import TRAIN, VAL
+from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.records import (
     RecordPack,
     _wheres,
     flatten,
@@ -24,7 +26,6 @@ from fastpipe.data.records import (
 )
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import DataError
-from fastpipe.cli.pack import main as pack_main
 
 
 CONFIGS = {

@@ -16,7 +16,7 @@ def test_a_signal_during_a_round_ends_the_sweep_with_75_and_names_sweep_resume(c
     sweeper = HalvingSweeper()
     sweeper.launcher = StoppedLauncher()
     with pytest.raises(SystemExit) as stop:
-        sweeper._launch([["precision=amp", "train.max_steps=32"]], "round 2 (its probes in probe-2/)")
+        sweeper.launch_batch([["precision=amp", "train.max_steps=32"]], "round 2 (its probes in probe-2/)")
     assert stop.value.code == EXIT_PREEMPTED
     assert capsys.readouterr().err == (
         "fastpipe: error: the halving sweep stopped during round 2 (its probes in probe-2/); run the same command "

@@ -110,7 +110,7 @@ def test_fastpipe_names_its_own_commit_when_it_runs_from_a_checkout():
 def test_a_sweep_report_names_the_code_and_says_when_its_jobs_ran_different_commits():
     from types import SimpleNamespace
 
-    from fastpipe.report.tables import provenance_lines
+    from fastpipe.report.header import provenance_lines
 
     def code(commit, dirty=False):
         return {"project": {"commit": commit * 40, "branch": "main", "dirty": dirty,
@@ -129,7 +129,7 @@ def test_a_sweep_report_names_the_code_and_says_when_its_jobs_ran_different_comm
 def test_a_sweep_report_names_the_jobs_logger_choice():
     from types import SimpleNamespace
 
-    from fastpipe.report.tables import provenance_lines
+    from fastpipe.report.header import provenance_lines
 
     rows = SimpleNamespace(rows=[{"choices": {"logger": "[tensorboard,mlflow]", "compile": "off"}},
                                  {"choices": {"logger": "[tensorboard,mlflow]"}}, {"choices": {}}])

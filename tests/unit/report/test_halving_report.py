@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 import pytest
 
 from fastpipe.report.publish import write_report
-from fastpipe.report.sweep import SweepSpec
+from fastpipe.report.jobs import SweepSpec
 from fastpipe.sweeps.halving import HalvingRecord, probe_folder
 from job_metrics import halving_job as ok
 

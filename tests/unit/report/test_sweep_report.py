@@ -11,29 +11,15 @@ from omegaconf import OmegaConf
 
 from conftest import RESUMABLE, compose, run_in_process
 from fastpipe.errors import ConfigError
-from fastpipe.report.sweep import SweepSpec, aggregate, first_values, load_jobs, parity, pick_baseline
+from fastpipe.report.baseline import first_values, parity, pick_baseline
+from fastpipe.report.jobs import SweepSpec, load_jobs
+from fastpipe.report.sweep import aggregate
 from fastpipe.report.winner import winner_yaml
 from job_metrics import job_metrics as metrics
+from job_metrics import make_sweep
 
 
 # ------------------------------------------------------------------ helpers
-def make_sweep(root: Path, jobs, task=("precision=fp32,amp", "compile=off,default"), report=None):
-    """A sweep folder as Hydra + fastpipe leave it: multirun.yaml and N/{.hydra, metrics.json}."""
-    OmegaConf.save(OmegaConf.create({"hydra": {"overrides": {"task": list(task)}, "sweeper": {"params": None}},
-                                     "report": report or {"baseline": None, "parity_tol": 0.01}}),
-                   root / "multirun.yaml")
-    for num, (overrides, m) in enumerate(jobs):
-        d = root / str(num)
-        (d / ".hydra").mkdir(parents=True)
-        OmegaConf.save(OmegaConf.create(list(overrides)), d / ".hydra" / "overrides.yaml")
-        OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}}}), d / ".hydra" / "hydra.yaml")
-        if m is not None:
-            m = dict(m, overrides=list(overrides))
-            m["choices"] = dict(m["choices"], **{o.split("=")[0]: o.split("=")[1] for o in overrides})
-            (d / "metrics.json").write_text(json.dumps(m))
-    return root
-
-
 def grid(**by_job):
     """The 2x2 precision x compile jobs in Hydra's order; by_job overrides metrics per job number."""
     combos = [("precision=fp32", "compile=off"), ("precision=fp32", "compile=default"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from fastpipe.report.publish import write_report
-from fastpipe.report.sweep import SweepSpec
+from fastpipe.report.jobs import SweepSpec
 
 LRS = ["0.001", "0.003", "0.01", "0.03"]
 
@@ -81,16 +81,37 @@ def test_a_baseline_that_missed_gives_no_speed_ups_and_the_fastest_that_reached_
     assert nobody.best is None and "no job reached the target" in notes and "the winner is" not in notes
 
 
-def test_repeats_show_median_and_spread_and_a_close_call_is_a_tie(tmp_path):
-    close = sweep(tmp_path / "close", [(100.0, target(50.0, True, repeats=[(44.0, True), (50.0, True), (58.0, True)])),
+def test_repeats_are_tested_as_paired_seeds_and_what_the_test_cannot_separate_is_a_tie(tmp_path):
+    three = sweep(tmp_path / "three", [(100.0, target(60.0, True, repeats=[(58.0, True), (60.0, True), (61.0, True)])),
                                        (100.0, target(48.0, True, repeats=[(47.0, True), (48.0, True), (49.0, True)]))])
-    md = (tmp_path / "close" / "report.md").read_text()
-    assert close.best["job"] == 1 and close.best["tie"] == 0  # 48 s lies within job 0's 44-58 s
-    assert "tie: job 1's median (48.0 s) lies within job 0's spread (44.0-58.0 s over 3 seeds)" in md
-    assert "48.0 (47.0-49.0, n=3) tie" in md
-    apart = sweep(tmp_path / "apart", [(100.0, target(60.0, True, repeats=[(58.0, True), (60.0, True), (61.0, True)])),
-                                       (100.0, target(48.0, True, repeats=[(47.0, True), (48.0, True), (49.0, True)]))])
-    assert apart.best["job"] == 1 and "tie" not in apart.best and "tie:" not in (tmp_path / "apart" / "report.md").read_text()
+    md = (tmp_path / "three" / "report.md").read_text()
+    # three seeds: job 1 was sooner every time, yet an exact paired test cannot reach p < 0.05 with three
+    assert three.best is None and three.candidate["job"] == 1 and three.confidence.tie == [1, 0]
+    assert "- tie: jobs 1, 0 (3 seeds): not separated at alpha 0.05 (one-sided Wilcoxon" in md
+    assert "| 1 (tie) | 0.003 | 48.0 (47.0-49.0, n=3) |" in md and not (tmp_path / "three" / "best.yaml").exists()
+    seeds = [(s, True) for s in (47.0, 48.0, 49.0, 46.0, 50.0)]
+    five = sweep(tmp_path / "five", [(100.0, target(60.0, True, repeats=[(t + 10, hit) for t, hit in seeds])),
+                                     (100.0, target(48.0, True, repeats=seeds))])
+    assert five.best["job"] == 1 and five.confidence.kind == "separated"
+    assert "- winner: job 1, separated from every other job at alpha 0.05 after 5 seeds" in (
+        tmp_path / "five" / "report.md").read_text()
+    assert "winner: job 1, separated" in (tmp_path / "five" / "best.yaml").read_text()
+
+
+def test_one_run_per_job_says_the_ranking_is_untested_and_names_the_race(tmp_path):
+    result = sweep(tmp_path, [(100.0, target(60.0, True)), (150.0, target(40.0, True))])
+    md = (tmp_path / "report.md").read_text()
+    assert result.best["job"] == 1 and "the ranking rests on one run per job, untested against run-to-run noise" in md
+    assert "hydra/sweeper=race" in md and "untested against run-to-run noise" in (tmp_path / "best.yaml").read_text()
+
+
+def test_olympic_aggregation_drops_the_extremes_and_two_misses_are_not_reached(tmp_path):
+    from fastpipe.report.target import aggregate_time
+
+    assert aggregate_time([10.0, 30.0, 11.0, 12.0, 100.0], "olympic") == (11.0 + 12.0 + 30.0) / 3
+    assert aggregate_time([10.0, None, 11.0, 12.0, 13.0], "olympic") == 12.0  # a miss is the slowest, dropped
+    assert aggregate_time([10.0, None, 11.0, None, 13.0], "olympic") is None
+    assert aggregate_time([10.0, None, 11.0, None, 13.0], "median") == 13.0
 
 
 def test_hparams_carry_the_target(tmp_path):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fastpipe.report.sweep import Job, SweepSpec, aggregate
+from fastpipe.report.jobs import Job, SweepSpec
+from fastpipe.report.sweep import aggregate
 
 
 def job(num: int, status: str, throughput: float, accuracy: float) -> Job:

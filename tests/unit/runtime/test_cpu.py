@@ -1,10 +1,10 @@
-"""fastpipe.runtime.cpu_bf16: whether the CPU computes bf16 natively, as torch and the kernel's flags say."""
+"""fastpipe.machine.cpu_bf16: whether the CPU computes bf16 natively, as torch and the kernel's flags say."""
 import platform
 
 import pytest
 import torch
 
-from fastpipe import runtime as cpu
+from fastpipe import machine as cpu
 
 
 def test_native_bf16_is_what_the_cpu_flags_say(monkeypatch):

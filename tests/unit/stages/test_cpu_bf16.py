@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from fastpipe import runtime
+from fastpipe import machine
 from fastpipe.config.precision import PrecisionConfig
 from fastpipe.errors import FastpipeWarning
 from fastpipe.stages.precision import build_precision
@@ -19,7 +19,7 @@ NONE = {"native": False, "isa": [], "looked_for": ["AVX512-BF16", "AMX-BF16"], "
 
 @pytest.mark.parametrize("native", [False, True, None])
 def test_amp_on_a_cpu_without_native_bf16_names_fp32(monkeypatch, native):
-    monkeypatch.setattr(runtime, "cpu_bf16", lambda: {**NONE, "native": native})
+    monkeypatch.setattr(machine, "cpu_bf16", lambda: {**NONE, "native": native})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         amp = build_precision(PrecisionConfig(name="amp"), torch.device("cpu"))

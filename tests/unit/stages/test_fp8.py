@@ -1,7 +1,7 @@
 """precision=fp8 (issue 27): which layers torchao's float8 training takes, the refusals, an emulated run.
 
 On the CPU torchao emulates the fp8 casts. An emulated, compiled fp8 run that trains is
-tests/integration/test_perf3.py's (the benchmark's smoke mode runs it).
+tests/integration/test_large_models.py's (the benchmark's smoke mode runs it).
 """
 from __future__ import annotations
 

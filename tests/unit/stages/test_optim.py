@@ -9,13 +9,11 @@ from conftest import TINY, cpu_runtime, make_settings
 from fastpipe.stages.optim import build_optimizer, clip_gradients, lr_factor, step_unless
 
 
-def test_optimizer_lr_is_the_peak_and_train_lr_still_works_with_a_warning():
+def test_optimizer_lr_is_the_peak():
     settings = make_settings(["optimizer=sgd", "optimizer.lr=0.2", "optimizer.momentum=0.5"])
     opt = build_optimizer(settings.optimizer, settings.train, torch.nn.Linear(3, 2), torch.device("cpu"))
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.5
     assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["initial_lr"] == 0.2
-    old = make_settings(["train.lr=0.3"])
-    assert old.optimizer.params["lr"] == 0.3 and any("optimizer.lr=0.3" in d for d in old.deprecations)
 
 
 def test_an_optimizer_without_the_fused_protocol_skips_on_the_host():

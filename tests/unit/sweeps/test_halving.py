@@ -49,7 +49,7 @@ def test_presets_and_command_line_lists_reach_the_halving_sweeper():
     assert cfg.hydra.sweeper._target_.endswith("HalvingSweeper") and cfg.hydra.sweeper.finalists == 1
     sweeper = HalvingSweeper(params=dict(cfg.hydra.sweeper.params))
     sweeper.hydra_context = type("Context", (), {"config_loader": None})()
-    combos = sweeper._grid(["train.epochs=2", "precision=fp32,amp"])
+    combos = sweeper.grid(["train.epochs=2", "precision=fp32,amp"])
     assert combos[:2] == [["+ladder=s0_baseline", "train.epochs=2", "precision=fp32"],
                           ["+ladder=s0_baseline", "train.epochs=2", "precision=amp"]]  # the basic sweeper's order
     assert len(combos) == 8 and combos[-1][0] == "+ladder=s3_amp"

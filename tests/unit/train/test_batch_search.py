@@ -11,8 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fastpipe.train import batch_size
-from fastpipe.train.batch_size import BatchSearch, Probe, on_grid, start_for
+from fastpipe.train import batch_search
+from fastpipe.train.batch_search import BatchSearch, Probe, on_grid
+from fastpipe.train.batch_size import start_for
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
 LIMITS = sorted({1, 2, 3, 7, 8, 9, 15, 16, 17, 100, 255, 256, 257, 1000, 2047, 2048, 2049, 3000, 3333, 4095,
@@ -26,7 +27,7 @@ def _search(monkeypatch, limit: int, start, rounding, cap: int = 4096, device=GP
         return Probe(size, size <= limit, why="" if size <= limit else "out of memory")
 
     first = start_for(SimpleNamespace(batch_size_start=start, batch_size_round=rounding), device, cap)
-    return batch_size._search(probe, SimpleNamespace(world_size=1), cap, first, rounding)
+    return batch_search.search(probe, SimpleNamespace(world_size=1), cap, first, rounding)
 
 
 def _exhaustive(limit: int, cap: int) -> int:

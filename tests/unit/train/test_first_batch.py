@@ -1,5 +1,5 @@
 """A project's parts that do not fit together: one line naming the part at fault and the fix, before
-training where a first batch of each split shows it (docs/errors.md, "A project's code")."""
+training where a first batch of each split shows it (docs/errors/project.md)."""
 from __future__ import annotations
 
 from pathlib import Path

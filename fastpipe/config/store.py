@@ -1,0 +1,67 @@
+"""What Hydra is given and what it tells back: the packaged conf/ folder, the schemas registered with
+its ConfigStore (the root's and each group choice's, named ``schema_<name>``), and each group's choice.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from fastpipe.config import keys, registry
+from fastpipe.config.logger import SCHEMAS as LOGGER_SCHEMAS, logger_choice
+from fastpipe.config.profile import ProfileConfig
+from fastpipe.config.root import GROUPS, Config
+
+
+def config_dir() -> str:
+    """The packaged conf/: fastpipe/conf when installed, ../conf in a source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "conf", here.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError("fastpipe's conf/ folder is missing from the installation; reinstall fastpipe")
+
+
+def register_configs() -> None:
+    """Register the root schema and each group's schemas (named ``schema_<name>``)."""
+    cs = ConfigStore.instance()
+    cs.store(name="fastpipe_schema", node=root_schema())
+    for group, schemas in group_schemas().items():
+        for name, kind in schemas.items():  # a group of several schemas takes their keys (config/keys.py)
+            node = keys.schema_node(kind, open_keys=len(schemas) > 1)
+            cs.store(group=group, name=registry.SCHEMA_PREFIX + name, node=node)
+    for name, node in LOGGER_SCHEMAS.items():  # each logger's keys under its own name: several compose
+        cs.store(group="logger", name=registry.SCHEMA_PREFIX + name, node=node)
+
+
+def root_schema() -> DictConfig:
+    """The root config's structured node."""
+    return OmegaConf.structured(Config)
+
+
+def group_schemas() -> Dict[str, Dict[str, type]]:
+    """``{group: {schema name: schema}}``: the closed groups' from their registry (choices a project
+    registered included), and the profile group's."""
+    return {
+        **{group: registry.schemas(group) for group in registry.CLOSED_GROUPS},
+        "profile": {"profile": ProfileConfig},
+    }
+
+
+def job_choices(runtime_choices, cfg=None) -> Dict[str, str]:
+    """Each group's choice, from Hydra's ``hydra.runtime.choices`` (and, for the logger group, whose list
+    Hydra does not record, the composed ``cfg``): metrics.json's ``choices``."""
+    choices = {g: str(runtime_choices.get(g)) for g in GROUPS if g in runtime_choices and g != "logger"}
+    node = cfg.get("logger") if cfg is not None and hasattr(cfg, "get") else None
+    logger = logger_choice(runtime_choices.get("logger"), None if node is None else dict(node))
+    if logger is not None and ("logger" in runtime_choices or node is not None):
+        choices["logger"] = logger
+    return choices
+
+
+def default_choices() -> Dict[str, str]:
+    """fastpipe's own choice of each group (conf/config.yaml's defaults list)."""
+    defaults = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults") or []
+    return {str(k): str(v) for entry in defaults if isinstance(entry, dict) for k, v in entry.items()}

@@ -1,0 +1,82 @@
+"""A training process and the process that starts it: the start with stop signals held, so that none is
+lost or kills the child unrecorded (the child acts on them once it can: signals.stop_on_signals), the
+child's death with its parent, and words for the child's exit code. Imports no torch."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Callable, Iterator
+
+from fastpipe.errors import EXIT_CODE
+from fastpipe.signals import STOP_SIGNALS, handlers
+
+
+@contextlib.contextmanager
+def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
+    """Start the training process (``start()`` returns its pid) and pass SIGTERM/SIGUSR1 on to it,
+    with no moment where a stop signal is lost or kills it unrecorded: the trainer starts with them
+    blocked, so one sent to it while it imports stays pending until ``stop_on_signals`` records it
+    (preempted, exit 75); one that reaches this process while it starts is forwarded once it has."""
+    state = {"pid": None, "pending": []}
+
+    def forward(signum, _frame):
+        if state["pid"] is None:
+            state["pending"].append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state["pid"], signum)
+
+    with handlers(forward):
+        state["pid"] = started_blocked(start)
+        for signum in list(state["pending"]):
+            forward(signum, None)
+        yield state["pid"]
+
+
+def started_blocked(start: Callable[[], int]):
+    """``start()`` (which starts a process) with the stop signals blocked, so that the process inherits
+    the block: one sent to it while it imports stays pending until ``stop_on_signals`` records it."""
+    if threading.current_thread() is not threading.main_thread():
+        return start()
+    from multiprocessing import resource_tracker
+
+    # multiprocessing starts its resource tracker with the first process it spawns, and
+    # unblocks SIGTERM after doing so: started first, it leaves the block below alone
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
+    try:
+        return start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def exit_reason(code: int) -> str:
+    """Words for a worker's exit code (negative = killed by that signal)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return f"training process killed by {name}{hint}"
+    if code == 130:
+        return "training process interrupted (Ctrl-C: exit code 130)"
+    if code == EXIT_CODE:  # a failure it recognised, whose record it could not write (a full disk): it said it
+        return f"training process failed (exit code {code}) without writing its record; its own error line is above"
+    return f"training process exited with code {code}"
+
+
+def die_with_parent(parent: int) -> None:
+    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
+    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
+    is gone; a parent already gone by now means exit at once. (This module imports no torch, so that
+    a sweep's job process can call it before it imports torch.)"""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)

@@ -1,0 +1,163 @@
+"""A sweep folder's jobs: the sweep's own config (``SweepSpec``) and one ``Job`` per job folder.
+
+- A plain sweep: every folder under the sweep holding ``.hydra/overrides.yaml``, by Hydra's job number.
+- A halving sweep (``halving.json`` in the folder): one job per grid combination; a combination dropped
+  after a probe is its last probe's folder, marked pruned (sweeps/halving.py keeps the record).
+- A race (``race.json``): one job per raced configuration, its rounds combined in ``N/metrics.json``
+  (sweeps/race.py); a halving sweep's raced finalists are their ``race/N/`` folders.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from fastpipe.errors import ConfigError
+from fastpipe.record import results
+from fastpipe.record.overrides import measured_overrides, override_key
+
+
+@dataclass
+class SweepSpec:
+    """What the report needs from the sweep's own config (multirun.yaml or the callback's)."""
+
+    task_overrides: List[str] = field(default_factory=list)  # the -m command line, sweeps included
+    params: Dict[str, str] = field(default_factory=dict)  # hydra.sweeper.params (preset sweeps)
+    baseline: Optional[str] = None  # report.baseline
+    parity_tol: float = 0.01  # report.parity_tol
+    objective: str = "throughput"  # report.objective: what makes the winner
+    target_clock: str = "training"  # report.target_clock: the clock time_to_target ranks by
+    max_spread: float = 0.10  # report.max_spread: repeats of a throughput spread wider than this are unstable
+    aggregate: str = "median"  # report.aggregate: how several runs' times to target make one
+
+
+@dataclass
+class Job:
+    num: int
+    dir: Path
+    overrides: List[str]
+    metrics: Optional[dict]
+    pruned_round: Optional[int] = None  # halving: the probe round it went no further than (dir is that probe's)
+    probe: Optional[dict] = None  # halving: its last probe's metrics
+    note: Optional[str] = None  # halving: why it was dropped
+    full: bool = False  # halving: it trained at full length
+
+    def values(self) -> Dict[str, str]:
+        """Everything that identifies the job: group choices, then its overrides (key -> value)."""
+        values = {k: str(v) for k, v in ((self.metrics or {}).get("choices") or {}).items()}
+        for o in measured_overrides(self.overrides):
+            if "=" in o and not o.startswith("~"):
+                values[override_key(o)] = unquote(o.split("=", 1)[1])
+        return values
+
+
+def unquote(value: str) -> str:
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def spec_from_config(cfg: DictConfig) -> SweepSpec:
+    """The SweepSpec of a composed multirun config (the callback's, or a saved multirun.yaml)."""
+    plain = OmegaConf.to_container(cfg, resolve=False)  # unresolved: ${now:...} must stay as it is
+    hydra = plain.get("hydra") or {}
+    task = (hydra.get("overrides") or {}).get("task") or []
+    params = (hydra.get("sweeper") or {}).get("params") or {}
+    report = plain.get("report") or {}
+    tol, spread = report.get("parity_tol"), report.get("max_spread")
+    return SweepSpec([str(o) for o in task], {str(k): str(v) for k, v in params.items()},
+                     report.get("baseline"), 0.01 if tol is None else float(tol),
+                     str(report.get("objective") or "throughput"), str(report.get("target_clock") or "training"),
+                     0.10 if spread is None else float(spread), str(report.get("aggregate") or "median"))
+
+
+def load_spec(sweep_dir: Path) -> SweepSpec:
+    """The spec saved by Hydra's sweeper in ``multirun.yaml`` (defaults if the file is absent)."""
+    path = Path(sweep_dir) / "multirun.yaml"
+    return spec_from_config(OmegaConf.load(path)) if path.is_file() else SweepSpec()
+
+
+def load_jobs(sweep_dir: Path) -> List[Job]:
+    """Every job folder under ``sweep_dir`` (found by its ``.hydra/overrides.yaml``), by job number."""
+    from fastpipe.sweeps.halving import PROBE_PREFIX, read
+
+    jobs = []
+    if (Path(sweep_dir) / ".hydra" / "overrides.yaml").is_file():
+        raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
+                          f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
+                          "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
+    from fastpipe.sweeps import race
+
+    record, raced = read(sweep_dir), race.read(sweep_dir)
+    if record is not None:
+        jobs = halving_jobs(Path(sweep_dir), record)
+        return jobs if raced is None else [race_job(Path(sweep_dir), raced, j.num) if j.num in raced.entrants else j
+                                           for j in jobs]
+    if raced is not None:
+        return [race_job(Path(sweep_dir), raced, num) for num in raced.entrants]
+    for path in sorted(Path(sweep_dir).glob("**/.hydra/overrides.yaml")):
+        job_dir = path.parent.parent
+        if job_dir.parent.name.startswith(PROBE_PREFIX) and job_dir.parent.parent == Path(sweep_dir):
+            continue  # a halving sweep's probe whose record is gone: not a job of its own
+        hydra_yaml = path.parent / "hydra.yaml"
+        num = OmegaConf.select(OmegaConf.load(hydra_yaml), "hydra.job.num", default=None) \
+            if hydra_yaml.is_file() else None
+        if num is None:
+            num = int(job_dir.name) if job_dir.name.isdigit() else len(jobs)
+        overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
+        jobs.append(Job(int(num), job_dir, overrides, results.read(job_dir)))
+    return sorted(jobs, key=lambda j: j.num)
+
+
+def race_job(sweep_dir: Path, record, num: int) -> Job:
+    """A raced configuration: its folder ``<folder>N/``, whose metrics.json combines its rounds."""
+    folder = sweep_dir / f"{record.folder}{num}"
+    return Job(num, folder, list(record.combos[num]), results.read(folder), full=bool(record.folder))
+
+
+def halving_jobs(sweep_dir: Path, record) -> List[Job]:
+    """A halving sweep's jobs, one per grid combination: its full run (``N/``) if it had one, else its
+    last probe (``probe-R/N/``), marked pruned; a combination not reached yet is missing."""
+    from fastpipe.sweeps.halving import probe_folder
+
+    if record.settings.get("mode") == "time_to_target":
+        return target_halving_jobs(sweep_dir, record)
+    jobs = []
+    for num, overrides in enumerate(record.combos):
+        last = record.last_round(num)
+        probe_dir = sweep_dir / probe_folder(last["round"]) / str(num) if last else None
+        probe = results.read(probe_dir) if probe_dir is not None else None
+        if num in record.finals or last is None or num in (last.get("kept") or []):
+            job_dir = sweep_dir / str(num)
+            jobs.append(Job(num, job_dir, list(overrides), results.read(job_dir), probe=probe, full=True))
+            continue
+        kept = last.get("kept") or []
+        rate = (last.get("throughput") or {}).get(str(num))
+        note = (f"dropped in round {last['round']}: {rate:,.1f} samples/s after {last['steps']} steady-state steps, "
+                f"slower than the {len(kept)} kept (slowest kept {last['cutoff']:,.1f})"
+                if rate is not None and last.get("cutoff") is not None else f"dropped in round {last['round']}")
+        jobs.append(Job(num, probe_dir, list(overrides), probe, pruned_round=last["round"], probe=probe, note=note))
+    return jobs
+
+
+def target_halving_jobs(sweep_dir: Path, record) -> List[Job]:
+    """A time-to-target halving sweep's jobs: every combination in its own folder ``N/``; one dropped
+    in a round is pruned, with the round's reason."""
+    jobs = []
+    for num, overrides in enumerate(record.combos):
+        metrics = results.read(sweep_dir / str(num))
+        dropped = next((r for r in record.rounds if num in (r.get("dropped") or [])), None)
+        if dropped is None:
+            jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, full=True))
+            continue
+        if dropped.get("reached"):
+            note = (f"dropped in round {dropped['round']}: still short of the target at {dropped['budget_s']:,.1f} s, "
+                    f"when job(s) {', '.join(map(str, dropped['reached']))} had reached it")
+        else:
+            value, cutoff = (dropped.get("values") or {}).get(str(num)), dropped.get("cutoff")
+            note = (f"dropped in round {dropped['round']} at {dropped['budget_s']:,.1f} s of training: best primary metric "
+                    f"{'n/a' if value is None else format(value, '.4g')}, below the {len(dropped.get('kept') or [])} "
+                    f"kept (worst kept {'n/a' if cutoff is None else format(cutoff, '.4g')})")
+        jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, pruned_round=dropped["round"],
+                        probe=metrics, note=note))
+    return jobs

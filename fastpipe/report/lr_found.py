@@ -1,0 +1,51 @@
+"""optimizer.lr=auto in a sweep: the rate each job found (its ``lr (found)`` column) and, when the jobs vary
+only ``optimizer.lr_auto_factor`` (``+sweep=lr``), whether the range test's own suggestion won, tied or lost."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from fastpipe.sweeps.race_stats import p_text
+
+FACTOR = "optimizer.lr_auto_factor"
+
+
+def found_rate(metrics: dict) -> Optional[float]:
+    """The rate a job trained at when optimizer.lr=auto found it: the suggestion times the factor."""
+    search = metrics.get("lr_search") or {}
+    return None if search.get("suggestion") is None else search["suggestion"] * search.get("factor", 1.0)
+
+
+def _time(r: dict) -> str:
+    return f"median {r['time_to_target_s']:,.1f} s" if r["time_to_target_s"] is not None else "not reached"
+
+
+def _fate(r: dict) -> str:
+    race = r.get("race") or {}
+    return f" (out after round {race['round']}, {p_text(race['p'])})" if race.get("state") == "out" else ""
+
+
+def suggestion_lines(result) -> List[str]:
+    """The header line on the suggestion against its multiples (``+sweep=lr``); none for other sweeps."""
+    rows = [r for r in result.rows if r.get("lr_found") is not None]
+    if FACTOR not in result.columns or not rows:
+        return []
+    own = next((r for r in rows if float(r["swept"][FACTOR]) == 1.0), None)
+    if own is None:
+        return []
+    rule, rate = own.get("lr_rule") or "range test", own["lr_found"]
+    others = "; ".join(f"{r['swept'][FACTOR]}x {_time(r)}{_fate(r)}" for r in rows if r is not own)
+    head = f"- learning rate: the range test's suggestion ({rule}, {rate:.3g})"
+    if result.best is own:
+        return [f"{head} won: {_time(own)}; {others}"]
+    if own.get("tie"):
+        tied = [r for r in rows if r.get("tie") and r is not own]
+        return [f"{head} tied with {', '.join(r['swept'][FACTOR] + 'x' for r in tied)}: {_time(own)}; {others}: "
+                "either rate"]
+    best = result.best
+    if best is None or best.get("lr_found") is None:
+        return [f"{head}: {_time(own)}{_fate(own)}; {others}; no winner"]
+    sooner = (f", {own['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner" if own["time_to_target_s"]
+              and best["time_to_target_s"] else "")
+    return [f"- learning rate: {best['swept'][FACTOR]}x the suggestion won ({best['lr_found']:.3g}, {_time(best)} "
+            f"against the suggestion's {_time(own)}{sooner}{_fate(own)}): commit optimizer.lr={best['lr_found']:.3g} "
+            f"or {FACTOR}={best['swept'][FACTOR]}"]

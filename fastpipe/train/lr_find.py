@@ -1,0 +1,190 @@
+"""``optimizer.lr=auto``: the learning rate found by a range test on the run's own training step.
+
+Before training, the run's stages are built once more by the one stage builder (graph.build_range_test:
+model, placement, precision, compile, EMA, optimizer, the run's loader) from ``train.lr_find_seed``
+(null: the run's seed), and the training step itself (train/step.py) runs ``train.lr_find_steps``
+times at rates rising exponentially from ``train.lr_find_min`` to ``train.lr_find_max``, each set on
+the optimizer as a Python float: only the model's forward and backward are compiled, so no rate
+recompiles anything. The smoothed loss curve, where it stopped and the rule's rate come from
+measure/lr_range.py. Under DDP every rank runs the same ramp on its own shard of the batches and the
+loss is averaged over the ranks, so every rank stops at the same step and finds the same rate.
+
+The test's graph is then thrown away, the generators reseeded, and the run builds its model and
+optimizer from its seed with the found rate (times ``optimizer.lr_auto_factor``) as if it had been
+given: the schedule's warm-up and decay apply to it, OneCycleLR's ``max_lr`` is it, and
+``train.lr_scaling`` does not scale it (the test measured it at this run's batch).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import torch
+
+from fastpipe.config import Config
+from fastpipe.config.registry import choice
+from fastpipe.errors import FastpipeWarning, TrainingError
+from fastpipe.measure import lr_range
+from fastpipe.runtime import Runtime, seed_everything
+from fastpipe.train import graph
+from fastpipe.train.first_batch import check_first_batches, part
+from fastpipe.train.step import train_step
+
+
+@dataclass
+class LrSearch:
+    """What the range test found; ``record()`` is metrics.json's ``lr_search``."""
+
+    rule: str
+    min: float
+    max: float
+    steps: int  # planned: the ramp's length (the curve is shorter when the loss diverged)
+    curve: List[Tuple[float, float]]  # (lr, smoothed loss) of each step run
+    diverged_at: Optional[float]  # the rate at which the loss diverged (the test stopped), or None
+    suggestion: float  # the rule's rate
+    factor: float  # optimizer.lr_auto_factor
+    seconds: float
+    raw: List[float] = field(default_factory=list)  # each step's loss as measured (lr_find.csv)
+
+    @property
+    def lr(self) -> float:
+        """The rate the run trains at: the suggestion times ``optimizer.lr_auto_factor``."""
+        return self.suggestion * self.factor
+
+    def describe(self) -> str:
+        """``(auto: valley of a 100-step range test, 4.1 s)``: graph.txt's note beside the rate."""
+        scaled = f"{self.factor:g} x {self.suggestion:.3g}, the " if self.factor != 1 else ""
+        return f"(auto: {scaled}{self.rule} of a {self.steps}-step range test, {self.seconds:.1f} s)"
+
+    def annotate(self, optimizer_line: str) -> str:
+        """graph.txt's optimizer line with its ``lr=...`` replaced by the found rate and how it was found."""
+        return re.sub(r"\blr=\S+", lambda _: f"lr={self.lr:.3g} {self.describe()}", optimizer_line, count=1)
+
+    def record(self) -> dict:
+        return {"rule": self.rule, "min": self.min, "max": self.max, "steps": self.steps,
+                "curve": [[lr, loss] for lr, loss in self.curve], "diverged_at": self.diverged_at,
+                "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2)}
+
+
+def settle(settings: Config, runtime: Runtime) -> Tuple[Config, Optional[LrSearch]]:
+    """``settings`` with ``optimizer.lr=auto`` replaced by the rate the range test finds, and the test
+    (None, and ``settings`` as they are, when the rate is given). Every rank calls it."""
+    opt = settings.optimizer
+    if not opt.lr_auto:
+        if opt.lr_auto_factor != 1:
+            warnings.warn(f"optimizer.lr_auto_factor={opt.lr_auto_factor:g} multiplies a rate optimizer.lr=auto finds; "
+                          f"optimizer.lr={opt.params.get('lr')} is given, so it does nothing", FastpipeWarning)
+        return settings, None
+    opt.refuse_auto_with(settings.launcher.name, choice("launcher", settings.launcher.name).shards)
+    search = find_lr(settings, runtime)
+    if runtime.dist.is_main:
+        stop = f", stopped at {search.diverged_at:.3g} where the loss diverged" if search.diverged_at else ""
+        print(f"fastpipe: optimizer.lr=auto: {search.lr:.3g} {search.describe()}; the ramp from {search.min:g} to "
+              f"{search.max:g}{stop}", file=sys.stderr, flush=True)
+    return with_found_lr(settings, search.lr), search
+
+
+def provisional(settings: Config) -> Config:
+    """``settings`` with ``optimizer.lr=auto`` standing at the ramp's first rate, for a graph built before
+    the rate is known (the batch-size search's probes, the range test itself); as they are otherwise."""
+    if not settings.optimizer.lr_auto:
+        return settings
+    return _with_rate(settings, settings.train.lr_find_min)
+
+
+def with_found_lr(settings: Config, rate: float) -> Config:
+    """``settings`` training at ``rate`` as if ``optimizer.lr`` had been given (OneCycleLR's ``max_lr``
+    too), unscaled by ``train.lr_scaling`` (warned about when it is set)."""
+    train = settings.train
+    if train.lr_scaling != "none":
+        warnings.warn(f"train.lr_scaling={train.lr_scaling} does not scale a rate optimizer.lr=auto finds: the range "
+                      "test measured it at this run's global batch", FastpipeWarning)
+    settings = _with_rate(settings, rate)
+    settings.train = dataclasses.replace(train, lr_scaling="none")
+    return settings
+
+
+def _with_rate(settings: Config, rate: float) -> Config:
+    """A shallow copy of ``settings`` whose optimizer (and schedule's own peak, ``max_lr``) is ``rate``."""
+    settings = copy.copy(settings)
+    settings.optimizer = dataclasses.replace(settings.optimizer, params={**settings.optimizer.params, "lr": rate})
+    schedule = settings.lr_schedule
+    if "max_lr" in schedule.params:
+        settings.lr_schedule = dataclasses.replace(schedule, params={**schedule.params, "max_lr": rate})
+    return settings
+
+
+def find_lr(settings: Config, runtime: Runtime) -> LrSearch:
+    """Run the range test per ``settings.train`` on the run's stages (module docstring)."""
+    started, cfg, dist = time.perf_counter(), settings.train, runtime.dist
+    seed = settings.seed if cfg.lr_find_seed is None else cfg.lr_find_seed
+    test = copy.copy(provisional(settings))
+    test.seed = seed  # the loader's order too
+    seed_everything(seed + dist.rank)
+    try:
+        curve = _run_ramp(test, runtime, lr_range.ramp(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps))
+    finally:
+        _release(runtime.device)
+        seed_everything(settings.seed + dist.rank)  # the run starts from its seed, as with a given rate
+    if not curve.losses:
+        why = "precision=fp32 rules out an overflow, else " if settings.precision.name != "fp32" else ""
+        raise TrainingError(f"{part(settings, 'model')} gives a non-finite loss at the range test's first step (lr "
+                            f"{cfg.lr_find_min:g}, before any update counts): it cannot train at any rate; {why}check "
+                            "its initialisation and forward, and the task's loss")
+    suggestion = lr_range.suggest(cfg.lr_find_rule, curve, cfg.lr_find_steps)
+    if suggestion is None:
+        raise TrainingError(f"optimizer.lr=auto: the range test's loss diverged after {len(curve.losses)} step(s), at "
+                            f"lr {curve.diverged_at:.3g}: too few points to read a rate from; ramp more slowly "
+                            "(a lower train.lr_find_max or more train.lr_find_steps), or give optimizer.lr")
+    return LrSearch(cfg.lr_find_rule, cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps,
+                    list(zip(curve.lrs, curve.losses)), curve.diverged_at, suggestion,
+                    float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw))
+
+
+def _run_ramp(settings: Config, runtime: Runtime, rates: List[float]) -> lr_range.Curve:
+    """The training step at each of ``rates`` in turn, until the curve says stop (a collective under DDP)."""
+    g = graph.build_range_test(settings, runtime, graph.build_splits(settings, runtime))
+    check_first_batches(g, settings)  # the project's parts on a first batch, before any step
+    batches, curve, world = _batches(g.train_loader), lr_range.Curve(), runtime.dist.world_size
+    try:
+        for rate in rates:
+            for group in g.optimizer.param_groups:
+                group["lr"] = rate  # a Python float: nothing compiled sees it
+            loss = train_step(g, settings.train, lambda: next(batches)).loss.detach().clone()
+            if curve.add(rate, float(runtime.dist.all_reduce_sum(loss)) / world):
+                break
+    finally:
+        batches.close()  # the loader's workers end with its iterator
+    return curve
+
+
+def _batches(loader):
+    """The loader's batches, epoch after epoch (the epochs' orders from the test's seed)."""
+    from fastpipe.data.order import epoch_batches
+
+    epoch = 0
+    while True:
+        empty = True
+        for batch in epoch_batches(loader, epoch, 0):
+            empty = False
+            yield batch
+        if empty:
+            raise TrainingError("optimizer.lr=auto: the training loader gave no batch for the range test")
+        epoch += 1
+
+
+def _release(device: torch.device) -> None:
+    """The test's graph gone: its tensors back to the allocator, its compiled code dropped."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    dynamo = sys.modules.get("torch._dynamo")  # not imported: nothing was compiled
+    if dynamo is not None:
+        dynamo.reset()

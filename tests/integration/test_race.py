@@ -1,0 +1,38 @@
+"""hydra/sweeper=race from the command line: rounds of real jobs through hydra/launcher=gpus's two CPU lanes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, TINY
+
+RACE = ["hydra/sweeper=race", "hydra/launcher=gpus", "hydra.launcher.max_parallel=2", "hydra.sweeper.min_rounds=2",
+        "hydra.sweeper.max_rounds=2", "report.objective=time_to_target", "train.target=0.5", "train.eval_every=4",
+        "optimizer.lr=0.01,0.00001"]
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    sweep_dir = tmp_path_factory.mktemp("race") / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", *RACE, *TINY, "train.max_steps=24",
+                           f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    return sweep_dir, proc, json.loads((sweep_dir / "race.json").read_text())
+
+
+def test_each_round_trains_every_job_with_the_rounds_seed_in_parallel_lanes(raced):
+    sweep_dir, _, record = raced
+    assert [(r["round"], r["seed"], r["jobs"]) for r in record["rounds"]] == [(0, 0, [0, 1]), (1, 1, [0, 1])]
+    for r in record["rounds"]:
+        runs = [json.loads((sweep_dir / str(n) / f"round-{r['round']}" / "metrics.json").read_text()) for n in (0, 1)]
+        assert all(f"seed={r['seed']}" in m["overrides"] for m in runs)
+        info = [json.loads((sweep_dir / str(n) / f"round-{r['round']}" / "launcher.json").read_text()) for n in (0, 1)]
+        assert sorted(tuple(i["cpus"]) for i in info) == [(0,), (1,)]  # one lane each
+    assert record["rounds"][1]["cap_s"] == pytest.approx(2 * record["rounds"][0]["training_s"]["0"])
+    # two seeds cannot separate two configurations (an exact paired test needs five): a tie
+    assert record["stopped_by"] == "max_rounds" and record["winner"] is None and sorted(record["tie"]) == [0, 1]
+    combined = json.loads((sweep_dir / "0" / "metrics.json").read_text())
+    assert combined["repeats"]["dirs"] == ["round-0", "round-1"]

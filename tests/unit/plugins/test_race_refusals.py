@@ -1,0 +1,29 @@
+"""hydra/sweeper=race refuses a grid it cannot race, in one line, before any job runs (issue 31)."""
+import pytest
+from omegaconf import OmegaConf
+
+from fastpipe.errors import EXIT_CODE
+from hydra_plugins.fastpipe_sweeps.race_sweeper import refuse_unraceable
+
+
+def config(objective="time_to_target", seed=0, repeats=1):
+    return OmegaConf.create({"report": {"objective": objective, "repeats": repeats}, "seed": seed})
+
+
+@pytest.mark.parametrize("configs, message", [
+    ([config("throughput"), config("throughput")], "hydra/sweeper=race races by time to target: add "
+                                                   "report.objective=time_to_target"),
+    ([config(seed=0), config(seed=1)], "hydra/sweeper=race gives every job of round k the seed seed+k itself: "
+                                       "drop seed from the sweep's lists"),
+    ([config(repeats=3), config(repeats=3)], "report.repeats inside hydra/sweeper=race: the race decides how many"),
+    ([config()], "hydra/sweeper=race needs at least two configurations to race, the grid has 1"),
+])
+def test_a_grid_the_race_cannot_run_is_one_line(configs, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        refuse_unraceable([["x"]] * len(configs), configs)
+    err = capsys.readouterr().err
+    assert stop.value.code == EXIT_CODE and err.startswith(f"fastpipe: error: {message}") and err.count("\n") == 1
+
+
+def test_a_raceable_grid_passes():
+    refuse_unraceable([["a"], ["b"]], [config(), config()])

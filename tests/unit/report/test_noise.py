@@ -1,0 +1,64 @@
+"""A throughput ranking never crowns noise: one run is untested, repeats that spread or overlap are no winner,
+and --save-best refuses them unless forced (issue 33 item 1)."""
+from __future__ import annotations
+
+from fastpipe.report.__main__ import main as report_main
+from fastpipe.report.publish import write_report
+from job_metrics import job_metrics as metrics
+from job_metrics import make_sweep
+
+TASK = ("seed=0,1",)
+
+
+def repeated(median, low, high, step_ms=1.4):
+    return metrics(median, repeats={"n": 3, "dirs": ["repeat-0", "repeat-1", "repeat-2"], "throughput": [low, median, high],
+                                    "min": low, "max": high, "spread": (high - low) / median},
+                   step_time_ms={"median": step_ms, "p90": step_ms})
+
+
+def sweep(tmp_path, first, second):
+    return make_sweep(tmp_path, [(("seed=0",), first), (("seed=1",), second)], task=TASK)
+
+
+def test_one_run_per_job_is_untested_and_shows_the_step_times(tmp_path):
+    folder = sweep(tmp_path, metrics(20_000.0, step_time_ms={"median": 1.43, "p90": 2.0}),
+                   metrics(79_600.0, step_time_ms={"median": 1.40, "p90": 2.0}))
+    result = write_report(folder)
+    md = (folder / "report.md").read_text()
+    assert result.best["job"] == 1 and result.confidence.kind == "untested"
+    assert "one run per job: this ranking is untested against run-to-run noise" in md
+    assert "| step (ms) |" in md and "| 1.43 |" in md and "| 1.40 |" in md
+    assert "untested against run-to-run noise" in (folder / "best.yaml").read_text()
+
+
+def test_repeats_spread_wider_than_max_spread_are_unstable_and_crown_nobody(tmp_path, capsys):
+    folder = sweep(tmp_path, repeated(21_296.0, 10_000.0, 36_000.0), repeated(8_806.2, 3_000.0, 31_000.0))
+    result = write_report(folder)
+    md = (folder / "report.md").read_text()
+    assert result.best is None and result.confidence.kind == "unstable" and result.candidate["job"] == 0
+    assert "UNSTABLE: job 0's 3 repeats spread 122 %" in md and "21,296.0 (10,000.0-36,000.0, n=3) UNSTABLE" in md
+    assert not (folder / "best.yaml").exists()
+    assert report_main([str(folder), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastpipe.report: error: --save-best: no winner to save: job 0's repeated throughputs spread")
+    assert "--force writes job 0" in err and err.count("\n") == 1
+    assert report_main([str(folder), "--quiet", "--save-best", str(tmp_path / "w.yaml"), "--force"]) == 0
+    assert "NOT A SEPARATED WINNER (written with --force): noise: UNSTABLE" in (tmp_path / "w.yaml").read_text()
+
+
+def test_overlapping_repeats_are_a_tie_and_separated_ones_a_winner(tmp_path):
+    tie = write_report(sweep(tmp_path / "tie", repeated(1_000.0, 980.0, 1_020.0), repeated(1_010.0, 1_000.0, 1_030.0)))
+    md = (tmp_path / "tie" / "report.md").read_text()
+    assert tie.best is None and tie.confidence.tie == [1, 0] and "- tie: jobs 1, 0: their repeats overlap" in md
+    assert "1.01x (within noise)" in md
+    apart = write_report(sweep(tmp_path / "apart", repeated(1_000.0, 980.0, 1_020.0), repeated(1_200.0, 1_190.0, 1_210.0)))
+    assert apart.best["job"] == 1 and apart.confidence.kind == "separated"
+    assert "lie above every other job's: the winner is separated" in (tmp_path / "apart" / "report.md").read_text()
+
+
+def test_max_spread_is_a_setting(tmp_path):
+    folder = sweep(tmp_path, repeated(1_000.0, 900.0, 1_100.0), repeated(2_000.0, 1_900.0, 2_100.0))
+    assert write_report(folder).confidence.kind == "separated"  # 10 % spreads: within the default 0.10
+    assert report_main([str(folder), "--quiet", "--max-spread", "0.05"]) == 0
+    assert "UNSTABLE" in (folder / "report.md").read_text()
+    assert report_main([str(folder), "--quiet", "--max-spread", "0"]) == 2

@@ -1,0 +1,55 @@
+"""The report of a race: one row per configuration (never per round), each one's seeds and outcome, the
+winner or the tie set, and --save-best's refusal of a tie (issue 31 item 2)."""
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from fastpipe.report.__main__ import main as report_main
+from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.publish import write_report
+from race_stubs import noisy, race
+
+SPEC = SweepSpec(task_overrides=["optimizer.lr=0,1,2,3"], objective="time_to_target")
+
+
+def test_a_tie_is_reported_as_one_row_per_job_and_save_best_refuses_it(tmp_path, capsys):
+    close = noisy(10.0)
+    race(tmp_path, lambda n, seed: None if n >= 2 else close(seed) + (0.3 if (n + seed) % 2 else 0.0))
+    OmegaConf.save({"hydra": {"overrides": {"task": SPEC.task_overrides}}, "report": {"objective": "time_to_target"}},
+                   tmp_path / "multirun.yaml")
+    result = write_report(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert [r["job"] for r in result.rows][:2] in ([0, 1], [1, 0]) and len(result.rows) == 4
+    assert result.best is None and sorted(result.confidence.tie) == [0, 1]
+    assert "- race: 4 configurations over seeds 0..9" in md and "stopped: max rounds" in md
+    assert "eliminated: job 2 after round 4 (p < 0.001)" in md and "- cost: 30 runs against 40 for every job" in md
+    assert "- tie: jobs 0, 1 (10 seeds; max_rounds reached)" in md or "- tie: jobs 1, 0 (10 seeds; max_rounds reached)" in md
+    assert "| tie, 10 seeds |" in md and "| out after round 4 (p < 0.001), 5 seeds |" in md and ", 5 seeds |" in md
+    assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
+    assert "--save-best: no winner to save: jobs " in capsys.readouterr().err
+    assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml"), "--force"]) == 0
+    assert "NOT A SEPARATED WINNER (written with --force): tie: jobs" in (tmp_path / "w.yaml").read_text()
+    assert "| tie, 10 seeds |" in (tmp_path / "report.md").read_text()  # the CLI read the sweep's own objective
+
+
+def test_a_separated_winner_is_named_and_saved(tmp_path):
+    race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 3.0 * n, n=2)
+    result = write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr=0,1"], objective="time_to_target"))
+    md = (tmp_path / "report.md").read_text()
+    assert result.best["job"] == 0 and "- winner: job 0, separated from every other job at alpha 0.05 after 5 seeds" in md
+    assert "| 0 (best) (baseline) |" not in md and (tmp_path / "best.yaml").is_file()
+    time = result.best["time_to_target_s"]
+    assert result.best["target_min"] <= time <= result.best["target_max"] and result.best["target_repeats"] == 5
+
+
+def test_the_lr_race_says_whether_the_range_tests_suggestion_won(tmp_path):
+    factors = ["1", "0.3", "3"]
+    search = lambda num: {"lr_search": {"rule": "valley", "suggestion": 0.002, "factor": float(factors[num])}}  # noqa: E731
+    race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 2 else 3.0 + n), n=3, extra=search,
+         combos=[[f"optimizer.lr_auto_factor={f}"] for f in factors])
+    result = write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr_auto_factor=1,0.3,3"],
+                                              objective="time_to_target"))
+    md = (tmp_path / "report.md").read_text()
+    assert result.best["job"] == 2 and "| lr (found) |" in md and "| 0.006 |" in md
+    assert "- learning rate: 3x the suggestion won (0.006, median 10." in md
+    assert "commit optimizer.lr=0.006 or optimizer.lr_auto_factor=3" in md

@@ -1,0 +1,119 @@
+"""hydra/sweeper=race: its statistics on given per-seed times, and whole races of stub jobs (issue 31)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fastpipe.record import results
+from fastpipe.sweeps import race_stats
+from fastpipe.sweeps.race import RaceSettings, median_time, read
+from race_stubs import noisy, race
+
+INF = math.inf
+
+# Reference values from scikit-posthocs 0.17.1 (posthoc_conover_friedman, p_adjust=None), scipy's
+# friedmanchisquare and statsmodels' multipletests(method="holm") on the same times.
+CLEAR = [[10.0, 11.0, 20.0, 21.0], [12.0, 11.5, 19.0, 25.0], [9.0, 10.0, 22.0, 18.0], [11.0, 12.0, 21.0, 23.0],
+         [10.5, 9.8, 20.0, 20.5], [11.2, 11.0, 19.5, 24.0]]
+MISSES = [[10.0, 12.0, INF, INF], [11.0, 10.0, INF, 30.0], [10.0, 10.0, 25.0, INF], [12.0, 11.0, INF, INF],
+          [9.0, 13.0, INF, 28.0]]
+
+
+@pytest.mark.parametrize("times, friedman, raw, adjusted", [
+    (CLEAR, (15.2, 0.0016534710516881628), {1: 1.0, 2: 0.000112930009, 3: 2.851626e-06},
+     {1: 1.0, 2: 0.00022586001896668804, 3: 8.554879023585583e-06}),
+    (MISSES, (12.829787234042556, 0.005019539566782285), {1: 1.0, 2: 4.3321871e-05, 3: 0.000108331327},
+     {1: 1.0, 2: 0.00012996561239071247, 3: 0.0002166626542375926}),
+])
+def test_friedman_conover_and_holm_match_the_reference_packages(times, friedman, raw, adjusted):
+    ranks = race_stats.seed_ranks(times)
+    f = race_stats.friedman(ranks)
+    assert f["statistic"] == pytest.approx(friedman[0]) and f["p"] == pytest.approx(friedman[1])
+    p = race_stats.conover_vs(ranks, 0)
+    assert p == pytest.approx(raw, rel=1e-6)
+    assert race_stats.holm(p) == pytest.approx(adjusted, rel=1e-6)
+
+
+def test_a_miss_ranks_below_every_reached_run_and_two_misses_tie():
+    assert race_stats.seed_ranks([[30.0, INF, 10.0, INF]]).tolist() == [[2.0, 3.5, 1.0, 3.5]]
+
+
+def test_a_clear_field_drops_the_slow_pair_and_keeps_the_close_one():
+    verdict = race_stats.judge({j: [row[j] for row in MISSES] for j in range(4)}, alpha=0.05)
+    assert verdict.test == "friedman+conover" and verdict.leader == 0 and verdict.worse == [2, 3]
+    assert verdict.posthoc[1]["p_holm"] == 1.0
+
+
+def test_two_survivors_need_five_seeds_before_a_paired_test_can_separate_them():
+    four = race_stats.judge({0: [1, 2, 3, 4], 1: [2, 3, 4, 5]}, alpha=0.05)
+    assert four.test == "wilcoxon" and four.posthoc[1]["p"] == 1 / 16 and four.worse == []
+    five = race_stats.judge({0: [1, 2, 3, 4, 5], 1: [2, 3, 4, 5, 6]}, alpha=0.05)
+    assert five.posthoc[1]["p"] == 1 / 32 and five.worse == [1]
+    # a seed where both missed says nothing (zero_method="wilcox" drops it): still four informative seeds
+    tied = race_stats.judge({0: [1, 2, 3, 4, INF], 1: [2, 3, 4, 5, INF]}, alpha=0.05)
+    assert tied.posthoc[1]["p"] == 1 / 16 and tied.worse == []
+
+
+def test_runs_that_agree_everywhere_are_no_evidence_of_a_difference():
+    same = race_stats.judge({0: [INF] * 5, 1: [INF] * 5, 2: [INF] * 5}, alpha=0.05)
+    assert same.friedman == {"statistic": 0.0, "p": 1.0} and same.worse == []
+
+
+def test_the_median_time_counts_a_miss_as_the_slowest():
+    assert median_time([3.0, None, 1.0]) == 3.0 and median_time([None, None, 1.0]) is None
+
+
+# ----------------------------------------------------------------------------- races of stub jobs
+def test_a_race_drops_the_hopeless_pair_at_the_first_test_and_ties_the_close_pair(tmp_path):
+    close = noisy(10.0)
+    times = lambda n, seed: None if n >= 2 else close(seed) + (0.3 if (n + seed) % 2 else 0.0)  # noqa: E731
+    record, launch = race(tmp_path, times)
+    first = record.rounds[4]
+    assert first["test"] == "friedman+conover" and first["eliminated"] == [2, 3]
+    assert all(r["eliminated"] == [] for r in record.rounds[:4])  # nothing before min_rounds
+    assert {e["round"] for e in record.eliminated.values()} == {4}
+    assert record.stopped_by == "max_rounds" and record.winner is None and sorted(record.tie) == [0, 1]
+    assert len(record.rounds) == 10 and record.rounds[5]["jobs"] == [0, 1]
+    # from round 1 on every job is capped at 2x the leader's median: the hopeless pair stops there
+    assert record.rounds[0]["cap_s"] is None and record.rounds[1]["cap_s"] == pytest.approx(2 * close(0))
+    assert record.rounds[1]["capped"] == [2, 3]
+    combined = results.read(tmp_path / "0")
+    assert combined["repeats"]["n"] == 10 and combined["repeats"]["dirs"][:2] == ["round-0", "round-1"]
+    assert read(tmp_path).to_json() == record.to_json()
+
+
+def test_a_clearly_faster_job_wins_after_five_seeds(tmp_path):
+    record, _ = race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 3.0 * n, n=2)
+    assert record.winner == 0 and record.stopped_by == "winner" and len(record.rounds) == 5
+    assert record.eliminated["1"]["p"] == pytest.approx(1 / 32)
+
+
+def test_a_failed_run_leaves_the_race_with_its_reason(tmp_path):
+    record, launch = race(tmp_path, lambda n, seed: 10.0 + n + seed % 2, n=3, failing=[(2, 1)], max_rounds=6)
+    assert record.eliminated["2"] == {"round": 1, "p": None, "reason": "failed: CUDA out of memory"}
+    assert record.rounds[1]["failed"] == [2] and all(2 not in r["jobs"] for r in record.rounds[2:])
+
+
+def test_a_stopped_race_resumes_at_the_round_it_stopped_in_with_the_same_outcome(tmp_path):
+    times = lambda n, seed: noisy(10.0)(seed) + 2.0 * n  # noqa: E731
+    with pytest.raises(SystemExit):
+        race(tmp_path / "a", times, n=3, stop_in_round=3)
+    assert [r["round"] for r in read(tmp_path / "a").rounds] == [0, 1, 2]
+    resumed, launch = race(tmp_path / "a", times, n=3, earlier=read(tmp_path / "a"))
+    assert all(seed >= 3 for _, seed in launch.trained)  # rounds 0-2 finished: skipped, not trained again
+    whole, _ = race(tmp_path / "b", times, n=3)
+    keys = ("values", "eliminated", "leader", "cap_s")
+    assert [[r[k] for k in keys] for r in resumed.rounds] == [[r[k] for k in keys] for r in whole.rounds]
+    assert resumed.winner == whole.winner == 0
+
+
+def test_race_settings_are_checked():
+    from fastpipe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_rounds=3 must be >= hydra.sweeper.min_rounds=5"):
+        RaceSettings(max_rounds=3)
+    with pytest.raises(ConfigError, match="cap=0.5 must be > 1"):
+        RaceSettings(cap=0.5)
+    np.testing.assert_equal(RaceSettings(cap=None).cap, None)

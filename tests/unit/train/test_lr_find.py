@@ -1,0 +1,120 @@
+"""optimizer.lr=auto (issue 32): the range test on the run's own step, the rate it gives the run, and
+what is recorded (the rules on given curves: tests/unit/measure/test_lr_range.py)."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import warnings
+
+import pytest
+from conftest import TINY, cpu_runtime, make_settings, run_in_process
+
+from fastpipe.errors import ConfigError, FastpipeWarning, TrainingError
+from fastpipe.measure.lr_range import ramp
+from fastpipe.train import graph, lr_find
+
+AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"]
+KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds"}
+
+
+def _found(*extra):
+    return lr_find.find_lr(make_settings([*AUTO, "train.lr_find_steps=10", *extra]), cpu_runtime())
+
+
+def test_the_found_rate_trains_as_if_given_unscaled_and_is_recorded(tmp_path, one_torch_thread):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = run_in_process(tmp_path / "auto", [*AUTO, "optimizer.lr_auto_factor=0.5", "train.lr_scaling=linear"])
+    search = found["lr_search"]
+    assert found["status"] == "ok" and set(search) == KEYS and (search["rule"], search["steps"]) == ("valley", 20)
+    assert search["factor"] == 0.5 and 0 < len(search["curve"]) <= 20 and search["seconds"] > 0
+    rate = 0.5 * search["suggestion"]
+    assert any("train.lr_scaling=linear does not scale" in w for w in found["warnings"])
+    line = next(x for x in (tmp_path / "auto" / "graph.txt").read_text().splitlines() if "optimizer" in x)
+    assert f"lr={rate:.3g} (auto: 0.5 x {search['suggestion']:.3g}, the valley of a 20-step range test, " in line
+    assert "lr_scaling" not in line  # batch 16 against 256 would have scaled it by 1/16
+    with open(tmp_path / "auto" / "lr_find.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [float(r["smoothed_loss"]) for r in rows] == pytest.approx([loss for _, loss in search["curve"]], rel=1e-5)
+    assert (tmp_path / "auto" / "lr_find.png").read_bytes()[:4] == b"\x89PNG"
+    tb = EventAccumulator(str(tmp_path / "auto" / "tb"))
+    tb.Reload()
+    points = [(e.step, e.value) for e in tb.Scalars("lr_find/loss")]  # on its own steps, not the training's
+    assert points == [(i, pytest.approx(loss, rel=1e-6)) for i, (_, loss) in enumerate(search["curve"])]
+    given = run_in_process(tmp_path / "given", [*TINY, f"optimizer.lr={rate!r}"])
+    assert given["final_loss"] == found["final_loss"] and given["val_metrics"] == found["val_metrics"]
+    assert given["lr_search"] is None
+
+
+def test_the_schedule_warms_up_to_the_found_rate_and_onecycle_peaks_at_it():
+    for schedule, peak_key in (["lr_schedule.warmup_steps=4"], "initial_lr"), (["lr_schedule=onecycle"], "max_lr"):
+        settings = lr_find.with_found_lr(make_settings([*AUTO, *schedule]), 0.02)
+        g = graph.build(settings, cpu_runtime())
+        assert g.optimizer.param_groups[0][peak_key] == 0.02
+        if peak_key == "initial_lr":
+            g.schedule.set(0)
+            assert g.optimizer.param_groups[0]["lr"] == pytest.approx(0.02 / 4)
+
+
+def test_the_same_seed_gives_the_same_suggestion_and_a_fixed_lr_find_seed_ignores_the_runs():
+    first, again = _found(), _found()
+    assert first.record() | {"seconds": 0} == again.record() | {"seconds": 0}
+    assert _found("seed=1", "train.lr_find_seed=0").curve == first.curve  # every seed of a race: one rate
+    assert _found("seed=1").curve != first.curve
+
+
+def test_batch_size_auto_runs_first_and_the_rate_is_found_at_its_batch(tmp_path, monkeypatch, one_torch_thread):
+    seen, real = [], lr_find.find_lr
+    monkeypatch.setattr(lr_find, "find_lr", lambda settings, runtime: seen.append(settings.train.batch_size)
+                        or real(settings, runtime))
+    tiny = [o for o in AUTO if not o.startswith("train.batch_size")]
+    m = run_in_process(tmp_path, [*tiny, "train.batch_size=auto", "train.batch_size_max=32", "train.max_steps=2"])
+    assert m["status"] == "ok" and seen == [32] == [m["batch_size"]] and m["lr_search"]["steps"] == 20
+
+
+def test_a_model_that_cannot_train_is_named_and_one_that_diverges_stops_there():
+    nan = ["model._target_=fault_models.NaNAfter", "+model.after=0"]
+    with pytest.raises(TrainingError, match=r"^model._target_=fault_models.NaNAfter gives a non-finite loss at the "
+                                            r"range test's first step \(lr 1e-07.*cannot train at any rate"):
+        _found(*nan)
+    late = _found("model._target_=fault_models.NaNAfter", "+model.after=7")
+    assert late.diverged_at == ramp(1e-7, 10.0, 10)[len(late.curve)] and late.suggestion < late.diverged_at
+    with pytest.raises(TrainingError, match=r"^optimizer.lr=auto: the range test's loss diverged after 2 step\(s\), "
+                                            r"at lr 5.99e-06: too few points to read a rate from"):
+        _found("model._target_=fault_models.NaNAfter", "+model.after=2")
+
+
+def test_under_amp_the_test_runs_in_bf16_autocast_and_finds_a_finite_rate():
+    found = _found("precision=amp")
+    assert 1e-7 < found.suggestion < 10 and len(found.curve) == 10
+
+
+def test_fsdp_is_refused_and_a_factor_without_auto_is_a_warning():
+    with pytest.raises(ConfigError, match="^optimizer.lr=auto with launcher=fsdp: .*set optimizer.lr=RATE$"):
+        make_settings([*AUTO, "launcher=fsdp"])  # when the config is read, before any process starts
+    given = make_settings([*TINY, "optimizer.lr_auto_factor=3"])
+    with pytest.warns(FastpipeWarning, match=r"optimizer.lr_auto_factor=3 .* optimizer.lr=0.003 is given"):
+        assert lr_find.settle(given, cpu_runtime()) == (given, None)
+
+
+def test_the_provisional_rate_stands_in_only_for_auto():
+    settings = make_settings(AUTO)
+    assert lr_find.provisional(settings).optimizer.params["lr"] == 1e-7 and settings.optimizer.lr_auto
+    given = make_settings(TINY)
+    assert lr_find.provisional(given) is given
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # lr_scaling=none: nothing to say
+        assert dataclasses.asdict(lr_find.with_found_lr(settings, 0.01).optimizer)["params"]["lr"] == 0.01
+
+
+@pytest.mark.parametrize("bad, said", [
+    ("optimizer.lr=fast", "optimizer.lr='fast' is not valid; give a number, or auto"),
+    ("optimizer.lr_auto_factor=0", "optimizer.lr_auto_factor=0 must be a number > 0"),
+    ("train.lr_find_rule=best", "train.lr_find_rule='best' is not valid; use one of valley, steepest, min_div10"),
+    ("train.lr_find_max=1e-8", "train.lr_find_min=1e-07 and train.lr_find_max=1e-08: the range test's ramp needs"),
+    ("train.lr_find_steps=5", "train.lr_find_steps=5 must be >= 10"),
+])
+def test_nonsense_is_refused_when_composed(bad, said):
+    with pytest.raises(ConfigError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
+        make_settings([*AUTO, bad])
+
