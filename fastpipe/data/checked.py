@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from fastpipe.files import atomic_write
+
 FOLDER = "checked"
 
 
@@ -61,14 +63,13 @@ def passed_at(cache_root: Optional[Path], key: str) -> Optional[str]:
 
 
 def stamp(cache_root: Optional[Path], key: str) -> None:
-    """Record that the check named ``key`` passed now (best effort)."""
+    """Record that the check named ``key`` passed now (best effort: whole or absent, never half)."""
     if cache_root is None:
         return
     folder = Path(cache_root) / FOLDER
-    tmp = folder / f".{key}.tmp-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"passed_at": time.strftime("%Y-%m-%d %H:%M:%S")}))
-        os.replace(tmp, folder / key)
+        # no fsync: a stamp lost in a power cut only means the check runs once more
+        atomic_write(folder / key, json.dumps({"passed_at": time.strftime("%Y-%m-%d %H:%M:%S")}), fsync=False)
     except OSError:  # a read-only or full cache: the check simply runs again next time
-        tmp.unlink(missing_ok=True)
+        pass
