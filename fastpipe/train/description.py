@@ -11,7 +11,8 @@ from fastpipe.models import describe_model
 from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
 from fastpipe.train.batch_search import BatchSearch
-from fastpipe.train.graph import TrainingGraph, eval_batch_size, steps_per_epoch, total_steps
+from fastpipe.train.graph import TrainingGraph, steps_per_epoch, total_steps
+from fastpipe.train.held_out import eval_batch_size
 from fastpipe.train.loop import describe_loop
 from fastpipe.train.lr_find import LrSearch
 

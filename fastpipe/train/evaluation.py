@@ -9,7 +9,7 @@ import torch
 
 from fastpipe.config import TrainConfig
 from fastpipe.measure.clock import RunClock
-from fastpipe.train.graph import HeldOut
+from fastpipe.train.held_out import HeldOut
 from fastpipe.train.target import Target
 
 

@@ -13,7 +13,7 @@ import copy
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -23,7 +23,6 @@ from fastpipe.config.data import resize_schedule
 from fastpipe.config.registry import choice
 from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
-from fastpipe.data.streams import is_stream
 from fastpipe.errors import ConfigError, FastpipeWarning
 from fastpipe.measure.setup import setup_part
 from fastpipe.protocols import Loader
@@ -35,26 +34,13 @@ from fastpipe.stages.optim import build_optimizer, lr_factor
 from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.stages.schedules import Schedule, build_schedule
 from fastpipe.stages.tasks import Task, build_task
+from fastpipe.train.held_out import HeldOut, eval_batch_size, held_out_loaders
 from fastpipe.train.parallel import ModelSpec, Parallel
 from fastpipe.train.target import check_target_run
 
 # The batch-size search feeds its probes from the dataset in this process: no worker processes to
 # start, no pack to build for a size that is tried once.
 PROBE_LOADER = DefaultLoaderConfig(num_workers=0, persistent_workers=False)
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """What evaluating a model takes: the held-out loader, the task's metrics, the precision's
-    autocast, and the processes whose sums are added up."""
-
-    loader: Optional[Loader]
-    task: Task
-    precision: Precision
-    device: torch.device
-    dist: Dist = Dist()
-    lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
-    resize: Optional[Callable] = None  # data.resize_schedule: images to its last size (BatchRecipe.held_out)
 
 
 @dataclass(frozen=True)
@@ -119,16 +105,25 @@ def with_batch_size(settings: Config, batch_size: int) -> Config:
     return settings
 
 
-def build_splits(settings: Config, runtime: Runtime, progress: bool = False) -> DataSplits:
-    """The dataset stage: the project's callable, split into training and held-out parts."""
+def build_splits(settings: Config, runtime: Runtime, progress: bool = False, cut: bool = True) -> DataSplits:
+    """The dataset stage: the project's callable, split into training and held-out parts; ``cut``: also
+    cut to ``train.overfit_batches`` (``overfit_cut``), which needs the batch size resolved."""
     name = settings.choices.get("dataset") or settings.dataset.short_name
+    if settings.train.overfit_batches:  # refused before anything is built or searched
+        choice("data", settings.data.name).refuse_overfit_batches()
     with setup_part("dataset_index"):
         splits = build_dataset(settings.dataset, runtime, name, progress=progress)
-    if settings.train.overfit_batches:  # the same first batches every epoch, held out too
-        choice("data", settings.data.name).refuse_overfit_batches()
-        per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
-        splits = splits.first(settings.train.overfit_batches * per_batch)
-    return splits
+    return overfit_cut(settings, runtime, splits) if cut else splits
+
+
+def overfit_cut(settings: Config, runtime: Runtime, splits: DataSplits) -> DataSplits:
+    """``splits`` cut to the first ``train.overfit_batches`` global batches, held out too (the same
+    batches every epoch), or as they are without it. The batch size must be a number by now:
+    ``train.batch_size=auto`` searches on the whole dataset, then the cut follows the size found."""
+    if not settings.train.overfit_batches:
+        return splits
+    per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
+    return splits.first(settings.train.overfit_batches * per_batch)
 
 
 def build(settings: Config, runtime: Runtime, progress: bool = False,
@@ -194,7 +189,7 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     with setup_part("loader_start"):
         train_loader = build_loader(loader_cfg, splits, runtime, train.batch_size, settings.seed, train=True,
                                     channels_last=parallel.channels_last)
-        eval_loader, target_loader = (None, None) if probe else _held_out_loaders(
+        eval_loader, target_loader = (None, None) if probe else held_out_loaders(
             settings, splits, runtime, loader_cfg, parallel.channels_last, launcher.shards)
     if not probe and len(train_loader) < train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} exceeds the {len(train_loader)} "
@@ -207,36 +202,3 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
         settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
                          eval_loader, schedule, recipe, target_loader)
-
-
-def eval_batch_size(train: TrainConfig, sharded: bool = False) -> int:
-    """``train.eval_batch_size`` per process: a number as given; auto = twice the training batch (an
-    evaluation keeps no activations for a backward pass, so twice the samples take less memory than a
-    training step), the training batch itself under a sharded model (launcher=fsdp)."""
-    if train.eval_batch_size != "auto":
-        return int(train.eval_batch_size)
-    if sharded or not isinstance(train.batch_size, int):  # an unresolved train.batch_size=auto: passed on as it is
-        return train.batch_size
-    return 2 * train.batch_size
-
-
-def _held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loader_cfg: LoaderConfig,
-                      channels_last: bool, sharded: bool) -> tuple:
-    """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
-    screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
-    exposes its labels (data/subset.py), the same samples at every evaluation."""
-    from fastpipe.data.subset import eval_subset
-
-    train = settings.train
-    args = (loader_cfg, splits, runtime, eval_batch_size(train, sharded), settings.seed)
-    loader = build_loader(*args, train=False, channels_last=channels_last)
-    if train.target_eval_samples is None or loader is None:
-        return loader, None
-    held = None if is_stream(splits.val) else len(splits.val)
-    if held is not None and train.target_eval_samples >= held:
-        raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
-                          f"{held} held-out samples of dataset={splits.name}: screening on them would evaluate the "
-                          f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
-    # a stream has no positions to choose: build_loader refuses the subset in its own words
-    subset = () if held is None else eval_subset(splits.val, train.target_eval_samples, settings.seed)
-    return loader, build_loader(*args, train=False, channels_last=channels_last, subset=subset)

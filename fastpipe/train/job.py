@@ -86,17 +86,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     runtime = setup_runtime(settings)
     record.env = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
-    search = None
-    splits = training_graph.build_splits(settings, runtime, progress=show)  # once: the search's probes share it
-    if settings.train.batch_size == "auto":  # first the batch, then the rate at that batch
-        with setup.setup_part("batch_search"):
-            settings, search = _with_found_batch_size(settings, runtime, splits)
-        record.batch_size_search = search.record()
-    record.batch_size = settings.train.batch_size
-    settings, lr_search = lr_find.settle(settings, runtime)  # optimizer.lr=auto
-    if lr_search is not None:
-        record.lr_search = lr_search.record()
-        recorder.lr_find(record.lr_search, lr_search.raw)
+    settings, splits, search, lr_search = _searched(settings, runtime, record, recorder, show)
     g = training_graph.build(settings, runtime, progress=show, splits=splits)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
@@ -137,6 +127,26 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.setup_parts_s = setup.recorded(ckpt.clock.setup_s)
     if dist.is_main:
         print(summary_text(record), flush=True)
+
+
+def _searched(settings: Config, runtime, record: RunRecord, recorder, show: bool) -> tuple:
+    """The dataset stage built once, then what ``auto`` leaves to a search, each noted in ``record``:
+    ``train.batch_size`` on the whole dataset (``train.overfit_batches`` cuts it at the size found),
+    then ``optimizer.lr`` at that batch on the run's own splits. (settings as found, splits, the batch
+    search, the range test); a search not run is None."""
+    splits, search = training_graph.build_splits(settings, runtime, progress=show, cut=False), None
+    if settings.train.batch_size == "auto":  # first the batch, then the rate at that batch
+        with setup.setup_part("batch_search"):
+            settings, search = _with_found_batch_size(settings, runtime, splits)
+        record.batch_size_search = search.record()
+    record.batch_size = settings.train.batch_size
+    splits = training_graph.overfit_cut(settings, runtime, splits)
+    with setup.setup_part("lr_search"):
+        settings, lr_search = lr_find.settle(settings, runtime, splits)  # optimizer.lr=auto
+    if lr_search is not None:
+        record.lr_search = lr_search.record()
+        recorder.lr_find(record.lr_search, lr_search.raw)
+    return settings, splits, search, lr_search
 
 
 def _with_found_batch_size(settings: Config, runtime, splits) -> tuple:

@@ -114,6 +114,18 @@ def test_a_run_with_auto_records_the_size_and_how_it_was_found(tmp_path):
     assert "batch_size=16/process (auto: largest that fits" in (tmp_path / "graph.txt").read_text()
 
 
+def test_overfit_batches_cuts_the_dataset_at_the_size_the_search_found(tmp_path):
+    """train.overfit_batches counts batches of a size auto has yet to find: the search probes the whole
+    training split, then the run trains on the first batches of the size it found."""
+    metrics = run_in_process(tmp_path, [o for o in TINY if not o.startswith(("train.batch_size", "train.max_steps"))]
+                             + ["train.batch_size=auto", "train.batch_size_start=16", "train.batch_size_max=32",
+                                "train.overfit_batches=2", "train.max_steps=4"])
+    assert metrics["status"] == "ok" and metrics["batch_size"] == 32, metrics.get("reason")
+    assert [p["batch_size"] for p in metrics["batch_size_search"]["probes"]] == [16, 32]
+    graph = (tmp_path / "graph.txt").read_text()
+    assert "steps/epoch=2" in graph and "overfit: the same first 2 batches every epoch" in graph
+
+
 def test_the_search_trains_with_the_runs_ema(tmp_path):
     metrics = run_in_process(tmp_path, [o for o in TINY if not o.startswith("train.batch_size")]
                              + ["train.batch_size=auto", "train.batch_size_max=8", "train.ema_decay=0.9"])
