@@ -3,23 +3,25 @@
 On one H200, in two phases of one `device` call each (the machine keeps /tmp while warm; a phase that
 finds no data prepares it first):
 
-1. the shapes set at 224 px (51,200 JPEGs of 500x375, benchmarks/h200_target.sh's) and its data=mmap
-   pack, by one step of a tiny model; then, twice each, alternating, a hand-written loop's time from
+1. the shapes set at 224 px (51,200 JPEGs of 500x375, `time_to_target.sh --machine h200`'s) and its
+   data=mmap pack, by one step of a tiny model; then, twice each, alternating, a hand-written loop's time from
    its process's start to its first batch on the GPU (torchvision ImageFolder + DataLoader with W
    workers, ResNet-50 built on the GPU: `hand` below) and fastpipe's start-up (its job's start to the
    start of its first step: the sum of metrics.json's `setup_parts_s`) for ResNet-50 amp compile=off
    with data=mmap and with data=default (W workers); then train.batch_size=auto for ResNet-50
    synthetic amp compile=off, its probes as it printed them;
-2. the four jobs of h200_target.sh's grid without its resize axis (compile off/default x batch
+2. the four jobs of that script's grid without its resize axis (compile off/default x batch
    256/512, SGD lr 0.1 scaled linearly, amp, data=mmap) to 90 % held-out accuracy with
    `train.eval_every=25 train.target_eval_samples=2048`, as one sweep with an empty Inductor cache:
    each job's `time_breakdown_s` (setup, compile, train, eval, checkpoint, wall) and its end-to-end
    time to target over its `time_breakdown_s.train`.
 
-Every run is a fresh process through runner.py; each phase writes, as each run ends, `$OUT/pN/`:
+Every run is a fresh process through lib/runner.py; each phase writes, as each run ends, `$OUT/pN/`:
 `ttt_overhead.md` (its tables, printed last), `ttt_overhead.jsonl` (a row per run),
 `ttt_overhead.log` (every command and its output) and `runs.tgz` (each run's metrics.json, graph.txt
 and log). `--smoke` runs both phases on this CPU with a tiny model and dataset: it checks the script.
+A run's files are committed under results/time-to-target-overhead/<machine>-<date>-<commit>/
+(`bash benchmarks/lib/result_dir.sh time-to-target-overhead h200` makes the folder).
 
     bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && \\
         python3 benchmarks/time_to_target_overhead.py --phase 1 --out $OUT --deadline 540
@@ -37,11 +39,8 @@ import tarfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE / "lib")]  # runner.py: here, or in the catalogue's lib/
-
-from runner import (Deadline, add_common_args, append_jsonl, run_fastpipe, run_json, skipped,  # noqa: E402
-                    status_text, write_markdown_table)
+from lib.runner import (Deadline, add_common_args, append_jsonl, run_fastpipe, run_json, skipped, status_text,
+                        write_markdown_table)
 
 DATA = ["dataset=shapes", "dataset.source_size=[500,375]", "dataset.num_images=51200", "dataset.image_size=224",
         "dataset.augment=true"]
@@ -88,7 +87,7 @@ class Phase:
         self.rows, self.runs = [], []
         self.env = {"FASTPIPE_CACHE": str(a.work / "fpcache"), "NCCL_NVLS_ENABLE": "0",
                     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-        os.environ.update(self.env)  # runner.py passes this process's environment on
+        os.environ.update(self.env)  # lib/runner.py passes this process's environment on
 
     def fastpipe(self, kind: str, overrides: list, run_dir: Path, deadline: Deadline, cap: float, **kw) -> dict:
         why = deadline.skip_reason(kind)
