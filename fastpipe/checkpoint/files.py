@@ -118,7 +118,9 @@ def verify(path: Path, need_sidecar: bool = True) -> Optional[str]:
     """None when ``path`` is a complete checkpoint; otherwise why not."""
     sidecar = path.with_suffix(".json")
     if not sidecar.is_file():
-        return "no sidecar .json: its write was interrupted" if need_sidecar else None
+        # a file or folder is renamed to its name after its sidecar is written: one without it lost its
+        # sidecar, or is an older fastpipe's whose write was interrupted
+        return "no sidecar .json (removed, or an older fastpipe's interrupted write)" if need_sidecar else None
     try:
         meta = json.loads(sidecar.read_text())
     except ValueError as exc:

@@ -109,7 +109,7 @@ class TrainConfig:
         one_of("train.batch_size_round", self.batch_size_round, (8, "pow2"))
         one_of("train.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
         if self.batch_size_search_s is not None and not self.batch_size_search_s > 0:
-            raise ConfigError(f"train.batch_size_search_s={self.batch_size_search_s} must be > 0 (seconds), or null "
+            raise ConfigError(f"train.batch_size_search_s={self.batch_size_search_s:g} must be > 0 (seconds), or null "
                               "for no limit")
         self._check_lr_find()
         for key in ("batch_size_max", "batch_size_start", "lr_reference_batch"):

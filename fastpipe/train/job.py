@@ -154,7 +154,8 @@ def _with_found_batch_size(settings: Config, runtime, splits) -> tuple:
     and the search."""
     from fastpipe.train.batch_size import find_batch_size
 
-    search = find_batch_size(lr_find.provisional(settings), runtime, splits)  # optimizer.lr=auto: any rate sizes the step
+    # optimizer.lr=auto: any rate sizes the step, so the probes train at the ramp's first
+    search = find_batch_size(lr_find.provisional(settings), runtime, splits)
     if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)

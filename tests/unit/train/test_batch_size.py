@@ -41,6 +41,14 @@ def test_batch_size_auto_is_a_value_and_nonsense_is_refused_when_composed():
                      ("train.batch_size_goal=speed", "batch_size_goal"), ("train.lr_scaling=cubic", "lr_scaling")):
         with pytest.raises(ConfigError, match=key):
             make_settings([bad])
+    use = "is not valid; use 'auto' or an integer >= 1"
+    for bad, line in (("train.eval_batch_size=abc", f"train.eval_batch_size='abc' {use}"),
+                      ("train.eval_batch_size=0", f"train.eval_batch_size=0 {use}"),
+                      ("train.batch_size_search_s=0", "train.batch_size_search_s=0 must be > 0 (seconds), or null for "
+                                                      "no limit")):
+        with pytest.raises(ConfigError) as refused:  # docs/errors/config.md's rows, word for word
+            make_settings([bad])
+        assert str(refused.value) == line
 
 
 def test_memory_goal_doubles_until_out_of_memory_then_bisects_and_takes_the_largest_that_fit(monkeypatch):
