@@ -19,6 +19,7 @@ from fastpipe.config import config_dir, job_choices, register_configs, to_settin
 from fastpipe.config.keys import old_spelling_note
 from fastpipe.record import results
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
+from fastpipe.launch import warm
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
@@ -42,6 +43,7 @@ def run(cfg: DictConfig):
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
+    warm.prestart_for(cfg.launcher, sweep=hc.mode == RunMode.MULTIRUN)  # its imports overlap ours from now on
     # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
     # imports are paid once, so every job is measured alike).
     started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
@@ -140,6 +142,7 @@ def main() -> None:
     from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()
+    warm.prestart_if_training(sys.argv[1:])  # the training process imports while Hydra composes
     try:
         hydra_app()
     except SystemExit as exc:  # Hydra's own error (exit 1: a key it cannot compose), or a refused run

@@ -30,22 +30,27 @@ def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
             os.kill(state["pid"], signum)
 
     with handlers(forward):
-        if threading.current_thread() is not threading.main_thread():
-            state["pid"] = start()
-        else:
-            from multiprocessing import resource_tracker
-
-            # multiprocessing starts its resource tracker with the first process it spawns, and
-            # unblocks SIGTERM after doing so: started first, it leaves the block below alone
-            resource_tracker.ensure_running()
-            previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
-            try:
-                state["pid"] = start()
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        state["pid"] = started_blocked(start)
         for signum in list(state["pending"]):
             forward(signum, None)
         yield state["pid"]
+
+
+def started_blocked(start: Callable[[], int]):
+    """``start()`` (which starts a process) with the stop signals blocked, so that the process inherits
+    the block: one sent to it while it imports stays pending until ``stop_on_signals`` records it."""
+    if threading.current_thread() is not threading.main_thread():
+        return start()
+    from multiprocessing import resource_tracker
+
+    # multiprocessing starts its resource tracker with the first process it spawns, and
+    # unblocks SIGTERM after doing so: started first, it leaves the block below alone
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
+    try:
+        return start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def exit_reason(code: int) -> str:

@@ -5,7 +5,7 @@ readers and type checkers); what it checks is what a choice *declares* where it 
 
 - ``data``, ``precision`` (and ``compile``, ``launcher``): a builder, registered with its schema and
   what it supports in config/registry.py (``register``: the formats a loader ``reads``, whether its
-  builder takes ``limit`` (``held_out_subset``), reads a stream (``streams``), trains on cut splits
+  builder takes ``subset`` (``held_out_subset``), reads a stream (``streams``), trains on cut splits
   (``overfit_batches``), the package it ``requires``; whether a precision is ``half``).
 - ``logger``: a class extending its schema (config/logger.py's ``register_logger``), with the hooks below
   and the class attributes of ``Logger``.
@@ -16,7 +16,7 @@ docs/architecture.md ("Where a new option goes") lists, for each kind of additio
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
 import torch
 
@@ -36,11 +36,12 @@ class Loader(Protocol):
 class LoaderBuilder(Protocol):
     """A ``data`` choice's registered builder: the training loader (``train``; shuffled by seed and epoch,
     sharded over the ranks) or the held-out one of ``splits`` (data/splits.py's DataSplits), on
-    ``runtime`` (runtime.py's Runtime: the device and the processes). ``limit``, only when the choice
-    registers ``held_out_subset=True``: the held-out split's first ``limit`` samples, in split order."""
+    ``runtime`` (runtime.py's Runtime: the device and the processes). ``subset``, only when the choice
+    registers ``held_out_subset=True``: ascending positions in the held-out split (data/subset.py) to read
+    instead of all of it."""
 
     def __call__(self, cfg: Any, splits: Any, runtime: Any, batch_size: int, seed: int, train: bool,
-                 channels_last: bool, limit: Optional[int] = None) -> Loader: ...
+                 channels_last: bool, subset: Optional[Sequence[int]] = None) -> Loader: ...
 
 
 class PrecisionBuilder(Protocol):

@@ -5,11 +5,13 @@ read ``os.environ``, ``torch.backends`` or the process group themselves.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -154,6 +156,18 @@ def setup_runtime(settings) -> Runtime:
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
     return Runtime(device, dist, cache_root(), cpu_cores())
+
+
+@contextlib.contextmanager
+def autotuning_off() -> Iterator[None]:
+    """cuDNN's benchmark mode off for the block: shapes met once (the first-batch check, a batch-size
+    probe) are not autotuned, which costs seconds per new shape on a GPU; the run's own shape still is."""
+    previous = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = previous
 
 
 def seed_everything(seed: int) -> None:

@@ -71,14 +71,15 @@ def save_step(g, folder: Path, step: int, writer, train_state: dict) -> Path:
 
 
 def publish(partial: Path, final: Path, position: dict) -> Path:
-    """Rank 0, in the background: hash every file, rename ``partial`` to ``final``, write the sidecar."""
+    """Rank 0, in the background: hash every file, write the sidecar, then rename ``partial`` to ``final``
+    (a complete folder under its name always has its sidecar: checkpoint/files.py)."""
     files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in sorted(partial.iterdir())}
     fsync_folder(partial)
-    final.with_suffix(".json").unlink(missing_ok=True)  # rewriting a step: incomplete until the new sidecar
-    if final.exists():
+    write_sidecar(final, {"format": FORMAT, "file": final.name, "files": files, "position": position}, sync=False)
+    if final.exists():  # rewriting a step: the old folder no longer matches the sidecar
         shutil.rmtree(final)
     os.replace(partial, final)
-    write_sidecar(final, {"format": FORMAT, "file": final.name, "files": files, "position": position})
+    fsync_folder(final.parent)
     return final
 
 

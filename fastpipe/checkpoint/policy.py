@@ -27,7 +27,6 @@ from fastpipe.checkpoint.files import (
     load_verified,
     resolve_candidates,
     verify,
-    write_checkpoint,
 )
 from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_state, state_of, train_state_of,
                                        weights_of)
@@ -193,14 +192,18 @@ class Checkpointer:
     def save_weights(self, g, which: str, step: int, ema=None, metric: Optional[dict] = None) -> Optional[Path]:
         """``checkpoints/best.pt`` or ``last.pt``: the weights that count (the EMA's when there is one, the
         raw ones beside them), for fastpipe.load and python -m fastpipe.evaluate; never rotated. Rank 0
-        writes; under FSDP every rank takes part in gathering the whole weights."""
+        snapshots them and writes in the background, as it writes step checkpoints (``settle`` waits for
+        it); under FSDP every rank takes part in gathering the whole weights. Returns the file's path."""
         if self.folder is None or not self.cfg.save_weights:
             return None
         if not self.dist.is_main and not g.sharded:
             return None
         with self.clock.part("checkpoint"):
             weights = weights_of(g, which, step, self.facts, ema, metric)
-            return write_checkpoint(self.folder, weights, name=which) if self.dist.is_main else None
+            if self.writer is None:
+                return None
+            self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered copy is its own
+            return self.folder / f"{which}.pt"
 
     def preempted(self, pos: Position, g=None) -> Preempted:
         """The error that ends a signalled run (exit code EXIT_PREEMPTED), once its checkpoint is written."""

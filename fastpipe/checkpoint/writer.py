@@ -4,10 +4,11 @@ the write, fsync and SHA-256 on a background thread.
 The training thread only queues device-to-host copies of every tensor into buffers it reuses from
 one checkpoint to the next (pinned on CUDA, so the copies are asynchronous and ordered before the
 next step's updates on the same stream) and records an event; the writer thread waits for that
-event, then writes the file exactly as checkpoint/files.py does (temporary file, fsync, rename,
-sidecar with size and SHA-256) and rotates old ones. A new checkpoint waits for the previous write;
-a stop signal, the end of the run and a failure wait for the write in flight, so every guarantee of
-a synchronous save holds when the run ends.
+event, then writes the file exactly as checkpoint/files.py does (temporary file, fsync, sidecar with
+size and SHA-256, rename) and rotates old ones. The weights files (best.pt, last.pt) are written the
+same way, without rotation, and never become the checkpoint a resume starts from. A new write waits
+for the previous one; a stop signal, the end of the run and a failure wait for the write in flight,
+so every guarantee of a synchronous save holds when the run ends.
 """
 from __future__ import annotations
 
@@ -77,10 +78,12 @@ class BackgroundWriter:
         self.written: Optional[Path] = None  # the newest complete checkpoint this writer wrote
         self.write_s = []  # seconds each write took in the background
 
-    def submit(self, state: dict) -> None:
-        """Snapshot ``state`` now and write it in the background (after the previous write)."""
+    def submit(self, state: dict, name: Optional[str] = None, copy: bool = True) -> None:
+        """Snapshot ``state`` now and write it in the background (after the previous write): a step
+        checkpoint, or with ``name`` a weights file ``NAME.pt``. ``copy=False``: ``state`` is already a
+        private host copy (FSDP's gathered weights), written as it is."""
         self.wait()
-        host = self.snapshot.take(state)
+        host = self.snapshot.take(state) if copy else state
         done = torch.cuda.Event() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         if done is not None:
             done.record()  # the copies are queued on this stream: the writer waits for them, not the trainer
@@ -88,21 +91,25 @@ class BackgroundWriter:
         def write() -> Path:
             if done is not None:
                 done.synchronize()
-            return write_checkpoint(self.folder, host)
+            return write_checkpoint(self.folder, host, name=name)
 
-        self.run(write)
+        self.run(write, step_checkpoint=name is None)
 
-    def run(self, publish: Callable[[], Path]) -> None:
-        """Run ``publish`` (which makes one checkpoint complete and returns its path) in the background,
-        then rotate; after the previous one. The sharded checkpoints' publication (checkpoint/dcp.py)."""
+    def run(self, publish: Callable[[], Path], step_checkpoint: bool = True) -> None:
+        """Run ``publish`` (which makes one file complete and returns its path) in the background, after
+        the previous one; a step checkpoint's (the sharded ones' publication too: checkpoint/dcp.py)
+        then rotates and becomes ``written``."""
         self.wait()
-        self._thread = threading.Thread(target=self._write, args=(publish,), name="fastpipe-checkpoint", daemon=False)
+        self._thread = threading.Thread(target=self._write, args=(publish, step_checkpoint), name="fastpipe-checkpoint",
+                                        daemon=False)
         self._thread.start()
 
-    def _write(self, publish: Callable[[], Path]) -> None:
+    def _write(self, publish: Callable[[], Path], step_checkpoint: bool) -> None:
         start = time.perf_counter()
         try:
             path = publish()
+            if not step_checkpoint:  # best.pt / last.pt: no rotation, no resume from it
+                return
             rotate(self.folder, self.keep)
             self.written = path
             if self.on_written is not None:
@@ -111,7 +118,8 @@ class BackgroundWriter:
         except BaseException as exc:  # e.g. a full disk: raised on the training thread at the next wait
             self._error = exc
         finally:
-            self.write_s.append(time.perf_counter() - start)
+            if step_checkpoint:  # checkpoint_stall_s's write_median: the step checkpoints'
+                self.write_s.append(time.perf_counter() - start)
 
     def wait(self) -> None:
         """Until the write in flight is complete; raises its error, if it had one."""

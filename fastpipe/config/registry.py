@@ -82,7 +82,7 @@ class Choice:
     requires: Optional[Requirement] = None  # a package it needs beyond fastpipe's dependencies
     reads: Tuple[str, ...] = ()  # data: the DATA_FORMATS it can read
     uses_collate_fn: bool = False  # data: batches are collated by dataset.collate_fn (else the loader's own)
-    # data: its builder takes limit=N, the held-out split's first N samples (train.target_eval_samples)
+    # data: its builder takes subset=positions, a subset of the held-out split (train.target_eval_samples)
     held_out_subset: bool = False
     streams: bool = False  # data: reads a stream (an IterableDataset), split over its readers by set_shard
     overfit_batches: bool = True  # data: trains on the splits cut to their first batches (train.overfit_batches)
@@ -128,10 +128,10 @@ class Choice:
                               f"IterableDataset); use data={' or data='.join(having('data', 'streams'))}")
 
     def refuse_held_out_subset(self) -> None:
-        """data: one line when this loader's builder cannot read the held-out split's first N samples."""
+        """data: one line when this loader's builder cannot read a subset of the held-out split."""
         if not self.held_out_subset:
-            raise ConfigError(f"train.target_eval_samples needs a loader that can read the first N held-out samples, "
-                              f"and data={self.name}'s builder takes no limit: drop train.target_eval_samples")
+            raise ConfigError(f"train.target_eval_samples needs a loader that can read a subset of the held-out split, "
+                              f"and data={self.name}'s builder takes no subset: drop train.target_eval_samples")
 
     def refuse_overfit_batches(self) -> None:
         """data: one line when this loader cannot train on the splits' first batches."""

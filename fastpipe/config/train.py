@@ -24,6 +24,9 @@ class TrainConfig:
     # auto's sizes: 8 = multiples of 8 (1, 2, 4 below 8); pow2 = powers of two only (doubling and halving,
     # no bisection: fewer probes, an answer up to 2x below the largest size that fits).
     batch_size_round: Any = 8
+    # auto's time budget: once the search has spent this many seconds, it stops doubling or bisecting and
+    # takes the best size tried so far (halving until one fits is never cut short); null = no limit.
+    batch_size_search_s: Optional[float] = 30.0
     # The learning rate follows the global batch (batch_size x grad_accum x processes): none = as
     # configured; linear = optimizer.lr x global / lr_reference_batch (Goyal et al. 2017); sqrt = x its
     # square root (often used with Adam). graph.txt shows the lr applied. A found rate (optimizer.lr=auto)
@@ -50,7 +53,14 @@ class TrainConfig:
     # raw weights, and the run's held-out metrics are the average's. null = off.
     ema_decay: Optional[float] = None
     eval_every: Optional[int] = None  # also evaluate every N optimizer steps (besides each epoch's end)
-    eval_batches: Optional[int] = None  # evaluate on the first N held-out batches only; null = the whole split
+    # Evaluate on the first N held-out batches only; null = the whole split. With train.target such an
+    # evaluation only screens, as train.target_eval_samples does: one that reaches the target is
+    # confirmed on the whole split at once, and only that one counts.
+    eval_batches: Optional[int] = None
+    # Held-out samples per process per evaluation batch, or auto: twice train.batch_size (an evaluation
+    # keeps no activations for a backward pass, so twice the samples need less memory than a training
+    # step), train.batch_size itself under launcher=fsdp or when train.batch_size=auto filled memory.
+    eval_batch_size: Any = "auto"
     # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
     # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.
     overfit_batches: Optional[int] = None
@@ -58,8 +68,10 @@ class TrainConfig:
     # its direction (accuracy >= 0.95, an LM's loss <= 1.6). The run evaluates every eval_every steps
     # (required) and stops at the first evaluation that reaches it; metrics.json's target says when.
     target: Optional[float] = None
-    # Those evaluations on the first N held-out samples (in split order) only; a subset that reaches
-    # the target is confirmed at once on the whole split, and only the confirmed evaluation counts.
+    # Those evaluations on N held-out samples only: class-balanced when the dataset exposes its labels
+    # (a `targets` attribute or method), else random; drawn with the run's seed, the same at every
+    # evaluation. A subset that reaches the target is confirmed at once on the whole split, and only
+    # the confirmed evaluation counts.
     target_eval_samples: Optional[int] = None
     # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
     # compilation included) passes this many seconds: a final evaluation, a checkpoint (to resume from)
@@ -92,9 +104,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         auto_or_bool("train.no_decay", self.no_decay)
         auto_or_int("train.batch_size", self.batch_size, minimum=1)
+        auto_or_int("train.eval_batch_size", self.eval_batch_size, minimum=1)
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))
         one_of("train.batch_size_round", self.batch_size_round, (8, "pow2"))
         one_of("train.lr_scaling", self.lr_scaling, ("none", "linear", "sqrt"))
+        if self.batch_size_search_s is not None and not self.batch_size_search_s > 0:
+            raise ConfigError(f"train.batch_size_search_s={self.batch_size_search_s:g} must be > 0 (seconds), or null "
+                              "for no limit")
         self._check_lr_find()
         for key in ("batch_size_max", "batch_size_start", "lr_reference_batch"):
             if getattr(self, key) is not None and getattr(self, key) < 1:

@@ -20,12 +20,13 @@ def data_format(splits) -> str:
 
 
 def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, seed: int, train: bool,
-                 channels_last: bool, limit=None) -> Optional[Loader]:
+                 channels_last: bool, subset=None) -> Optional[Loader]:
     """A ``Loader`` over ``splits`` (a DataSplits): the registered builder of ``cfg.name``, called with
-    the same arguments; None when there is no held-out split. ``limit`` (held-out only): the split's
-    first ``limit`` samples in split order, shared out over the ranks as the whole split would be
-    (``train.target_eval_samples``); a builder registered with ``held_out_subset`` takes it as its ``limit``
-    keyword. What the registered choice cannot read (a format, a stream, a subset) is refused in one line."""
+    the same arguments; None when there is no held-out split. ``subset`` (held-out only): positions in
+    the held-out split (ascending, data/subset.py) to read instead of all of it, shared out over the
+    ranks as the whole split would be (``train.target_eval_samples``); a builder registered with
+    ``held_out_subset`` takes it as its ``subset`` keyword. What the registered choice cannot read (a
+    format, a stream, a subset) is refused in one line."""
     loader = choice("data", cfg.name)
     loader.refuse_format(data_format(splits), splits.name)
     loader.refuse_unsupported(device_type=runtime.device.type)
@@ -34,10 +35,10 @@ def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, s
     if not train and splits.val is None:
         return None
     args = (cfg, splits, runtime, batch_size, seed, train, channels_last)
-    if limit is None:
+    if subset is None:
         return loader.build(*args)
     if train or is_stream(splits.val):
-        raise ConfigError(f"train.target_eval_samples takes the first samples of a held-out split by index, but "
+        raise ConfigError(f"train.target_eval_samples reads a subset of the held-out split by index, but "
                           f"dataset={splits.name}'s held-out split is a stream: drop train.target_eval_samples")
     loader.refuse_held_out_subset()
-    return loader.build(*args, limit=min(int(limit), len(splits.val)))
+    return loader.build(*args, subset=subset)

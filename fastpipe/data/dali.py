@@ -148,16 +148,17 @@ class DaliLoader:
 
 
 def build_dali_loader(cfg: DaliLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int, seed: int,
-                      train: bool, channels_last: bool, limit=None) -> DaliLoader:
-    """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader (its first
-    ``limit`` files)."""
+                      train: bool, channels_last: bool, subset=None) -> DaliLoader:
+    """The training (sharded, shuffled, augmented per dataset.augment) or held-out DALI loader (only
+    the files at the positions ``subset``, when given)."""
     if not splits.is_images:
         raise ConfigError(f"data=dali decodes image files, but dataset={splits.name} gives other samples; "
                           "use data=default or data=mmap")
     dali = import_dali()
     dist, device = runtime.dist, runtime.device
     images = splits.train if train else splits.val
-    files, labels = images.files[:limit], images.labels[:limit]  # limit None: all
+    keep = range(len(images)) if subset is None else [int(i) for i in subset]
+    files, labels = [images.files[i] for i in keep], [images.labels[i] for i in keep]
     decoder = cfg.decoder_for(device.type)
     on_gpu = device.type == "cuda"
     threads = cfg.threads(runtime.cores_per_process)

@@ -17,15 +17,16 @@ from fastpipe.runtime import Runtime
 
 
 def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int,
-                         seed: int, train: bool, channels_last: bool, limit=None) -> DeviceLoader:
-    """The training (shuffled by seed and epoch) or held-out loader of ``splits`` (its first ``limit`` samples)."""
+                         seed: int, train: bool, channels_last: bool, subset=None) -> DeviceLoader:
+    """The training (shuffled by seed and epoch) or held-out loader of ``splits`` (only the positions
+    ``subset``, when given)."""
     dist, device = runtime.dist, runtime.device
     if splits.is_synthetic:  # already on the device: a few fixed batches, no DataLoader
         from fastpipe.data.synthetic import SyntheticLoader
         return SyntheticLoader(splits.train, device, batch_size, seed + dist.rank, channels_last)
     dataset = splits.train if train else splits.val
-    if limit is not None:
-        dataset = Subset(dataset, range(limit))
+    if subset is not None:
+        dataset = Subset(dataset, [int(i) for i in subset])
     sampler, workers = None, cfg.workers(runtime.cores_per_process)
     persistent = cfg.persistent_workers
     if is_stream(dataset):  # sharded over ranks and workers; no random access, no sampler

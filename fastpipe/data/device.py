@@ -100,6 +100,7 @@ class DeviceLoader:
         self.prepare = prepare
         self.sampler = sampler
         self.stream = torch.cuda.Stream() if prepare.device.type == "cuda" else None
+        self._early = None  # (epoch, the host iterator started ahead by start_early)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -107,25 +108,35 @@ class DeviceLoader:
     def describe(self) -> str:
         return self.description
 
+    def start_early(self, epoch: int) -> None:
+        """Start reading ``epoch`` now (a DataLoader forks its workers, which read ahead) while the run
+        still sets up, so that its first step does not wait for them; iterating that epoch uses it."""
+        self.set_epoch(epoch)
+        self._early = (epoch, iter(self.loader))
+
     def set_epoch(self, epoch: int) -> None:
+        if self._early is not None and self._early[0] != epoch:
+            self._early = None
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     def skip_next(self, batches: int) -> bool:
         """Resume: the next epoch starts ``batches`` in, unread. False: the sampler cannot skip."""
+        self._early = None  # read from the epoch's start: not this epoch's batches
         if not hasattr(self.sampler, "skip_next"):
             return False
         self.sampler.skip_next(batches * self.loader.batch_size)
         return True
 
     def __iter__(self) -> Iterator[tuple]:
+        host, self._early = (self._early[1] if self._early is not None else iter(self.loader)), None
         if self.stream is None:
-            for batch in self.loader:
+            for batch in host:
                 yield self.prepare(batch)
             return
         current = torch.cuda.current_stream()
         pending = None
-        for batch in self.loader:
+        for batch in host:
             with torch.cuda.stream(self.stream):
                 ready = self.prepare(batch)
             if pending is not None:

@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 
 from fastpipe.data import shapes as shapes_generator
 from fastpipe.data.cachedir import CACHE_FIX
+from fastpipe.data.checked import files_key, run_once
 from fastpipe.data.folders import check_headers, scan_image_folder
 from fastpipe.errors import ConfigError, DataError, FastpipeError
 
@@ -70,6 +71,11 @@ class ImageFiles(Dataset):
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def targets(self) -> List[int]:
+        """Each sample's class index (torchvision's name for them): a held-out subset is balanced on them."""
+        return self.labels
+
     def __len__(self) -> int:
         return len(self.files)
 
@@ -84,9 +90,11 @@ class ImageFiles(Dataset):
         return self.transform(image), self.labels[index]
 
 
-def _splits(root: Path, image_size: int, augment: bool, val_fraction: float, progress: bool = False) -> dict:
+def _splits(root: Path, image_size: int, augment: bool, val_fraction: float, progress: bool = False,
+            cache_root: Optional[Path] = None) -> dict:
     classes, tr_f, tr_l, va_f, va_l = scan_image_folder(root, val_fraction)
-    check_headers(tr_f + va_f, progress)
+    files = tr_f + va_f  # their headers checked once per version of the folder, not before every run
+    run_once(cache_root, files_key("headers", files), lambda: check_headers(files, progress))
     return {"train": ImageFiles(tr_f, tr_l, classes, image_size, augment, root),
             "val": ImageFiles(va_f, va_l, classes, image_size, False, root)}
 
@@ -97,11 +105,11 @@ def _check_image_size(params: dict) -> None:
 
 
 def image_folder(root: Optional[str] = None, image_size: int = 224, augment: bool = True,
-                 val_fraction: float = 0.2, progress: bool = False) -> dict:
+                 val_fraction: float = 0.2, progress: bool = False, cache_root: Optional[Path] = None) -> dict:
     """Your images: ``root/<class>/<image>.jpg|png``; a ``root/train`` + ``root/val`` pair is used as the
     two splits, otherwise a deterministic ``val_fraction`` of the files (by a hash of each path) is held out.
     ``augment``: random-resized-crop + horizontal flip on the training split."""
-    return _splits(Path(root).expanduser(), image_size, augment, val_fraction, progress)
+    return _splits(Path(root).expanduser(), image_size, augment, val_fraction, progress, cache_root)
 
 
 def _check_image_folder(params: dict) -> None:
@@ -128,7 +136,7 @@ def shapes(num_classes: int = 4, num_images: int = 2400, image_size: int = 32, a
         folder = Path(cache_root) / ("shapes-" + shapes_generator.settings_key(num_classes, num_images, size, seed))
     fix = "set dataset.root to a writable folder" if root else CACHE_FIX
     shapes_generator.generate(folder, num_classes, num_images, size, seed, progress, cpu_threads, fix)
-    return _splits(folder, image_size, augment, val_fraction, progress)
+    return _splits(folder, image_size, augment, val_fraction, progress, cache_root)
 
 
 def _check_shapes(params: dict) -> None:

@@ -28,6 +28,7 @@ from fastpipe.data.pack.resolve import jpeg_decoder, open_own_shards, read_plan,
 from fastpipe.data.pack.source import PackImages
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import ConfigError, no_full_batch
+from fastpipe.measure.setup import setup_part
 from fastpipe.runtime import Runtime
 
 
@@ -126,6 +127,11 @@ class PackBatches:
             pool.shutdown(wait=False)
 
 
+def _pick(indices: np.ndarray, subset) -> np.ndarray:
+    """The split's pack indices, or those at the positions ``subset`` (a held-out subset)."""
+    return indices if subset is None else indices[np.asarray(subset, dtype=np.int64)]
+
+
 class MmapLoader(DeviceLoader):
     """The data=mmap loader: ``PackBatches`` on the host, the batch's preparation on the device."""
 
@@ -136,9 +142,9 @@ class MmapLoader(DeviceLoader):
 
 
 def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int, seed: int,
-                      train: bool, channels_last: bool, limit=None) -> MmapLoader:
-    """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader (its first
-    ``limit`` samples)."""
+                      train: bool, channels_last: bool, subset=None) -> MmapLoader:
+    """The training (shuffled per epoch, augmented per dataset.augment) or held-out loader (only the
+    positions ``subset``, when given)."""
     dist, device = runtime.dist, runtime.device
     pin = cfg.pin(device.type)
     if pin and not torch.cuda.is_available():
@@ -146,11 +152,12 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
                           "use data.pin_memory=auto")
     dataset = splits.train if train else splits.val
     if hasattr(dataset, "read_batch") and not cfg.path:  # memory-mapped itself: no pack
-        source, indices, how = DatasetSource(dataset), np.arange(len(dataset))[:limit], "the dataset's own memory map"
+        source, indices, how = DatasetSource(dataset), _pick(np.arange(len(dataset)), subset), "the dataset's own memory map"
         prepare, geometry, plan = MovePrep(device), "as read", None
     else:
-        packs, found = resolve_pack(cfg, splits, runtime)
-        indices, how = packs.indices(TRAIN if train else VAL)[:limit], f"pack={packs.path} ({found})"  # limit: held-out
+        with setup_part("pack_open"):  # found or packed, opened and verified (shared by the loaders: once)
+            packs, found, verified = resolve_pack(cfg, splits, runtime)
+        indices, how = _pick(packs.indices(TRAIN if train else VAL), subset), f"pack={packs.path} ({found})  {verified}"
         if splits.is_images:
             decoder = jpeg_decoder(cfg, packs, runtime, pin)
             source, augment = PackImages(packs, decoder), splits.train.augment and train
@@ -164,7 +171,8 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         else:
             source, prepare, geometry = RecordPack(packs.reader(0)), MovePrep(device), "as stored"
         plan = read_plan(cfg, packs, indices, dist, batch_size, seed, cfg.drop_last) if train else None
-        how += open_own_shards(packs, indices, plan, dist)
+        with setup_part("pack_open"):  # a sharded pack's shards this rank reads, verified
+            how += open_own_shards(packs, indices, plan, dist)
     threads = cfg.reader_threads(runtime.cores_per_process)
     host = PackBatches(source, indices, batch_size, dist, seed, train, cfg.drop_last and train, threads,
                        cfg.prefetch, pin, device, epochs=dataset if train else None, plan=plan)

@@ -58,19 +58,22 @@ class SyntheticLoader:
 
     def __init__(self, data: SyntheticData, device: torch.device, batch_size: int, seed: int,
                  channels_last: bool) -> None:
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        # drawn on the device itself: a CPU draw of a large batch (2 GB of images at 4,096 x 224 px) takes
+        # seconds, paid again by every probe of train.batch_size=auto
+        g = torch.Generator(device=device if device.type == "cuda" else "cpu").manual_seed(seed)
         self.batches = [self._batch(data, batch_size, g, device, channels_last) for _ in range(self.DISTINCT)]
         self.steps = max(1, data.num_samples // batch_size)
 
     @staticmethod
     def _batch(data: SyntheticData, batch_size: int, g: torch.Generator, device, channels_last: bool):
+        on = g.device  # where ``g`` draws: the training device, or the CPU
         if data.tokens:  # a target that is the input shifted by one, as in language modelling
-            seq = torch.randint(0, data.vocab_size, (batch_size, data.seq_len + 1), generator=g).to(device)
+            seq = torch.randint(0, data.vocab_size, (batch_size, data.seq_len + 1), generator=g, device=on).to(device)
             return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         shape = (batch_size, 3, data.image_size, data.image_size)
-        return (torch.randn(shape, generator=g).to(device).contiguous(memory_format=fmt),
-                torch.randint(0, data.num_classes, (batch_size,), generator=g).to(device))
+        return (torch.randn(shape, generator=g, device=on).to(device).contiguous(memory_format=fmt),
+                torch.randint(0, data.num_classes, (batch_size,), generator=g, device=on).to(device))
 
     def __len__(self) -> int:
         return self.steps

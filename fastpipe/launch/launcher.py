@@ -94,17 +94,29 @@ def _join_torchrun(settings: Config, run_dir: Path) -> dict:
 
 
 def _spawn_single(settings: Config, run_dir: Path) -> dict:
-    """One fresh training process; signals reach it, Ctrl-C waits for its record."""
-    with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
-        process = multiprocessing.get_context("spawn").Process(
-            target=_single_worker, args=(path, str(run_dir), os.getpid()), name="fastpipe-train")
+    """One fresh training process (the one ``warm.py`` started ahead, when it fits); signals reach it,
+    Ctrl-C waits for its record."""
+    from fastpipe.launch import warm
 
-        def start() -> int:
-            process.start()
-            return process.pid
+    with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
+        waiting = warm.take()
+        if waiting is not None:
+            process = waiting.process
+
+            def start() -> int:
+                return waiting.hand_over(_single_worker, path, str(run_dir), os.getpid())
+        else:
+            process = multiprocessing.get_context("spawn").Process(
+                target=_single_worker, args=(path, str(run_dir), os.getpid()), name="fastpipe-train")
+
+            def start() -> int:
+                process.start()
+                return process.pid
 
         # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints; also while it starts
         with started_with_signals_held(start):
+            if warm.keep_one_ready:  # a sweep: the next job's process imports while this one trains
+                warm.prestart()
             try:
                 process.join()
             except KeyboardInterrupt:  # the trainer got Ctrl-C too (one process group): let it record why

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Iterable, List, Optional, TypedDict
 
 # What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "failed", "preempted", "interrupted", "running")
 UNFINISHED = STATUSES[1:]  # what a run that did not finish is (running: began, no outcome yet)
 
@@ -132,6 +132,7 @@ class RunRecord:
     stopped_by: Optional[str] = None  # target | early_stop | time_budget; null: the run's full length
     target: Optional[Dict[str, Any]] = None  # train.target: train/target.py's Target.record(), repeats combined
     time_breakdown_s: Optional[Dict[str, float]] = None  # measure/clock.py's RunClock.breakdown()
+    setup_parts_s: Optional[Dict[str, float]] = None  # measure/setup.py's SetupParts.record(): set-up's parts
     compile_cache: Optional[Dict[str, Any]] = None  # measure/clock.py's compile_cache(); null without compile
     grad_norm: Optional[float] = None
     batch_size: Optional[int] = None

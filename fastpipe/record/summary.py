@@ -54,9 +54,11 @@ def summary_text(r: RunRecord) -> str:
     if r.target:
         lines.append(f"  target       {target_text(r.target)}")
     if r.time_breakdown_s:
-        t = r.time_breakdown_s
+        t, parts = r.time_breakdown_s, r.setup_parts_s
+        top = max(parts, key=parts.get) if parts else None
         lines.append(f"  time         {t['wall_s']:.2f} s wall: "
-                     + "  ".join(f"{k} {t[k]:.2f}" for k in ("setup", "compile", "train", "eval", "checkpoint"))
+                     + "  ".join(f"{k} {t[k]:.2f}" + (f" (largest: {top} {parts[top]:.2f})" if k == "setup" and top else "")
+                                 for k in ("setup", "compile", "train", "eval", "checkpoint"))
                      + (f"   compile cache {r.compile_cache['state']}" if r.compile_cache else ""))
     if r.stopped_by == "time_budget":
         lines.append("  stopped      train.time_budget_s: the training clock ran out (checkpointed; resume to go on)")

@@ -108,8 +108,8 @@ def header_lines(result, clock: str) -> List[str]:
         return ["- target: no job recorded one (train.target): nothing to rank by time"]
     r = rows[0]
     sign = ">=" if r["target_higher"] else "<="
-    subset = (f", screened on the first {r['target_eval_samples']} held-out samples and confirmed on the whole split"
-              if r["target_eval_samples"] else "")
+    subset = (f", screened on {r['target_eval_samples']} held-out samples (seeded; class-balanced where the dataset "
+              "exposes its labels) and confirmed on the whole split" if r["target_eval_samples"] else "")
     what = ("training clock: from the first training step, with compilation, every evaluation and checkpoint"
             if clock == "training" else "end-to-end clock: from the job's start (imports, data, model build, then "
                                         "training)")

@@ -1,8 +1,9 @@
 """The search over batch sizes, apart from what a probe runs (train/batch_size.py): bracket, then bisect
-on the grid of ``train.batch_size_round``; under DDP the ranks' verdicts agreed; what it found
-(``BatchSearch``: metrics.json's ``batch_size_search`` and graph.txt's line)."""
+on the grid of ``train.batch_size_round``, within ``train.batch_size_search_s``; under DDP the ranks'
+verdicts agreed; what it found (``BatchSearch``: metrics.json's ``batch_size_search`` and graph.txt's line)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
@@ -28,6 +29,16 @@ class Probe:
     samples_per_s: Optional[float] = None
     peak_mem_gb: Optional[float] = None
     why: str = ""  # why it does not fit (out of memory, past the dataset)
+    seconds: Optional[float] = None  # the probe's build and steps
+
+    def describe(self) -> str:
+        """``512 fits: 4,321 samples/s, peak 23.4 GB (3.2 s)``, or why it does not fit."""
+        took = f" ({self.seconds:.1f} s)" if self.seconds is not None else ""
+        if not self.fits:
+            return f"{self.batch_size} does not fit ({self.why or 'out of memory'}){took}"
+        rate = f"{self.samples_per_s:,.0f} samples/s" if self.samples_per_s else "samples/s n/a"
+        peak = f", peak {self.peak_mem_gb:.1f} GB" if self.peak_mem_gb is not None else ""
+        return f"{self.batch_size} fits: {rate}{peak}{took}"
 
 
 @dataclass
@@ -42,6 +53,8 @@ class BatchSearch:
 
     start: int = 0
     rounding: object = GRID
+    budget_s: Optional[float] = None  # train.batch_size_search_s
+    cut_short: bool = False  # the budget ended the search before its bracket closed
 
     def describe(self) -> str:
         """graph.txt's note on the batch size: the goal, the probes, the grid, the cap, the time."""
@@ -50,20 +63,39 @@ class BatchSearch:
         grid = "multiples of 8" if self.rounding == GRID else "powers of two"
         capped = f"; capped at train.batch_size_max={self.cap}" if max(p.batch_size for p in self.probes) == \
             on_grid(self.cap, self.rounding) and all(p.fits for p in self.probes) else ""
-        return (f"(auto: {what}; {len(self.probes)} probes from {self.start} in {grid}: {tried}{capped}; "
+        cut = f"; stopped by train.batch_size_search_s={self.budget_s:g}" if self.cut_short else ""
+        return (f"(auto: {what}; {len(self.probes)} probes from {self.start} in {grid}: {tried}{capped}{cut}; "
                 f"{self.seconds:.0f} s)")
 
     def record(self) -> dict:
         return {"goal": self.goal, "cap": self.cap, "chosen": self.chosen, "seconds": round(self.seconds, 1),
                 "start": self.start, "round": self.rounding, "probe_count": len(self.probes),
-                "probes": [vars(p) for p in self.probes]}
+                "budget_s": self.budget_s, "cut_short": self.cut_short, "probes": [vars(p) for p in self.probes]}
 
 
-def search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding) -> List[Probe]:
+class Budget:
+    """``train.batch_size_search_s``: called between probes, true once the search has spent it (on any
+    rank: the ranks agree, so that every one stops at the same probe)."""
+
+    def __init__(self, seconds: Optional[float], dist) -> None:
+        self.deadline = None if seconds is None else time.perf_counter() + seconds
+        self.dist, self.cut_short = dist, False
+
+    def __call__(self) -> bool:
+        late = self.deadline is not None and time.perf_counter() > self.deadline
+        if self.dist.world_size > 1:
+            late = any(self.dist.gather(late))
+        self.cut_short = self.cut_short or late
+        return late
+
+
+def search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding,
+           spent: Callable[[], bool] = lambda: False) -> List[Probe]:
     """Bracket, then bisect: from ``start``, double while a size fits (up to ``cap``) or halve while it
     does not (down to 1); then bisect on the grid of ``rounding`` between the last size that fitted and the
     first that did not. With a limit that grows with the batch, the answer is the largest size on the grid
-    that fits. ``probe(size)`` tries one size on this process; ``dist``: the processes that search together."""
+    that fits. ``probe(size)`` tries one size on this process; ``dist``: the processes that search together;
+    ``spent()``: the time budget is spent, so no more doubling or bisecting (halving goes on until one fits)."""
     top = on_grid(cap, rounding)
     probes: List[Probe] = []
 
@@ -78,10 +110,10 @@ def search(probe: Callable[[int], Probe], dist, cap: int, start: int, rounding) 
         lo, hi = (size, hi) if fits(size) else (None, size)
     if lo is None:
         return probes  # not even 1 fits
-    while hi is None and lo < top:  # double until one does not fit, or the cap
+    while hi is None and lo < top and not spent():  # double until one does not fit, or the cap
         size = min(on_grid(2 * lo, rounding), top)
         lo, hi = (size, None) if fits(size) else (lo, size)
-    while hi is not None:  # bisect between the last fit and the first failure
+    while hi is not None and not spent():  # bisect between the last fit and the first failure
         size = on_grid((lo + hi) // 2, rounding)
         if size <= lo:
             break
@@ -112,5 +144,6 @@ def agree(per_rank: List[List[Probe]]) -> List[Probe]:
         rates = [p.samples_per_s for p in mine]
         peaks = [p.peak_mem_gb for p in mine if p.peak_mem_gb is not None]
         agreed.append(Probe(size, fits, sum(rates) if fits and None not in rates else None,
-                            max(peaks) if peaks else None, next((p.why for p in mine if p.why), "")))
+                            max(peaks) if peaks else None, next((p.why for p in mine if p.why), ""),
+                            max((p.seconds for p in mine if p.seconds is not None), default=None)))
     return agreed

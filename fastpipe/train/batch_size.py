@@ -3,8 +3,8 @@
 Each candidate builds the run's stages afresh through the one stage builder (graph.build_probe:
 model, placement, precision, compile, EMA, optimizer) and runs a few of the training step itself
 (train/step.py: accumulation, clipping, the EMA's update; compilation included, Dynamo reset between
-candidates so each compiles for its own shape) on a real batch. The search starts at
-``train.batch_size_start`` (256 on a GPU, 32 on a CPU), doubles while the step fits (halves while it
+candidates so each compiles for its own shape) on a real batch. The search (train/batch_search.py) starts
+at ``train.batch_size_start`` (256 on a GPU, 32 on a CPU), doubles while the step fits (halves while it
 does not) to bracket the answer, then bisects between the last size that fitted and the first that
 did not, on the grid of ``train.batch_size_round`` (multiples of 8, or powers of two: no bisection).
 On a GPU a size does not fit when the step runs out of memory (caught, the cache emptied); on a CPU,
@@ -13,10 +13,18 @@ where running out of memory kills the process instead of raising, the search sto
 ``throughput`` the one with the best steady-state samples/s among those tried that fit. Under DDP
 every rank searches on its own GPU and the ranks agree (a size fits only if it fits on all of them).
 The probes change nothing of the run: its model is built after them, from the same seed.
+
+Bounded and said as it goes (rank 0 prints each probe: size, fits, samples/s, peak memory, seconds):
+the search stops probing once ``train.batch_size_search_s`` is spent (it keeps the best size found so
+far; halving until one size fits is never cut short). On a GPU a new shape costs more than its steps:
+cuDNN autotunes every convolution for it, so the memory goal's probes run without autotuning (the run
+autotunes its one shape); Dynamo is reset between probes only when the run compiles.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
+import sys
 import time
 from typing import Callable, Optional
 
@@ -28,7 +36,7 @@ from fastpipe.errors import ConfigError, FastpipeError, memory_fixes
 from fastpipe.measure.steps import synchronize
 from fastpipe.runtime import Runtime
 from fastpipe.train import graph
-from fastpipe.train.batch_search import BatchSearch, Probe, agree, on_grid, search
+from fastpipe.train.batch_search import BatchSearch, Budget, Probe, agree, on_grid, search
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.step import train_step
 
@@ -36,14 +44,15 @@ CPU_START, GPU_START = 32, 256  # train.batch_size_start=null
 CPU_CAP, GPU_CAP = 128, 4096  # train.batch_size_max=null
 # Steps per candidate. Memory: the second step holds weights, optimizer state, activations and gradients
 # at once (the first creates the state after its activations are freed); a third covers CUDA graphs,
-# recorded on a later call. Throughput: compile + first optimizer state, then timed steps.
+# recorded on a later call; the second and third are timed for the printed samples/s. Throughput:
+# compile + first optimizer state, then timed steps.
 MEMORY_STEPS = 3
 WARMUP_STEPS, TIMED_STEPS = 2, 3
 
 
 def steps_for(goal: str) -> tuple:
     """(untimed steps, timed steps) of one candidate for ``train.batch_size_goal``."""
-    return (MEMORY_STEPS, 0) if goal == "memory" else (WARMUP_STEPS, TIMED_STEPS)
+    return (1, MEMORY_STEPS - 1) if goal == "memory" else (WARMUP_STEPS, TIMED_STEPS)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -55,8 +64,9 @@ def cap_for(cfg, device: torch.device) -> int:
     return cfg.batch_size_max or (GPU_CAP if device.type == "cuda" else CPU_CAP)
 
 
-def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
-    """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device; every rank calls it."""
+def find_batch_size(settings: Config, runtime: Runtime, splits=None) -> BatchSearch:
+    """Search per ``settings.train`` (``batch_size=auto``) on ``runtime``'s device, over ``splits`` (the
+    run's built dataset; built here when None); every rank calls it."""
     from fastpipe.runtime import seed_everything
 
     launcher = choice("launcher", settings.launcher.name)
@@ -65,22 +75,13 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
                           "on one device, which a sharded model does not fit; set train.batch_size=N")
     start_time = time.perf_counter()
     device, cfg = runtime.device, settings.train
-    splits = graph.build_splits(settings, runtime)
+    splits = splits if splits is not None else graph.build_splits(settings, runtime)
     cap = cap_for(cfg, device)
     limit = _dataset_limit(splits, runtime.dist.world_size)
     bound = min(cap, limit) if limit else cap
     start = start_for(cfg, device, on_grid(bound, cfg.batch_size_round))
-    timed = steps_for(cfg.batch_size_goal)[1]
-
-    tried = []  # the first probe checks a first batch of each split (train/first_batch.py)
-
-    def probe(size: int) -> Probe:
-        check = not tried
-        tried.append(size)
-        return _probe(size, device, size * cfg.grad_accum * timed,
-                      lambda: _run_steps(settings, runtime, splits, size, check=check))
-
-    probes = search(probe, runtime.dist, bound, start, cfg.batch_size_round)
+    spent = Budget(cfg.batch_size_search_s, runtime.dist)
+    probes = search(_prober(settings, runtime, splits), runtime.dist, bound, start, cfg.batch_size_round, spent)
     if limit is not None and limit < cap and all(p.fits for p in probes):
         probes[-1].why = probes[-1].why or f"the dataset's {limit} samples per process bound the search"
     if runtime.dist.world_size > 1:  # a size fits only where it fits on every rank; rates add up
@@ -98,7 +99,32 @@ def find_batch_size(settings: Config, runtime: Runtime) -> BatchSearch:
         chosen = max(p.batch_size for p in fitting)
     seed_everything(settings.seed + runtime.dist.rank)  # the run starts from the seed, as without a search
     return BatchSearch(cfg.batch_size_goal, cap, chosen, sorted(probes, key=lambda p: p.batch_size),
-                       time.perf_counter() - start_time, start, cfg.batch_size_round)
+                       time.perf_counter() - start_time, start, cfg.batch_size_round, cfg.batch_size_search_s,
+                       spent.cut_short)
+
+
+def _prober(settings: Config, runtime: Runtime, splits) -> Callable[[int], Probe]:
+    """``probe(size)``: the run's step tried at ``size`` on this process, said on rank 0 as it ends. The
+    first probe checks a first batch of each split (train/first_batch.py); the memory goal's run without
+    cuDNN autotuning (one shape each: autotuning it costs more than its steps)."""
+    from fastpipe.runtime import autotuning_off
+
+    cfg, tried = settings.train, []
+    timed = steps_for(cfg.batch_size_goal)[1]
+    tuning = autotuning_off if cfg.batch_size_goal == "memory" else contextlib.nullcontext
+
+    def probe(size: int) -> Probe:
+        check = not tried
+        tried.append(size)
+        with tuning():
+            result = _probe(size, runtime.device, size * cfg.grad_accum * timed,
+                            lambda: _run_steps(settings, runtime, splits, size, check=check),
+                            settings.compile.name != "off")
+        if runtime.dist.is_main:
+            print(f"fastpipe: train.batch_size=auto: {result.describe()}", file=sys.stderr, flush=True)
+        return result
+
+    return probe
 
 
 def _dataset_limit(splits, world_size: int) -> Optional[int]:
@@ -114,14 +140,18 @@ def start_for(cfg, device: torch.device, top: int) -> int:
     return on_grid(min(start, top), cfg.batch_size_round)
 
 
-def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[], float]) -> Probe:
+def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[], float],
+           compiled: bool = False) -> Probe:
     """``run()`` (the training step for ``size``, built and run: the seconds of its timed steps, which
-    held ``samples_timed`` samples; none for the memory goal), with the device's memory measured around
-    it; fits=False when it runs out of GPU memory."""
+    held ``samples_timed`` samples), with the device's memory measured around it; fits=False when it
+    runs out of GPU memory. ``compiled``: Dynamo is reset first, so that the size compiles for its own
+    shape, as the run will (importing Dynamo costs seconds a run that does not compile never pays)."""
+    begun = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    torch._dynamo.reset()  # each size compiles for its own shape, as the run will
+    if compiled:
+        torch._dynamo.reset()
     seconds = None
     try:
         seconds = run()
@@ -132,10 +162,11 @@ def _probe(size: int, device: torch.device, samples_timed: int, run: Callable[[]
     peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    took = round(time.perf_counter() - begun, 2)
     if seconds is None:
-        return Probe(size, False, why="out of memory")
+        return Probe(size, False, why="out of memory", seconds=took)
     return Probe(size, True, samples_timed / seconds if samples_timed and seconds > 0 else None,
-                 None if peak is None else round(peak, 3))
+                 None if peak is None else round(peak, 3), seconds=took)
 
 
 def _run_steps(settings: Config, runtime: Runtime, splits, size: int, check: bool = False) -> float:

@@ -12,6 +12,7 @@ from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
 from fastpipe.train.batch_search import BatchSearch
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch, total_steps
+from fastpipe.train.held_out import eval_batch_size
 from fastpipe.train.loop import describe_loop
 from fastpipe.train.lr_find import LrSearch
 
@@ -27,7 +28,8 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("runtime", g.runtime.describe(settings.seed, settings.runtime.cudnn_benchmark, g.parallel.channels_last)),
         ("dataset", g.dataset.describe()),
         ("loader", f"data={g.train_loader.describe()}  batch_size={train.batch_size}/process"
-                   + (f" {search.describe()}" if search is not None else "")),
+                   + (f" {search.describe()}" if search is not None else "")
+                   + (f"  eval_batch_size={eval_batch_size(train, g.sharded)}" if g.eval_loader is not None else "")),
         ("task", describe_task(g.task)),
         ("model", f"{describe_model(settings.model, g.model)}  built on {g.parallel.built_on} in "
                   f"{g.parallel.build_s:.1f} s"),

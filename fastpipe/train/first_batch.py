@@ -29,6 +29,7 @@ from fastpipe.data.device import ImagePrep, MovePrep, Normalizer, tensors
 from fastpipe.data.splits import describe_value
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import FastpipeError, ProjectError
+from fastpipe.runtime import autotuning_off
 
 SAMPLES = 8  # per split: enough to meet samples of different shapes, cheap next to the run
 
@@ -47,7 +48,8 @@ def check_first_batches(g, settings) -> None:
     the module docstring); ``g``: the run's TrainingGraph, ``settings``: its Config (for the names)."""
     names = {group: part(settings, group) for group in ("dataset", "model", "task")}
     devices = [g.device.index or 0] if g.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):  # a random augmentation here leaves the run's streams alone
+    # a random augmentation here leaves the run's streams alone; its 8-sample shapes are not autotuned
+    with torch.random.fork_rng(devices=devices), autotuning_off():
         _check(g, names)
 
 

@@ -13,7 +13,7 @@ import copy
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -24,6 +24,7 @@ from fastpipe.config.registry import choice
 from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, FastpipeWarning
+from fastpipe.measure.setup import setup_part
 from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
@@ -33,26 +34,13 @@ from fastpipe.stages.optim import build_optimizer, lr_factor
 from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.stages.schedules import Schedule, build_schedule
 from fastpipe.stages.tasks import Task, build_task
+from fastpipe.train.held_out import HeldOut, eval_batch_size, held_out_loaders
 from fastpipe.train.parallel import ModelSpec, Parallel
 from fastpipe.train.target import check_target_run
 
 # The batch-size search feeds its probes from the dataset in this process: no worker processes to
 # start, no pack to build for a size that is tried once.
 PROBE_LOADER = DefaultLoaderConfig(num_workers=0, persistent_workers=False)
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """What evaluating a model takes: the held-out loader, the task's metrics, the precision's
-    autocast, and the processes whose sums are added up."""
-
-    loader: Optional[Loader]
-    task: Task
-    precision: Precision
-    device: torch.device
-    dist: Dist = Dist()
-    lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
-    resize: Optional[Callable] = None  # data.resize_schedule: images to its last size (BatchRecipe.held_out)
 
 
 @dataclass(frozen=True)
@@ -71,7 +59,7 @@ class TrainingGraph:
     eval_loader: Optional[Loader]  # None: the dataset holds nothing out
     schedule: Schedule
     batch_recipe: Optional[BatchRecipe] = None  # MixUp / CutMix and the resize schedule (stages/batch_recipe.py)
-    target_loader: Optional[Loader] = None  # train.target_eval_samples: the held-out split's first N samples
+    target_loader: Optional[Loader] = None  # train.target_eval_samples: N held-out samples (data/subset.py)
 
     @property
     def model(self) -> nn.Module:
@@ -94,7 +82,7 @@ class TrainingGraph:
 
     @property
     def target_held_out(self) -> Optional[HeldOut]:
-        """The held-out split's first ``train.target_eval_samples`` samples, or None."""
+        """The held-out subset of ``train.target_eval_samples`` samples the target screens on, or None."""
         return None if self.target_loader is None else dataclasses.replace(self.held_out, loader=self.target_loader)
 
 
@@ -117,20 +105,32 @@ def with_batch_size(settings: Config, batch_size: int) -> Config:
     return settings
 
 
-def build_splits(settings: Config, runtime: Runtime, progress: bool = False) -> DataSplits:
-    """The dataset stage: the project's callable, split into training and held-out parts."""
+def build_splits(settings: Config, runtime: Runtime, progress: bool = False, cut: bool = True) -> DataSplits:
+    """The dataset stage: the project's callable, split into training and held-out parts; ``cut``: also
+    cut to ``train.overfit_batches`` (``overfit_cut``), which needs the batch size resolved."""
     name = settings.choices.get("dataset") or settings.dataset.short_name
-    splits = build_dataset(settings.dataset, runtime, name, progress=progress)
-    if settings.train.overfit_batches:  # the same first batches every epoch, held out too
+    if settings.train.overfit_batches:  # refused before anything is built or searched
         choice("data", settings.data.name).refuse_overfit_batches()
-        per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
-        splits = splits.first(settings.train.overfit_batches * per_batch)
-    return splits
+    with setup_part("dataset_index"):
+        splits = build_dataset(settings.dataset, runtime, name, progress=progress)
+    return overfit_cut(settings, runtime, splits) if cut else splits
 
 
-def build(settings: Config, runtime: Runtime, progress: bool = False) -> TrainingGraph:
-    """Every stage of the run ``settings`` describes, on ``runtime``."""
-    splits = build_splits(settings, runtime, progress)
+def overfit_cut(settings: Config, runtime: Runtime, splits: DataSplits) -> DataSplits:
+    """``splits`` cut to the first ``train.overfit_batches`` global batches, held out too (the same
+    batches every epoch), or as they are without it. The batch size must be a number by now:
+    ``train.batch_size=auto`` searches on the whole dataset, then the cut follows the size found."""
+    if not settings.train.overfit_batches:
+        return splits
+    per_batch = settings.train.batch_size * settings.train.grad_accum * runtime.dist.world_size
+    return splits.first(settings.train.overfit_batches * per_batch)
+
+
+def build(settings: Config, runtime: Runtime, progress: bool = False,
+          splits: Optional[DataSplits] = None) -> TrainingGraph:
+    """Every stage of the run ``settings`` describes, on ``runtime``; ``splits``: its dataset stage
+    when already built (``build_splits``), so that nothing is read twice."""
+    splits = splits if splits is not None else build_splits(settings, runtime, progress)
     return _stages(settings, runtime, splits, settings.data)
 
 
@@ -154,7 +154,7 @@ def build_held_out(settings: Config, runtime: Runtime, splits: DataSplits) -> He
     """What evaluating a whole (not sharded) model of ``settings`` on ``splits.val`` takes, from the
     same builders as training. data=default reads every dataset and needs no pack: the metrics do
     not depend on the loader."""
-    loader = build_loader(DefaultLoaderConfig(), splits, runtime, settings.train.batch_size, settings.seed,
+    loader = build_loader(DefaultLoaderConfig(), splits, runtime, eval_batch_size(settings.train), settings.seed,
                           train=False, channels_last=False)
     return HeldOut(loader, build_task(settings.task), build_precision(settings.precision, runtime.device),
                    runtime.device, runtime.dist)
@@ -176,17 +176,21 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
                           f"copy of the model, which fastpipe does not keep; drop train.ema_decay, or use launcher=ddp")
     precision = build_precision(settings.precision, device, by_fsdp=launcher.shards)
     spec = ModelSpec(settings.model, splits.model_kwargs(), settings.choices.get("model", ""), settings.runtime)
-    parallel = launcher.build(spec, settings.launcher, runtime, precision)
+    with setup_part("model_build"):
+        parallel = launcher.build(spec, settings.launcher, runtime, precision)
     if settings.compile.optimize_ddp != "auto" and not launcher.ddp:
         warnings.warn(f"compile.optimize_ddp={settings.compile.optimize_ddp} shapes how Dynamo compiles a DDP model; "
                       f"with launcher={settings.launcher.name} it does nothing", FastpipeWarning)
-    compiled = build_compiled(settings.compile, parallel.train_module, device, units=list(parallel.units) or None)
+    with setup_part("compile_setup"):
+        compiled = build_compiled(settings.compile, parallel.train_module, device, units=list(parallel.units) or None)
     ema = build_ema(parallel.model, train.ema_decay)
     factor = lr_factor(train, runtime.dist.world_size)
     optimizer = build_optimizer(settings.optimizer, train, parallel.model, device, factor)
-    loader_args = (loader_cfg, splits, runtime, train.batch_size, settings.seed)
-    train_loader = build_loader(*loader_args, train=True, channels_last=parallel.channels_last)
-    eval_loader = None if probe else build_loader(*loader_args, train=False, channels_last=parallel.channels_last)
+    with setup_part("loader_start"):
+        train_loader = build_loader(loader_cfg, splits, runtime, train.batch_size, settings.seed, train=True,
+                                    channels_last=parallel.channels_last)
+        eval_loader, target_loader = (None, None) if probe else held_out_loaders(
+            settings, splits, runtime, loader_cfg, parallel.channels_last, launcher.shards)
     if not probe and len(train_loader) < train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} exceeds the {len(train_loader)} "
                           "batches of an epoch; lower it or train.batch_size")
@@ -196,12 +200,5 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     recipe = None if probe else build_batch_recipe(
         train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
         settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
-    held = len(splits.val) if splits.val is not None and hasattr(splits.val, "__len__") else None
-    if train.target_eval_samples is not None and held is not None and train.target_eval_samples >= held:
-        raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
-                          f"{held} held-out samples of dataset={splits.name}: screening on them would evaluate the "
-                          f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
-    target_loader = None if probe or train.target_eval_samples is None else build_loader(
-        *loader_args, train=False, channels_last=parallel.channels_last, limit=train.target_eval_samples)
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
                          eval_loader, schedule, recipe, target_loader)

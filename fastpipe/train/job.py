@@ -1,6 +1,7 @@
 """One training job inside a worker process: runtime -> graph -> loop -> metrics and files."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from pathlib import Path
@@ -20,6 +21,7 @@ from fastpipe.train.failures import fixable_failure, record_failure, write_recor
 from fastpipe.train import lr_find
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.loop import train
+from fastpipe.measure import setup
 from fastpipe.measure.clock import RunClock, cache_counts, compile_cache
 from fastpipe.measure.steps import StepMeter, combine_ranks
 from fastpipe.stages.profiling import build_profiler
@@ -37,6 +39,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     Exceptions propagate after a failed metrics.json has been written, so the caller can both show
     the reason and exit non-zero.
     """
+    parts = setup.SetupParts(settings.started_at)  # the trainer's first line: what came before is imports
     dist = dist_from_env()
     recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
@@ -49,7 +52,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     ckpt = Checkpointer(settings.train, run_dir, dist, RunFacts.of(settings), clock=clock,
                         on_written=recorder.checkpoint)
     try:  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training); each FastpipeWarning is recorded
-        with stop_on_signals(), collect_warnings(record.warnings):
+        with stop_on_signals(), collect_warnings(record.warnings), setup.active(parts):
             _train_and_record(settings, run_dir, dist, recorder, record, ckpt)
             return record.to_dict()
     except NothingToTrain as exc:  # a resume at the run's end: said in one line, not a failure
@@ -73,6 +76,8 @@ def run_training(settings: Config, run_dir: Path) -> dict:
             raise failure from exc
         raise
     finally:
+        if record.setup_parts_s is None:  # a run that failed after its first step (a kept record keeps its own)
+            record.setup_parts_s = parts.record(ckpt.clock.setup_s)
         write_record(recorder, record, run_dir)  # metrics.json, then the loggers' ends
 
 
@@ -81,19 +86,15 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     runtime = setup_runtime(settings)
     record.env = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
-    search = None
-    if settings.train.batch_size == "auto":  # first the batch, then the rate at that batch
-        settings, search = _with_found_batch_size(settings, runtime)
-        record.batch_size_search = search.record()
-    record.batch_size = settings.train.batch_size
-    settings, lr_search = lr_find.settle(settings, runtime)  # optimizer.lr=auto
-    if lr_search is not None:
-        record.lr_search = lr_search.record()
-        recorder.lr_find(record.lr_search, lr_search.raw)
-    g = training_graph.build(settings, runtime, progress=show)
+    settings, splits, search, lr_search = _searched(settings, runtime, record, recorder, show)
+    g = training_graph.build(settings, runtime, progress=show, splits=splits)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
-    check_first_batches(g, settings)  # the project's parts on a first batch of each split, before any step
+    if not settings.train.resume and hasattr(g.train_loader, "start_early"):
+        with setup.setup_part("loader_start"):  # its workers start and read ahead while the rest sets up
+            g.train_loader.start_early(0)
+    with setup.setup_part("first_batch_check"):  # the project's parts on a first batch of each split
+        check_first_batches(g, settings)
     description = describe(g, settings, search, lr_search)
     if dist.is_main:
         print(description, flush=True)
@@ -101,6 +102,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
                       settings.measure.gpu_util_interval_s, world_size=dist.world_size, run_clock=ckpt.clock)
     profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main)
+    setup.close()  # what is timed from here on is training's (a resume's checkpoint load: set-up's other)
     with training(), profile as profiler:  # a stop signal now: checkpoint at the next step boundary
         result = train(g, settings.train, meter, recorder, show, ckpt=ckpt, profiler=profiler)
     measured = combine_ranks(dist.gather(meter.summary()))  # job-level: throughput summed over ranks
@@ -108,31 +110,59 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
         warnings.warn(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
                       "warm-up steps: no steady-state numbers (raise train.max_steps/epochs)", FastpipeWarning)
     record.set(**measured)
-    record.set(**model_flops(g, result, measured["throughput"], dist.world_size))
     record.set(**outcome(g, result))
     primary = record.primary_metric
+    # written in the background while the FLOPs are counted; complete before the record says ok
     last = ckpt.save_weights(g, "last", result.steps, g.ema, primary and {primary["name"]: primary["value"]})
+    record.set(**model_flops(g, result, measured["throughput"], dist.world_size))
+    record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
+    ckpt.settle(g=g)
     record.set(checkpoint=ckpt.latest and str(ckpt.latest), weights_file=last and str(last),
                checkpoint_stall_s=ckpt.stall_summary())
-    record.compile_cache = compile_cache(dist.gather(cache_counts()), settings.compile.name != "off")
     _require_primary(g, result, settings)  # a held-out split without its primary metric is no result
     record.set(status="ok")
     recorder.plot_loss(result.loss_history, record)
     recorder.write_text("graph.txt", describe(g, settings, search, lr_search))  # again: a compile fall-back is noted there
     record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
+    record.setup_parts_s = setup.recorded(ckpt.clock.setup_s)
     if dist.is_main:
         print(summary_text(record), flush=True)
 
 
-def _with_found_batch_size(settings: Config, runtime) -> tuple:
-    """``settings`` with ``train.batch_size=auto`` replaced by the size the search found, and the search."""
+def _searched(settings: Config, runtime, record: RunRecord, recorder, show: bool) -> tuple:
+    """The dataset stage built once, then what ``auto`` leaves to a search, each noted in ``record``:
+    ``train.batch_size`` on the whole dataset (``train.overfit_batches`` cuts it at the size found),
+    then ``optimizer.lr`` at that batch on the run's own splits. (settings as found, splits, the batch
+    search, the range test); a search not run is None."""
+    splits, search = training_graph.build_splits(settings, runtime, progress=show, cut=False), None
+    if settings.train.batch_size == "auto":  # first the batch, then the rate at that batch
+        with setup.setup_part("batch_search"):
+            settings, search = _with_found_batch_size(settings, runtime, splits)
+        record.batch_size_search = search.record()
+    record.batch_size = settings.train.batch_size
+    splits = training_graph.overfit_cut(settings, runtime, splits)
+    with setup.setup_part("lr_search"):
+        settings, lr_search = lr_find.settle(settings, runtime, splits)  # optimizer.lr=auto
+    if lr_search is not None:
+        record.lr_search = lr_search.record()
+        recorder.lr_find(record.lr_search, lr_search.raw)
+    return settings, splits, search, lr_search
+
+
+def _with_found_batch_size(settings: Config, runtime, splits) -> tuple:
+    """``settings`` with ``train.batch_size=auto`` replaced by the size the search found on ``splits``,
+    and the search."""
     from fastpipe.train.batch_size import find_batch_size
 
-    search = find_batch_size(lr_find.provisional(settings), runtime)  # optimizer.lr=auto: any rate sizes the step
+    # optimizer.lr=auto: any rate sizes the step, so the probes train at the ramp's first
+    search = find_batch_size(lr_find.provisional(settings), runtime, splits)
     if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)
-    return training_graph.with_batch_size(settings, search.chosen), search
+    found = training_graph.with_batch_size(settings, search.chosen)
+    if search.goal == "memory" and found.train.eval_batch_size == "auto":  # memory is full: evaluate at that size
+        found.train = dataclasses.replace(found.train, eval_batch_size=search.chosen)
+    return found, search
 
 
 def _require_primary(g, result, settings: Config) -> None:

@@ -192,7 +192,7 @@ def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out, direction: s
     overfit = (f"  overfit: the same first {cfg.overfit_batches} batches every epoch (held out too)"
                if cfg.overfit_batches else "")
     if cfg.target is not None:
-        screen = f" (screened on the first {cfg.target_eval_samples} held-out samples)" if cfg.target_eval_samples else ""
+        screen = f" (screened on {cfg.target_eval_samples} held-out samples)" if cfg.target_eval_samples else ""
         stop += f"  target {direction} {cfg.target:g}{screen}"
     if cfg.time_budget_s:
         stop += f"  time budget {cfg.time_budget_s:g} s"

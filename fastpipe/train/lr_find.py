@@ -73,9 +73,10 @@ class LrSearch:
                 "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2)}
 
 
-def settle(settings: Config, runtime: Runtime) -> Tuple[Config, Optional[LrSearch]]:
+def settle(settings: Config, runtime: Runtime, splits=None) -> Tuple[Config, Optional[LrSearch]]:
     """``settings`` with ``optimizer.lr=auto`` replaced by the rate the range test finds, and the test
-    (None, and ``settings`` as they are, when the rate is given). Every rank calls it."""
+    (None, and ``settings`` as they are, when the rate is given); ``splits``: the run's built dataset
+    stage (built here when None). Every rank calls it."""
     opt = settings.optimizer
     if not opt.lr_auto:
         if opt.lr_auto_factor != 1:
@@ -83,7 +84,7 @@ def settle(settings: Config, runtime: Runtime) -> Tuple[Config, Optional[LrSearc
                           f"optimizer.lr={opt.params.get('lr')} is given, so it does nothing", FastpipeWarning)
         return settings, None
     opt.refuse_auto_with(settings.launcher.name, choice("launcher", settings.launcher.name).shards)
-    search = find_lr(settings, runtime)
+    search = find_lr(settings, runtime, splits)
     if runtime.dist.is_main:
         stop = f", stopped at {search.diverged_at:.3g} where the loss diverged" if search.diverged_at else ""
         print(f"fastpipe: optimizer.lr=auto: {search.lr:.3g} {search.describe()}; the ramp from {search.min:g} to "
@@ -121,15 +122,17 @@ def _with_rate(settings: Config, rate: float) -> Config:
     return settings
 
 
-def find_lr(settings: Config, runtime: Runtime) -> LrSearch:
-    """Run the range test per ``settings.train`` on the run's stages (module docstring)."""
+def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
+    """Run the range test per ``settings.train`` on the run's stages (module docstring), over ``splits``
+    (the run's dataset stage; built here when None)."""
     started, cfg, dist = time.perf_counter(), settings.train, runtime.dist
     seed = settings.seed if cfg.lr_find_seed is None else cfg.lr_find_seed
     test = copy.copy(provisional(settings))
     test.seed = seed  # the loader's order too
     seed_everything(seed + dist.rank)
     try:
-        curve = _run_ramp(test, runtime, lr_range.ramp(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps))
+        splits = splits if splits is not None else graph.build_splits(test, runtime)
+        curve = _run_ramp(test, runtime, splits, lr_range.ramp(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps))
     finally:
         _release(runtime.device)
         seed_everything(settings.seed + dist.rank)  # the run starts from its seed, as with a given rate
@@ -148,9 +151,9 @@ def find_lr(settings: Config, runtime: Runtime) -> LrSearch:
                     float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw))
 
 
-def _run_ramp(settings: Config, runtime: Runtime, rates: List[float]) -> lr_range.Curve:
+def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) -> lr_range.Curve:
     """The training step at each of ``rates`` in turn, until the curve says stop (a collective under DDP)."""
-    g = graph.build_range_test(settings, runtime, graph.build_splits(settings, runtime))
+    g = graph.build_range_test(settings, runtime, splits)
     check_first_batches(g, settings)  # the project's parts on a first batch, before any step
     batches, curve, world = _batches(g.train_loader), lr_range.Curve(), runtime.dist.world_size
     try:

@@ -182,7 +182,7 @@ def smokes(tmp_path_factory):
     def script(name, *args):
         return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
 
-    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop")}
+    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop", "ttt")}
     for folder in out.values():
         folder.mkdir()
     commands = {
@@ -194,6 +194,8 @@ def smokes(tmp_path_factory):
         "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
                                  "dali:data.no_such_key=1"),
         "lm-handloop": script("lib/lm_handloop.py", "--device", "cpu", "--smoke"),
+        "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
+                      "--work", out["ttt"] / "work"),
     }
     if HAVE_DALI:
         commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
@@ -274,6 +276,28 @@ def test_h200_plan_phase1_smoke(smokes):
     _check_overhead(work / "overhead")
     _check_checkpoint_stall(work / "ckpt")
     _check_lm(work / "lm")
+
+
+def test_time_to_target_overhead_smoke(smokes):
+    """time_to_target_overhead.py --smoke, both phases on this CPU: each phase's four files, the start-up
+    rows against the hand loop's first batch, the batch search's probes, each job's breakdown and ratio."""
+    folder, proc = smokes["ttt"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for phase in ("p1", "p2"):
+        assert sorted(p.name for p in (folder / "out" / phase).iterdir()) == [
+            "runs.tgz", "ttt_overhead.jsonl", "ttt_overhead.log", "ttt_overhead.md"]
+    start = _table_rows(folder / "out" / "p1" / "ttt_overhead.md")
+    assert start["hand loop, first batch #1"][1:3] != ["—", "—"] and start["hand loop, first batch #1"][-1] == "ok"
+    for data in ("mmap", "default"):
+        row = start[f"fastpipe data={data} #1"]
+        assert row[-1] == "ok" and float(row[1]) > 0 and float(row[2]) > 0 and "imports" in row[3], row
+    assert start["32"][1] == "True" and start["64"][-1] == ""  # the probes: 32 then 64, the cap
+    jobs = _table_rows(folder / "out" / "p2" / "ttt_overhead.md")
+    for batch in (16, 32):
+        row = jobs[f"compile=off train.batch_size={batch}"]
+        assert row[-1] == "ok" and float(row[6]) > 0, row  # wall
+        assert row[9] == "no" or float(row[8]) > 0, row  # reached: its end-to-end time over train
+    assert "== " not in proc.stdout and "## The four jobs" in proc.stdout  # the tables, printed last
 
 
 def test_benchmark_script_smoke_mode(smokes):

@@ -1,7 +1,8 @@
 """``python signal_at.py spawn SIGNAL [fastpipe args]``: ``python -m fastpipe`` that sends itself SIGNAL
 (TERM or USR1) at a phase of its start-up, so a test signals a phase by where the run is, not by
-timing. ``spawn``: the moment its training process has started, which is still importing (its own
-handlers are not set yet), before this process forwards signals to it."""
+timing. ``spawn``: the moment its training process has started (or, started ahead by launch/warm.py,
+got its job), which is still importing or has not set its own handlers yet, before this process
+forwards signals to it."""
 from __future__ import annotations
 
 import os
@@ -14,17 +15,20 @@ def main() -> None:
     if phase != "spawn":
         raise SystemExit(f"unknown phase {phase!r}")
     sys.argv = ["fastpipe", *sys.argv[3:]]
-    from multiprocessing.context import SpawnProcess
-
     import fastpipe.__main__ as app
+    from fastpipe.launch import launcher
 
-    start = SpawnProcess.start
+    held = launcher.started_with_signals_held
 
-    def start_then_signal(self):
-        start(self)
-        os.kill(os.getpid(), sig)
+    def held_then_signal(start):
+        def start_then_signal():
+            pid = start()
+            os.kill(os.getpid(), sig)
+            return pid
 
-    SpawnProcess.start = start_then_signal
+        return held(start_then_signal)
+
+    launcher.started_with_signals_held = held_then_signal
     app.main()
 
 

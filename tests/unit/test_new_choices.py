@@ -74,8 +74,8 @@ def test_a_registered_loader_and_logger_run_end_to_end_and_every_reader_sees_the
 
 
 def test_a_registered_loader_is_refused_what_it_does_not_declare(tmp_path):
-    with pytest.raises(ConfigError, match="^train.target_eval_samples needs a loader that can read the first N "
-                                          "held-out samples, and data=toy's builder takes no limit"):
+    with pytest.raises(ConfigError, match="^train.target_eval_samples needs a loader that can read a subset of the "
+                                          "held-out split, and data=toy's builder takes no subset"):
         run_in_process(tmp_path, [o for o in TINY if not o.startswith("data.")]
                        + ["data=toy", "train.target=0.99", "train.eval_every=6", "train.target_eval_samples=16"])
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
 from fastpipe.config import MmapLoaderConfig
+from fastpipe.data.checked import passed_at, stamp, version_key
 from fastpipe.data.pack.cache import ensure_cached_pack, stored_shape
 from fastpipe.data.pack.format import TRAIN, VAL
 from fastpipe.data.pack.jpeg import Decoder, gather
@@ -23,19 +24,27 @@ BUFFER_WHEN_LARGE = 16384  # data.shuffle_buffer=auto for shards larger than hal
 
 
 @lru_cache(maxsize=8)
-def _open(path: str, verify: bool, threads: int, stamp: tuple) -> PackSet:
-    return PackSet(path, verify, threads)
+def _open(path: str, verify: bool, threads: int, version: tuple, cache_root: Optional[Path]) -> Tuple[PackSet, str]:
+    if not verify or index_of(Path(path)) is not None:  # a sharded pack verifies each shard as it opens it
+        return PackSet(path, verify, threads), "verified as opened" if verify else "not verified"
+    key = version_key("pack", [str(Path(path).resolve()), *map(str, version)])
+    earlier = passed_at(cache_root, key)  # once per version of the file (data/checked.py)
+    packs = PackSet(path, earlier is None, threads)
+    if earlier is None:
+        stamp(cache_root, key)
+    return packs, f"verified {'now' if earlier is None else 'at ' + earlier}"
 
 
-def open_pack(path, verify: bool, threads: int = 1) -> PackSet:
-    """Open (and verify, over ``threads``) a pack once per process: the train and eval loaders share
-    it. A sharded pack's shards are opened, and verified, when first needed."""
+def open_pack(path, verify: bool, threads: int = 1, cache_root: Optional[Path] = None) -> Tuple[PackSet, str]:
+    """Open a pack once per process (the train and eval loaders share it) and, with ``verify``, check
+    every chunk over ``threads``, once per version of the file when ``cache_root`` keeps the stamp;
+    (the pack, how it was verified). A sharded pack's shards are opened, and verified, when first needed."""
     path = Path(path)
     try:
         st = (index_of(path) or path).stat()
     except FileNotFoundError:
-        return PackSet(path)  # raises its DataError naming the file
-    return _open(str(path), verify, threads, (st.st_ino, st.st_size, st.st_mtime_ns))
+        return PackSet(path), ""  # raises its DataError naming the file
+    return _open(str(path), verify, threads, (st.st_ino, st.st_size, st.st_mtime_ns), cache_root)
 
 
 def _check_images(packs: PackSet, splits: DataSplits) -> None:
@@ -54,10 +63,12 @@ def _check_images(packs: PackSet, splits: DataSplits) -> None:
 
 
 def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
-    """(PackSet, how it was found) for data.path, or the dataset's cached pack (packed if absent)."""
+    """(PackSet, how it was found, how it was verified) for data.path, or the dataset's cached pack
+    (packed if absent)."""
     threads = cfg.packing_threads(runtime.cores_per_process)
     if cfg.path:
-        packs, how = open_pack(Path(cfg.path).expanduser(), cfg.verify, threads), "given"
+        packs, verified = open_pack(Path(cfg.path).expanduser(), cfg.verify, threads, runtime.cache_root)
+        how = "given"
         if cfg.stored_size is not None and stored_shape(cfg.stored_size, 0, False) != packs.stored:
             raise ConfigError(f"data.stored_size={cfg.stored_size} but the pack {packs.path} stores "
                               f"{packs.stored[0]}x{packs.stored[1]}; drop data.stored_size (it sizes the cache)")
@@ -73,7 +84,8 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
                               f"data.stored_size >= {splits.train.image_size}, or null (auto)")
         path, how = ensure_cached_pack(splits, runtime.cache_root, shape, threads, progress=runtime.dist.is_main,
                                        codec=cfg.codec or "raw", quality=cfg.quality)
-        packs, how = open_pack(path, cfg.verify, threads), f"cache, {how}"
+        packs, verified = open_pack(path, cfg.verify, threads, runtime.cache_root)
+        how = f"cache, {how}"
     if splits.is_images:
         _check_images(packs, splits)
     elif (packs.is_images or packs.meta.get("identity") not in (None, splits.identity)
@@ -81,7 +93,7 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
         raise DataError(f"pack {packs.path} does not hold dataset={splits.name}'s samples (it was packed from "
                         f"{packs.meta.get('dataset', 'another dataset')} with other settings); repack it, or set "
                         "data.path=null to pack this dataset into the cache")
-    return packs, how
+    return packs, how, verified
 
 
 def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: bool) -> Optional[Decoder]:

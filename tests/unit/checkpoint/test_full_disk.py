@@ -86,12 +86,13 @@ def test_a_disk_that_fills_during_a_run(disk, monkeypatch):
     record = read_metrics(run_dir)
     first = run_dir / "checkpoints" / "step-00000004.pt"
     assert record["status"] == "failed" and record["checkpoint"] == str(first)
-    assert record["reason"] == (  # the evaluation at the epoch's end (step 11) writes best.pt: the first to fail
-        f"no space left on the disk of {run_dir / 'checkpoints' / 'best.pt'} (No space left on device); "
+    assert record["reason"] == (  # step 8's write failed first (in the background), said as best.pt queues next
+        f"no space left on the disk of {run_dir / 'checkpoints' / 'step-00000008.pt'} (No space left on device); "
         f"free space on its disk, or give hydra.run.dir a folder on a disk with room; the newest good checkpoint, "
         f"{first}, is intact (train.resume=auto continues from it)")
     assert not [p for p in run_dir.rglob("*") if ".tmp-" in p.name]  # no temporary file left behind
-    assert not (run_dir / "checkpoints" / "step-00000008.pt").exists()  # its write (in the background) failed too
+    assert not (run_dir / "checkpoints" / "step-00000008.pt").exists()  # its write (in the background) failed
+    assert not (run_dir / "checkpoints" / "best.pt").exists()
     assert verify(first) is None and load_state(first)["position"]["step"] == 4
 
 

@@ -26,7 +26,7 @@ def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
         tried.append(size)
         if size > fits_up_to:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return size * batch_size.TIMED_STEPS / rate(size)
+        return size * batch_size.steps_for(settings.train.batch_size_goal)[1] / rate(size)
 
     monkeypatch.setattr(batch_size, "_run_steps", run_steps)
     # a fake step leaves no tensors to free: skip each probe's full garbage collection, which in a
@@ -41,6 +41,14 @@ def test_batch_size_auto_is_a_value_and_nonsense_is_refused_when_composed():
                      ("train.batch_size_goal=speed", "batch_size_goal"), ("train.lr_scaling=cubic", "lr_scaling")):
         with pytest.raises(ConfigError, match=key):
             make_settings([bad])
+    use = "is not valid; use 'auto' or an integer >= 1"
+    for bad, line in (("train.eval_batch_size=abc", f"train.eval_batch_size='abc' {use}"),
+                      ("train.eval_batch_size=0", f"train.eval_batch_size=0 {use}"),
+                      ("train.batch_size_search_s=0", "train.batch_size_search_s=0 must be > 0 (seconds), or null for "
+                                                      "no limit")):
+        with pytest.raises(ConfigError) as refused:  # docs/errors/config.md's rows, word for word
+            make_settings([bad])
+        assert str(refused.value) == line
 
 
 def test_memory_goal_doubles_until_out_of_memory_then_bisects_and_takes_the_largest_that_fit(monkeypatch):
@@ -114,6 +122,18 @@ def test_a_run_with_auto_records_the_size_and_how_it_was_found(tmp_path):
     assert "batch_size=16/process (auto: largest that fits" in (tmp_path / "graph.txt").read_text()
 
 
+def test_overfit_batches_cuts_the_dataset_at_the_size_the_search_found(tmp_path):
+    """train.overfit_batches counts batches of a size auto has yet to find: the search probes the whole
+    training split, then the run trains on the first batches of the size it found."""
+    metrics = run_in_process(tmp_path, [o for o in TINY if not o.startswith(("train.batch_size", "train.max_steps"))]
+                             + ["train.batch_size=auto", "train.batch_size_start=16", "train.batch_size_max=32",
+                                "train.overfit_batches=2", "train.max_steps=4"])
+    assert metrics["status"] == "ok" and metrics["batch_size"] == 32, metrics.get("reason")
+    assert [p["batch_size"] for p in metrics["batch_size_search"]["probes"]] == [16, 32]
+    graph = (tmp_path / "graph.txt").read_text()
+    assert "steps/epoch=2" in graph and "overfit: the same first 2 batches every epoch" in graph
+
+
 def test_the_search_trains_with_the_runs_ema(tmp_path):
     metrics = run_in_process(tmp_path, [o for o in TINY if not o.startswith("train.batch_size")]
                              + ["train.batch_size=auto", "train.batch_size_max=8", "train.ema_decay=0.9"])
@@ -121,7 +141,24 @@ def test_the_search_trains_with_the_runs_ema(tmp_path):
 
 
 def test_search_record_round_trips():
-    search = BatchSearch("memory", 64, 32, [Probe(32, True, 10.0, 1.5)], 3.2, 32, 8)
+    search = BatchSearch("memory", 64, 32, [Probe(32, True, 10.0, 1.5, seconds=0.5)], 3.2, 32, 8, 30.0)
     assert search.record() == {"goal": "memory", "cap": 64, "chosen": 32, "seconds": 3.2, "start": 32, "round": 8,
-                               "probe_count": 1, "probes": [{"batch_size": 32, "fits": True, "samples_per_s": 10.0,
-                                           "peak_mem_gb": 1.5, "why": ""}]}
+                               "probe_count": 1, "budget_s": 30.0, "cut_short": False,
+                               "probes": [{"batch_size": 32, "fits": True, "samples_per_s": 10.0, "peak_mem_gb": 1.5,
+                                           "why": "", "seconds": 0.5}]}
+
+
+def test_each_probe_is_said_as_it_goes_and_the_time_budget_bounds_the_search(monkeypatch, capsys):
+    _fake_steps(monkeypatch, fits_up_to=40)
+    full = find_batch_size(_settings("train.batch_size_max=1024", "train.batch_size_start=8",
+                                     "train.batch_size_search_s=null"), cpu_runtime())
+    said = [line.split(": ", 2)[2] for line in capsys.readouterr().err.splitlines()
+            if line.startswith("fastpipe: train.batch_size=auto: ")]
+    assert [s.split()[0] for s in said] == [str(p) for p in [8, 16, 32, 64, 48, 40]]  # in the order tried
+    assert said[1].startswith("16 fits: 1,600 samples/s") and said[3].startswith("64 does not fit (out of memory)")
+    assert full.chosen == 40 and not full.cut_short and all(p.seconds is not None for p in full.probes)
+    spent = find_batch_size(_settings("train.batch_size_max=1024", "train.batch_size_start=64",
+                                      "train.batch_size_search_s=1e-9"), cpu_runtime())
+    # spent at once: no doubling or bisecting, but halving goes on until a size fits
+    assert [p.batch_size for p in spent.probes] == [32, 64] and spent.chosen == 32 and spent.cut_short
+    assert "stopped by train.batch_size_search_s=1e-09" in spent.describe()

@@ -64,12 +64,16 @@ def test_the_same_seed_gives_the_same_suggestion_and_a_fixed_lr_find_seed_ignore
 
 
 def test_batch_size_auto_runs_first_and_the_rate_is_found_at_its_batch(tmp_path, monkeypatch, one_torch_thread):
-    seen, real = [], lr_find.find_lr
-    monkeypatch.setattr(lr_find, "find_lr", lambda settings, runtime: seen.append(settings.train.batch_size)
-                        or real(settings, runtime))
+    seen, built, real, build = [], [], lr_find.find_lr, graph.build_dataset
+    monkeypatch.setattr(lr_find, "find_lr", lambda settings, runtime, splits=None: seen.append(
+        settings.train.batch_size) or real(settings, runtime, splits))
+    monkeypatch.setattr(graph, "build_dataset", lambda *a, **k: built.append(a[2]) or build(*a, **k))
     tiny = [o for o in AUTO if not o.startswith("train.batch_size")]
     m = run_in_process(tmp_path, [*tiny, "train.batch_size=auto", "train.batch_size_max=32", "train.max_steps=2"])
     assert m["status"] == "ok" and seen == [32] == [m["batch_size"]] and m["lr_search"]["steps"] == 20
+    assert len(built) == 1  # one dataset for the batch search, the range test and the run
+    parts = m["setup_parts_s"]  # each search its own part of the set-up (seconds rounded to 2 and 3 places)
+    assert parts["batch_search"] > 0 and parts["lr_search"] >= m["lr_search"]["seconds"] - 0.006 > 0, parts
 
 
 def test_a_model_that_cannot_train_is_named_and_one_that_diverges_stops_there():

@@ -1,6 +1,7 @@
 """train.target, train.target_eval_samples and train.time_budget_s on real in-process runs (issue 22)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import TINY, cpu_runtime, make_settings, run_in_process, shapes_splits
 
@@ -35,20 +36,43 @@ def test_a_reached_target_stops_the_run_at_the_confirming_evaluation(tmp_path):
     assert m["val_metrics"]["accuracy"] == t["reached_value"] and m["compile_cache"] is None
     parts_add_up(m["time_breakdown_s"])
     assert m["time_breakdown_s"]["eval"] > 0 and m["time_breakdown_s"]["checkpoint"] > 0  # best.pt
+    setup_parts_add_up(m)
+
+
+def setup_parts_add_up(m: dict) -> None:
+    """setup_parts_s: every part, each measured, adding up to the set-up before the first step; the
+    summary names the largest."""
+    from fastpipe.measure.setup import PARTS
+    from fastpipe.record.run_record import RunRecord
+    from fastpipe.record.summary import summary_text
+
+    parts, t = m["setup_parts_s"], m["target"]
+    assert list(parts) == list(PARTS) and min(parts.values()) >= 0.0, parts
+    assert sum(parts.values()) == pytest.approx(t["seconds_end_to_end"] - t["seconds"], abs=0.01), parts
+    assert all(parts[k] > 0 for k in ("dataset_index", "loader_start", "model_build", "first_batch_check")), parts
+    largest = max(parts, key=parts.get)
+    assert f"setup {m['time_breakdown_s']['setup']:.2f} (largest: {largest} {parts[largest]:.2f})" in \
+        summary_text(RunRecord.from_dict(m))
 
 
 def len_val() -> int:
     return len(shapes_splits(num_images=240, image_size=16).val)
 
 
-def test_the_target_subset_is_the_first_held_out_samples_in_split_order():
+def test_the_target_subset_is_class_balanced_drawn_with_the_seed_and_the_same_at_every_evaluation():
     from fastpipe.data import build_loader
+    from fastpipe.data.subset import eval_subset
 
-    settings = make_settings(TINY)
-    splits = shapes_splits(num_images=240, image_size=16)
-    loader = build_loader(settings.data, splits, cpu_runtime(), 16, 0, train=False, channels_last=False, limit=20)
-    labels = [int(y) for _, ys in loader for y in ys]
-    assert labels == [splits.val[i][1] for i in range(20)]
+    splits = shapes_splits(num_images=240, image_size=16)  # its held-out split lists the images class by class
+    labels = splits.val.targets
+    subset = eval_subset(splits.val, 20, seed=0)
+    assert sorted(np.bincount([labels[i] for i in subset]).tolist()) == [5, 5, 5, 5]  # 4 classes, 5 each
+    assert np.array_equal(subset, eval_subset(splits.val, 20, seed=0))  # the same subset every time
+    assert not np.array_equal(subset, eval_subset(splits.val, 20, seed=1))  # another seed, another draw
+    loader = build_loader(make_settings(TINY).data, splits, cpu_runtime(), 16, 0, train=False, channels_last=False,
+                          subset=subset)
+    read = [[int(y) for _, ys in loader for y in ys] for _ in range(2)]  # two evaluations
+    assert read[0] == read[1] == [labels[i] for i in subset]
 
 
 def test_an_unreached_target_records_its_best_and_a_time_budget_stops_and_resumes(tmp_path):
@@ -165,3 +189,23 @@ def test_a_run_stopped_early_trains_nothing_when_resumed_with_the_same_patience(
     assert again["steps"] == 2 and again["best"] == first["best"]
     longer = run_in_process(tmp_path, [*args, "train.early_stop_patience=3"])  # more patience: trains on
     assert longer["stopped_by"] == "early_stop" and longer["steps"] == 4
+
+
+def test_with_eval_batches_a_target_is_reached_only_on_the_whole_split(tmp_path):
+    """train.eval_batches evaluates the first batches only: with a target those evaluations screen, and
+    the reached claim is the whole split's (the weights it stopped with, evaluated on every sample)."""
+    import torch
+
+    from fastpipe.train import graph
+    from fastpipe.train.evaluation import evaluate
+
+    args = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.eval_batches=1"]
+    m = run_in_process(tmp_path, args)
+    t = m["target"]
+    assert m["status"] == "ok" and t["reached"], m.get("reason")
+    assert any(c["subset"] for c in t["curve"])  # the one-batch evaluations screened
+    settings = make_settings(args)
+    g = graph.build(settings, cpu_runtime())
+    g.model.load_state_dict(torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["model"])
+    whole = evaluate(graph.build_held_out(settings, cpu_runtime(), g.dataset), g.model)["accuracy"]
+    assert t["reached_value"] == pytest.approx(whole, abs=1e-6) and whole >= 0.6

@@ -1,0 +1,152 @@
+"""A training process started before its job is known, so that its imports are off the critical path.
+
+A fresh training process spends seconds importing torch, torchvision and the stages before it reads
+its settings, and the Hydra process has spent as long importing them for its own config checks. So
+``prestart`` spawns the process as a job begins (its imports then run while the Hydra process
+composes and checks the config and records the run's provenance) and, in a sweep, again as each job
+hands its process over (the next job's imports run while this one trains). ``take`` gives the
+launcher the waiting process, which then runs the job exactly as a process spawned for it would:
+same entry point, stop signals blocked from its start (processes.py), killed with the Hydra process.
+
+It is not used when the Hydra process's environment has changed since it started in a variable
+torch or the loaders read as they import (``CUDA_*``, ``TORCH*``, ``OMP_*``...): a fresh process
+is spawned then. Other changes (a tracker's settings) reach it with the job, as do ``sys.path``
+entries added since (the working folder, for a project's modules).
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import multiprocessing
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+WARM_IMPORTS = ("fastpipe.train.job", "torchvision")  # what every image run imports before its first step
+READ_AT_IMPORT = ("CUDA", "TORCH", "PYTORCH", "NCCL", "NVIDIA", "TRITON", "OMP_", "MKL", "KMP_", "LD_", "PYTHON",
+                  "FASTPIPE")
+
+
+class WarmProcess:
+    """A spawned training process that has imported ``WARM_IMPORTS`` and waits for its job."""
+
+    def __init__(self, process, conn, env: dict) -> None:
+        self.process, self.conn, self.env = process, conn, env
+
+    def fits(self) -> bool:
+        """Alive, and started with the environment this job runs in (the variables read at import)."""
+        if not self.process.is_alive():
+            return False
+        now = dict(os.environ)
+        changed = {k for k in set(now) | set(self.env) if now.get(k) != self.env.get(k)}
+        return not any(k.upper().startswith(READ_AT_IMPORT) for k in changed)
+
+    def hand_over(self, target: Callable, *args) -> int:
+        """Give it its job: it calls ``target(*args)`` (the entry point a spawned process would have
+        run, passed by name); returns its pid."""
+        self.conn.send((target, args, dict(os.environ), list(sys.path)))
+        self.conn.close()
+        return self.process.pid
+
+    def dismiss(self) -> None:
+        """No job for it: it exits as it reads the closed pipe; one still importing is killed (its stop
+        signals are blocked), so that a command refused at once also ends at once."""
+        self.conn.close()
+        self.process.join(timeout=0.5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+_ready: Optional[WarmProcess] = None
+keep_one_ready = False  # a sweep: start the next job's process as this one's is handed over
+
+
+def prestart(imports: Sequence[str] = WARM_IMPORTS) -> None:
+    """Start a waiting training process, unless one waits already."""
+    global _ready
+    from fastpipe.processes import started_blocked
+
+    if _ready is not None:
+        if _ready.process.is_alive():
+            return
+        _ready.dismiss()  # it died waiting (killed): reap it
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_wait_for_a_job, args=(theirs, os.getpid(), tuple(imports)),
+                              name="fastpipe-train")
+    started_blocked(process.start)
+    theirs.close()
+    if _ready is None:
+        atexit.register(dismiss)
+    _ready = WarmProcess(process, ours, dict(os.environ))
+
+
+NO_RUN = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--version", "--shell-completion", "-sc")
+NO_FRESH_PROCESS = ("launcher=ddp", "launcher=fsdp", "launcher.fresh_process=false")
+OTHER_PROCESSES = "hydra/launcher="  # a sweep launcher running each job in a process of its own
+
+
+def prestart_if_training(argv: Sequence[str]) -> None:
+    """Before Hydra composes: start one unless the command line prints something instead of training
+    (``--help``, ``--cfg``...), names a launcher that starts no such process, or a sweep launcher
+    that runs each job elsewhere (a config may still choose one: ``prestart_for`` then ends it)."""
+    if not any(arg in NO_RUN or arg.lower() in NO_FRESH_PROCESS or arg.startswith(OTHER_PROCESSES) for arg in argv):
+        prestart()
+
+
+def prestart_for(launcher_cfg, sweep: bool) -> None:
+    """As a job starts: one waits for it when its launcher runs one fresh training process
+    (launcher=single, ``launcher.fresh_process``), none otherwise; in a sweep, keep one ready for
+    each next job."""
+    global keep_one_ready
+    from fastpipe.config.registry import choice
+
+    if choice("launcher", launcher_cfg.name).process_group or not launcher_cfg.get("fresh_process", True):
+        dismiss()
+        return
+    keep_one_ready = sweep
+    prestart()
+
+
+def take() -> Optional[WarmProcess]:
+    """The waiting process, if it can run this job (``fits``); else None (a fresh one is spawned)."""
+    global _ready
+    warm, _ready = _ready, None
+    if warm is None:
+        return None
+    if warm.fits():
+        return warm
+    warm.dismiss()
+    return None
+
+
+def dismiss() -> None:
+    """End the waiting process, if any (the Hydra process's exit)."""
+    global _ready
+    warm, _ready = _ready, None
+    if warm is not None:
+        warm.dismiss()
+
+
+def _wait_for_a_job(conn, parent: int, imports: Sequence[str]) -> None:
+    """The waiting process: import, wait for the job, then run it as a freshly spawned one would."""
+    from fastpipe.processes import die_with_parent
+
+    die_with_parent(parent)
+    try:
+        for name in imports:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the job's own import raises it again, where it is reported
+                pass
+        job = conn.recv()  # unpickling the entry point imports its module, sys.path as at the start
+    except (EOFError, OSError):  # dismissed: no job came
+        os._exit(0)
+    except KeyboardInterrupt:  # Ctrl-C to the process group while waiting: the Hydra process says it
+        os._exit(130)
+    target, args, env, path = job
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:] = path + [p for p in sys.path if p not in path]
+    target(*args)

@@ -1,0 +1,65 @@
+"""What an evaluation reads: the held-out loader at ``train.eval_batch_size``, the target's screening
+subset of ``train.target_eval_samples`` samples (data/subset.py), and ``HeldOut``, the parts evaluating
+a model takes (train/evaluation.py runs it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from fastpipe.config import Config, LoaderConfig, TrainConfig
+from fastpipe.data import build_loader
+from fastpipe.data.splits import DataSplits
+from fastpipe.data.streams import is_stream
+from fastpipe.data.subset import eval_subset
+from fastpipe.errors import ConfigError
+from fastpipe.protocols import Loader
+from fastpipe.runtime import Dist, Runtime
+from fastpipe.stages.precision import Precision
+from fastpipe.stages.tasks import Task
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """What evaluating a model takes: the held-out loader, the task's metrics, the precision's
+    autocast, and the processes whose sums are added up."""
+
+    loader: Optional[Loader]
+    task: Task
+    precision: Precision
+    device: torch.device
+    dist: Dist = Dist()
+    lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
+    resize: Optional[Callable] = None  # data.resize_schedule: images to its last size (BatchRecipe.held_out)
+
+
+def eval_batch_size(train: TrainConfig, sharded: bool = False) -> int:
+    """``train.eval_batch_size`` per process: a number as given; auto = twice the training batch (an
+    evaluation keeps no activations for a backward pass, so twice the samples take less memory than a
+    training step), the training batch itself under a sharded model (launcher=fsdp)."""
+    if train.eval_batch_size != "auto":
+        return int(train.eval_batch_size)
+    if sharded or not isinstance(train.batch_size, int):  # an unresolved train.batch_size=auto: passed on as it is
+        return train.batch_size
+    return 2 * train.batch_size
+
+
+def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loader_cfg: LoaderConfig,
+                     channels_last: bool, sharded: bool) -> tuple:
+    """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
+    screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
+    exposes its labels (data/subset.py), the same samples at every evaluation."""
+    train = settings.train
+    args = (loader_cfg, splits, runtime, eval_batch_size(train, sharded), settings.seed)
+    loader = build_loader(*args, train=False, channels_last=channels_last)
+    if train.target_eval_samples is None or loader is None:
+        return loader, None
+    held = None if is_stream(splits.val) else len(splits.val)
+    if held is not None and train.target_eval_samples >= held:
+        raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
+                          f"{held} held-out samples of dataset={splits.name}: screening on them would evaluate the "
+                          f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
+    # a stream has no positions to choose: build_loader refuses the subset in its own words
+    subset = () if held is None else eval_subset(splits.val, train.target_eval_samples, settings.seed)
+    return loader, build_loader(*args, train=False, channels_last=channels_last, subset=subset)

@@ -1,0 +1,75 @@
+"""A checkpoint's sidecar is written before the file is published, and best.pt / last.pt are written
+off the training thread by the background writer the step checkpoints use (issue 36; the red-team row
+of issue 33: a kill -9 just after a checkpoint's rename discarded a complete file)."""
+from __future__ import annotations
+
+import shutil
+import time
+
+import torch
+from conftest import TINY, cpu_runtime, make_settings
+
+from fastpipe.checkpoint import files
+from fastpipe.checkpoint.files import load_verified, resolve_candidates, rotate, verify, write_checkpoint
+
+
+def _state(step: int) -> dict:
+    return {"position": {"step": step}, "model": {"w": torch.full((4,), float(step))}}
+
+
+def test_a_kill_just_before_or_just_after_the_rename_leaves_the_newest_complete_checkpoint(tmp_path, monkeypatch):
+    folder, seen = tmp_path / "checkpoints", {}
+    write_checkpoint(folder, _state(3))
+
+    def kill_here(moment):  # what a kill -9 at this moment leaves on disk: the folder as it is now
+        return lambda *args: seen.setdefault(moment, shutil.copytree(folder, tmp_path / moment))
+
+    monkeypatch.setattr(files, "_before_publish", kill_here("before"))  # the sidecar is written, the file not renamed
+    monkeypatch.setattr(files, "fsync_folder", kill_here("after"))  # renamed: the moment just after
+    write_checkpoint(folder, _state(6))
+    before, after = seen["before"], seen["after"]
+    assert (before / "step-00000006.json").is_file() and not (before / "step-00000006.pt").exists()
+    assert verify(after / "step-00000006.pt") is None  # complete, with its sidecar
+    logged = []
+    path, state = load_verified(resolve_candidates("auto", after), logged.append)
+    assert path == after / "step-00000006.pt" and state["position"]["step"] == 6 and not logged
+    path, state = load_verified(resolve_candidates("auto", before), logged.append)
+    assert path == before / "step-00000003.pt" and state["position"]["step"] == 3
+    rotate(before, keep=3)  # the sidecar whose file was never published is removed, the rest kept
+    kept = sorted(p.name for p in before.iterdir() if ".tmp-" not in p.name)  # (this live process's own temporary)
+    assert kept == ["step-00000003.json", "step-00000003.pt"]
+
+
+def test_a_complete_checkpoint_without_a_sidecar_is_used_with_a_warning(tmp_path):
+    folder = tmp_path / "checkpoints"
+    write_checkpoint(folder, _state(3))
+    write_checkpoint(folder, _state(6)).with_suffix(".json").unlink()  # as an older fastpipe killed after its rename
+    logged = []
+    path, state = load_verified(resolve_candidates("auto", folder), logged.append)
+    assert path.name == "step-00000006.pt" and state["position"]["step"] == 6
+    assert logged == [f"checkpoint {path} has no sidecar (an older fastpipe's file, or its sidecar was removed): it "
+                      "loads, so it is used without its SHA-256 check"]
+
+
+def test_best_pt_is_written_off_the_training_thread(tmp_path, monkeypatch):
+    from fastpipe.checkpoint import writer
+    from fastpipe.checkpoint.policy import Checkpointer
+    from fastpipe.train import graph
+
+    settings = make_settings(TINY)
+    g = graph.build(settings, cpu_runtime())
+    slow = writer.write_checkpoint
+
+    def slow_write(*args, **kwargs):  # a slow disk: one second per file
+        time.sleep(1.0)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(writer, "write_checkpoint", slow_write)
+    ckpt = Checkpointer(settings.train, tmp_path)
+    begun = time.perf_counter()
+    path = ckpt.save_weights(g, "best", 4, metric={"accuracy": 0.5})
+    stalled = time.perf_counter() - begun
+    assert stalled < 0.5 and not path.exists()  # the training thread went on while the file was written
+    ckpt.settle()
+    assert path.is_file() and verify(path) is None and torch.load(path, weights_only=True)["step"] == 4
+    assert ckpt.latest is None  # a weights file is never the checkpoint a resume starts from
