@@ -3,6 +3,7 @@
 # it cost against report.repeats=5 on every job and against one run per job? From the repository root:
 #   bash benchmarks/race.sh --machine cpu           # the 2-core VM, on an idle machine (load below 1)
 #   SMOKE=1 bash benchmarks/race.sh --machine cpu   # tiny: checks the commands, not the answer
+#   bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && bash benchmarks/race.sh --machine h200
 # The default task (TinyCNN on the built-in shapes, 2,400 images at 32 px) to held-out accuracy 0.95,
 # evaluated every 10 steps, at most 600 steps, four learning rates: two close (0.003, 0.01) and two far
 # too low to reach the target within 600 steps (1e-05, 3e-06). Four sweeps of the same four jobs, one
@@ -12,13 +13,39 @@
 #   grid-1: a grid with one run per job (the ranking the report calls untested).
 # Each sweep's report.md follows its wall time; the summary last: the winners or tie sets and the races'
 # wall time as a share of the repeats grid's (goal: at most 60 %). WORK=DIR keeps the sweep folders.
+# --machine h200 (one H200, one device call): two ResNet-50 jobs on the 51,200-image shapes set at 224 px
+# (compile=off at batch 256 and 512, amp, data=mmap, SGD lr 0.1 scaled linearly, to 90 % held-out accuracy
+# every 25 steps on 2,048 class-balanced samples) raced from seed 0 for as long as DEADLINE seconds allow
+# (default 500; the data and its pack as time_to_target_overhead.py --phase 1 leaves them in
+# /tmp/fp-ttt/fpcache, else built first). A race cut off by the deadline is stopped with SIGTERM: its
+# report says how many rounds ran and that it has no verdict yet; race.json and report.md go to $OUT.
 set -euo pipefail
 case ${1:-} in
   --machine) machine=${2:-} ;;
   --machine=*) machine=${1#--machine=} ;;
   *) machine="" ;;
 esac
-[[ $machine == cpu ]] || { echo "usage: race.sh --machine cpu" >&2; exit 2; }
+h200() {  # one call: as many rounds of the two-job race as the deadline allows
+  local work=${WORK:-/tmp/fp-ttt} out=${OUT:-/tmp/out} deadline=${DEADLINE:-500}
+  mkdir -p "$out"
+  export FASTPIPE_CACHE="$work/fpcache" TORCHINDUCTOR_CACHE_DIR="$work/inductor-race" PYTHONUNBUFFERED=1
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule
+  echo "# $(date -u '+%F %T') UTC · $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) · fastpipe" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo '?') · deadline ${deadline} s" | tee "$out/race-h200.log"
+  timeout -s TERM -k 60 "$deadline" python3 -m fastpipe -m hydra/sweeper=race compile=off train.batch_size=256,512 \
+    dataset=shapes "dataset.source_size=[500,375]" dataset.num_images=51200 dataset.image_size=224 \
+    dataset.augment=true model=resnet50 +model.zero_init_residual=true precision=amp data=mmap optimizer=sgd \
+    optimizer.lr=0.1 train.lr_scaling=linear train.lr_reference_batch=256 lr_schedule.warmup_steps=10 \
+    train.epochs=3 measure.warmup_steps=10 measure.window=10 report.objective=time_to_target train.target=0.90 \
+    train.eval_every=25 train.target_eval_samples=2048 runtime.progress=false seed=0 \
+    "hydra.sweep.dir=$work/race" >> "$out/race-h200.log" 2>&1
+  echo "exit $? after $SECONDS s" | tee -a "$out/race-h200.log"
+  [[ -f $work/race/report.md ]] || python3 -m fastpipe.report "$work/race" --quiet >> "$out/race-h200.log" 2>&1
+  cp "$work/race/race.json" "$work/race/report.md" "$out/" 2>/dev/null
+  cat "$out/report.md" 2>/dev/null || tail -40 "$out/race-h200.log"
+}
+[[ $machine == h200 ]] && { h200; exit 0; }
+[[ $machine == cpu ]] || { echo "usage: race.sh --machine cpu|h200" >&2; exit 2; }
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 export FASTPIPE_CACHE="$work/data-cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor-cache"
