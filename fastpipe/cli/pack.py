@@ -196,7 +196,8 @@ def main(argv: Optional[list] = None) -> int:
         elif how == "packed by another process":
             print(f"{out} was packed by another process while this one waited: {what}")
         else:
-            rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} images/s)"
+            unit = "images" if splits.is_images else "records"
+            rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} {unit}/s)"
             print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate)
         return 0
     except FastpipeError as exc:
