@@ -13,7 +13,7 @@ import copy
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import nn
@@ -52,7 +52,6 @@ class HeldOut:
     device: torch.device
     dist: Dist = Dist()
     lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
-    resize: Optional[Callable] = None  # data.resize_schedule: images to its last size (BatchRecipe.held_out)
 
 
 @dataclass(frozen=True)
@@ -89,8 +88,7 @@ class TrainingGraph:
 
     @property
     def held_out(self) -> HeldOut:
-        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded,
-                       self.batch_recipe.held_out if self.batch_recipe is not None else None)
+        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded)
 
     @property
     def target_held_out(self) -> Optional[HeldOut]:
@@ -195,7 +193,8 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     images = True if splits.is_images or splits.fact("image_size") else False if splits.fact("vocab_size") else None
     recipe = None if probe else build_batch_recipe(
         train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
-        settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
+        settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images,
+        splits.fact("image_size"))
     held = len(splits.val) if splits.val is not None and hasattr(splits.val, "__len__") else None
     if train.target_eval_samples is not None and held is not None and train.target_eval_samples >= held:
         raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
