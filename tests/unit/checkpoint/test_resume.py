@@ -230,3 +230,24 @@ def test_resume_auto_on_a_finished_run_without_step_checkpoints_trains_nothing_a
     for key in ("status", "steps", "throughput", "val_metrics", "best"):
         assert again[key] == read_metrics(tmp_path)[key] == first[key], key
     assert (tmp_path / "checkpoints" / "last.pt").read_bytes() == weights
+
+
+def test_resuming_on_a_smaller_dataset_is_refused_in_one_line(tmp_path):
+    """The position (samples into the epoch, its order) belongs to the split the checkpoint was written on."""
+    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])  # checkpoints at steps 3, 6, 7 (epoch 1: 9 steps)
+    with pytest.raises(DataError, match=r"step-00000007.pt \(step 7, epoch 1\) was written on a training split of "
+                                        r"1\d\d samples, and this run's holds \d\d: a resume goes on in the data it "
+                                        r"stopped in; resume with the dataset settings it was written with, or start"):
+        run_in_process(tmp_path, [o for o in RESUMABLE if "num_images" not in o] + ["dataset.num_images=60",
+                                                                                     "train.resume=auto"])
+    # a file from before checkpoints recorded the split's size: refused where its position is past this epoch
+    from types import SimpleNamespace
+
+    from fastpipe.checkpoint.state import check_same_data
+    from conftest import make_settings
+
+    g = SimpleNamespace(dataset=SimpleNamespace(train=range(60)), runtime=SimpleNamespace(dist=SimpleNamespace(world_size=1)))
+    older = {"meta": {}, "position": {"epoch": 0, "step": 7, "samples_in_epoch": 112}}
+    with pytest.raises(DataError, match=r"old.pt \(step 7, epoch 1\) was written 112 samples into epoch 1, past the end "
+                                        r"of this run's epoch \(3 steps of 16 samples\)"):
+        check_same_data(g, Path("old.pt"), older, 3, make_settings(RESUMABLE).train)
