@@ -77,11 +77,13 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
     evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock, samples=samples)
     if evaluator.stop:  # the checkpoint's run stopped itself, and these settings would stop it there again
         raise stopped_already(ckpt, start, evaluator)
+    if cfg.time_budget_s and meter.run_clock.over_budget():  # a resume whose clock has spent the budget already
+        raise stopped_already(ckpt, start, evaluator, budget=cfg.time_budget_s)
     if start.step >= total or start.epoch >= cfg.epochs:
         raise NothingToTrain.past_the_end(ckpt.latest, start, total)
     nonfinite, feed = NonfiniteSteps(g.device, start.nonfinite_steps), BatchFeed(g, meter, res)
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
-    synced = SyncedChecks(g, cfg, meter, recorder, ckpt, res, bar, nonfinite)
+    synced = SyncedChecks(g, cfg, meter, recorder, ckpt, res, bar, nonfinite, total)
     for epoch in range(start.epoch, cfg.epochs):
         skip = start.step_in_epoch if epoch == start.epoch else 0
         feed.batches = epoch_batches(g.train_loader, epoch, skip * cfg.grad_accum)
@@ -98,6 +100,9 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             edge = meter.after_step(cfg.batch_size * cfg.grad_accum)  # this process's samples
             if edge:  # a window edge: the host is synced, reading is free
                 synced(loss, norm)
+            elif cfg.time_budget_s and g.runtime.dist.world_size == 1 and res.steps < total and \
+                    meter.run_clock.over_budget():  # one process: its host clock each step (ranks agree at syncs)
+                res.stopped_by = "time_budget"
             pos = Position(epoch, step_in_epoch, res.steps, nonfinite.total, loss, step_in_epoch * step_samples,
                            samples(res.steps), evaluator.state())
             # Where the ranks agree on a stop signal: each step the host syncs at anyway, the same on every rank
@@ -168,10 +173,15 @@ def _finish(res: LoopResult, g: TrainingGraph, cfg: TrainConfig, evaluator: Eval
     return res
 
 
-def stopped_already(ckpt: Checkpointer, start: Position, evaluator: Evaluator) -> NothingToTrain:
-    """The NothingToTrain of a resume whose checkpoint shows the run stopped itself (``evaluator.stop``)."""
-    target, best, why = evaluator.target, evaluator.best, evaluator.why_stopped()
-    if why == "target":
+def stopped_already(ckpt: Checkpointer, start: Position, evaluator: Evaluator,
+                    budget: Optional[float] = None) -> NothingToTrain:
+    """The NothingToTrain of a resume whose checkpoint shows the run stopped itself (``evaluator.stop``), or
+    spent its time budget (``budget``: train.time_budget_s; resuming would train one more step each time)."""
+    target, best, why = evaluator.target, evaluator.best, "time_budget" if budget else evaluator.why_stopped()
+    if why == "time_budget":
+        said = f"train.time_budget_s={budget:g} spent ({evaluator.clock.elapsed():.1f} s of training)"
+        further = "a larger train.time_budget_s (or none) trains further"
+    elif why == "target":
         said, further = target.describe_reached(), "a harder train.target (or none) trains further"
     else:
         said = (f"early stopping: {evaluator.g.task.primary} gained nothing for {evaluator.since_best} evaluations "
