@@ -13,9 +13,11 @@ that started them.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing
 import os
+import signal
 import sys
 import traceback
 import uuid
@@ -28,7 +30,7 @@ from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
 from fastpipe.machine import environment
-from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held
+from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held, take_ctrl_c_once
 from fastpipe.runtime import (broadcast_from_main, dist_from_env, full_errors, init_distributed, shutdown_distributed,
                               started_by_torchrun)
 
@@ -38,6 +40,7 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     from fastpipe.train.job import run_training
 
     die_with_parent(parent)
+    take_ctrl_c_once()
     try:
         run_training(read_settings(settings_path), Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
@@ -107,7 +110,10 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
         with started_with_signals_held(start):
             try:
                 process.join()
-            except KeyboardInterrupt:  # the trainer got Ctrl-C too (one process group): let it record why
+            except KeyboardInterrupt:  # Ctrl-C: the trainer records why. A SIGINT to this process alone is
+                # passed on; from a terminal the trainer got it too (one process group) and takes both as one
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGINT)
                 process.join(timeout=30)
                 raise
     return collect(run_dir, process.exitcode, settings)
