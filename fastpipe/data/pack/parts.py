@@ -86,11 +86,16 @@ def remove_other_kind(out: Path, sharded: bool) -> None:
 
 
 def complete_file(out: Path, key: str, trust_name: bool = False) -> bool:
-    """``out`` is a finished pack of this build (its key in the metadata or the index)."""
+    """``out`` is a finished pack of this build (its key in the metadata or the index; a sharded pack's
+    every shard there at its indexed size, so that packing again replaces a lost or cut one)."""
     try:
         if out.is_dir():
-            return (out / INDEX_NAME).is_file() and (trust_name or json.loads((out / INDEX_NAME).read_text())
-                                                     .get("build_key") == key)
+            if not (out / INDEX_NAME).is_file():
+                return False
+            index = json.loads((out / INDEX_NAME).read_text())
+            whole = all((out / s["file"]).is_file() and (out / s["file"]).stat().st_size == s["bytes"]
+                        for s in index.get("shards", []))
+            return whole and (trust_name or index.get("build_key") == key)
         return out.is_file() and (trust_name or PackReader(out).meta.get("build_key") == key)
     except (DataError, OSError, ValueError):
         return False
