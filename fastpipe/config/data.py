@@ -100,7 +100,7 @@ class MmapLoaderConfig(LoaderCommon):
     # How the cached pack stores images: null or raw = uint8 pixels; jpeg = JPEG files at data.quality
     # (about 1/10 of the bytes, decoded per batch). A data.path pack is read as it was written.
     codec: Optional[str] = None
-    quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100)
+    quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100); for any other pack a warning says it does nothing
     decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
     decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
     # Sharded packs: samples held back to shuffle a sequential read (over all ranks; fewer than 2 a lane is
