@@ -129,6 +129,22 @@ def test_each_shard_verifies_on_its_own_and_a_bad_one_is_named(packs, folder, tm
     assert pack_main(["--verify", str(bad), "--no-progress"]) == 0
 
 
+def test_a_pack_of_other_settings_is_replaced_only_with_force(packs, folder, tmp_path, capsys):
+    """A second packing with other settings into the same OUT (one after the other, or waiting for the first's
+    lock) would replace the first's finished pack without a word."""
+    for name, extra in (("raw", []), ("raw-shards", ["--shard-size", "1MB"])):
+        out = tmp_path / name
+        (shutil.copytree if packs[name].is_dir() else shutil.copy)(packs[name], out)
+        again = [str(folder), str(out), "--size", "48", "--chunk-images", "16", "--no-progress", *extra]
+        capsys.readouterr()
+        assert pack_main(again) == 2
+        said = capsys.readouterr().err.strip()
+        assert said.startswith(f"fastpipe.pack: error: {out} holds a pack of other files or settings (") and said.endswith(
+            "): packing these into it would replace it; add --force to replace it, or choose another OUT"), said
+        assert PackSet(out).stored == (64, 64)
+        assert pack_main(again + ["--force"]) == 0 and PackSet(out).stored == (48, 48)
+
+
 def index_shard(folder, i):
     return json.loads((folder / "index.json").read_text())["shards"][i]["file"]
 

@@ -223,6 +223,9 @@ def test_pack_cli_writes_a_records_pack_of_a_project_dataset(conf, tmp_path, cap
     assert "ok  " in capsys.readouterr().out
     _, loader = build(conf, "dataset=mine", "dataset.n=48", f"data.path={out}", train=False)  # data.path= the file
     assert f"pack={out} (given)" in loader.describe()
+    capsys.readouterr()  # another dataset's records packed into it replace it only with --force
+    assert pack_main(["mine", str(out), "dataset.n=40", "--config-dir", str(conf), "--no-progress"]) == 2
+    assert f"{out} holds a pack of other files or settings (48 records" in capsys.readouterr().err
 
 
 def patched(src, dst, version: int):
