@@ -1,7 +1,9 @@
 """Runtime setup: the one place that reads the environment and sets torch's global switches.
 
 Stages receive the resulting ``Runtime`` (device, process-group position, cache folder) and never
-read ``os.environ``, ``torch.backends`` or the process group themselves.
+read ``os.environ``, ``torch.backends`` or the process group themselves. torch is imported by the
+functions that use it, not with the module: the Hydra process reads the environment here before it
+has imported torch, and a single run's trainer imports it meanwhile (launch/prestart.py).
 """
 from __future__ import annotations
 
@@ -10,9 +12,6 @@ import random
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-
-import numpy as np
-import torch
 
 from fastpipe.errors import EnvironmentProblem
 
@@ -33,6 +32,8 @@ class Dist:
     # The collectives over these processes (the default process group); each is a no-op for one process.
     def any_rank(self, flag: torch.Tensor) -> torch.Tensor:
         """True on every rank when ``flag`` is true on any (a device-side all-reduce; no host sync)."""
+        import torch
+
         if self.world_size == 1:
             return flag
         flag = flag.to(torch.int32)
@@ -41,6 +42,8 @@ class Dist:
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks, in place."""
+        import torch
+
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor)
         return tensor
@@ -125,6 +128,8 @@ def bound_tracker_requests(timeout_s: float) -> None:
 
 
 def resolve_device(requested: str, dist: Dist) -> torch.device:
+    import torch
+
     if requested == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
@@ -138,6 +143,8 @@ def resolve_device(requested: str, dist: Dist) -> torch.device:
 
 def setup_runtime(settings) -> Runtime:
     """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per process."""
+    import torch
+
     if settings.runtime.cuda_alloc_conf:
         # Must be set before the CUDA caching allocator initialises, i.e. before any CUDA call.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = settings.runtime.cuda_alloc_conf
@@ -158,6 +165,9 @@ def setup_runtime(settings) -> Runtime:
 
 def seed_everything(seed: int) -> None:
     """Python's, NumPy's and torch's (CPU and CUDA) generators from ``seed``."""
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -191,6 +201,8 @@ def init_distributed(settings) -> Dist:
     backend and ``launcher.timeout_s``, so a rank that vanishes fails the others' collectives
     instead of hanging them. A no-op for one process or when the group exists already.
     """
+    import torch
+
     dist = dist_from_env()
     if dist.world_size == 1 or torch.distributed.is_initialized():
         return dist
@@ -206,6 +218,8 @@ def init_distributed(settings) -> Dist:
 
 def broadcast_from_main(value):
     """Rank 0's ``value`` on every rank (a picklable object); the value itself for one process."""
+    import torch
+
     if not torch.distributed.is_initialized():
         return value
     box = [value]
@@ -215,6 +229,8 @@ def broadcast_from_main(value):
 
 def gather_objects(value, world_size: int) -> list:
     """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+    import torch
+
     if world_size == 1:
         return [value]
     values = [None] * world_size
@@ -224,5 +240,7 @@ def gather_objects(value, world_size: int) -> list:
 
 def shutdown_distributed() -> None:
     """Leave the process group (after a successful job; a failing process just exits)."""
+    import torch
+
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
