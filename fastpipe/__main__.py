@@ -36,6 +36,7 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
+    from fastpipe.launch.prestart import prestart_trainer
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
@@ -48,6 +49,8 @@ def run(cfg: DictConfig):
     if hc.mode != RunMode.MULTIRUN and dist_from_env().is_main:  # a sweep's report names its folder
         _RUN_FOLDER.append(Path(hc.runtime.output_dir))
         say_run_folder()
+    if hc.mode != RunMode.MULTIRUN:  # its trainer's imports, on another core while this process checks the config
+        prestart_trainer(cfg.launcher)
     # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
     # imports are paid once, so every job is measured alike).
     started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()

@@ -1,7 +1,8 @@
 """The ``launcher`` group: where the training processes come from.
 
-single: one fresh process per job (spawned), so sweep jobs never share CUDA, compile or worker
-state, and a crash (segfault, OOM kill) becomes a failed job instead of the end of a sweep.
+single: one fresh process per job (spawned; a single run's forked from a fork server that imported
+torch meanwhile: prestart.py), so sweep jobs never share CUDA, compile or worker state, and a crash
+(segfault, OOM kill) becomes a failed job instead of the end of a sweep.
 
 ddp / fsdp: ``nproc_per_node`` DistributedDataParallel (or FSDP2-sharded) workers per job, started by
 torch.distributed's elastic launcher (elastic.py). When fastpipe itself runs under torchrun/srun, the Hydra process is
@@ -29,19 +30,22 @@ from fastpipe.config import Config
 from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
+from fastpipe.launch.prestart import die_with_launcher, start_method
 from fastpipe.machine import environment
-from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held, take_ctrl_c_once
+from fastpipe.processes import exit_reason, started_with_signals_held, take_ctrl_c_once
 from fastpipe.runtime import (broadcast_from_main, dist_from_env, full_errors, init_distributed, shutdown_distributed,
                               started_by_torchrun)
 
 
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
-    """Entry point of the spawned process: exit code 0 ok, EXIT_CODE bad input, 1 crash."""
+    """Entry point of the training process (spawned, or forked by the fork server: launch/prestart.py):
+    exit code 0 ok, EXIT_CODE bad input, 1 crash."""
     from fastpipe.train.job import run_training
 
-    die_with_parent(parent)
+    die_with_launcher(parent)
     take_ctrl_c_once()
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # the fork server's trainers start with it held
         run_training(read_settings(settings_path), Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
         if full_errors():
@@ -99,7 +103,7 @@ def _join_torchrun(settings: Config, run_dir: Path) -> dict:
 def _spawn_single(settings: Config, run_dir: Path) -> dict:
     """One fresh training process; signals reach it, Ctrl-C waits for its record."""
     with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
-        process = multiprocessing.get_context("spawn").Process(
+        process = multiprocessing.get_context(start_method()).Process(
             target=_single_worker, args=(path, str(run_dir), os.getpid()), name="fastpipe-train")
 
         def start() -> int:

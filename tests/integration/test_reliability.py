@@ -18,18 +18,18 @@ from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED
 
 
 def children(pid: int) -> list:
-    """The training processes ``pid`` started (from /proc): spawned workers, not multiprocessing's
-    resource tracker."""
-    kids = []
+    """The training processes ``pid`` started (from /proc): spawned workers, or those its fork server forked
+    (a single run's: launch/prestart.py), not multiprocessing's resource tracker nor the fork server."""
+    parents, commands = {}, {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            command = (stat.parent / "cmdline").read_bytes()
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            commands[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid and b"spawn_main" in command:
-            kids.append(int(stat.parent.name))
-    return kids
+    servers = {p for p, parent in parents.items() if parent == pid and b"forkserver import main" in commands[p]}
+    return sorted(p for p, parent in parents.items()
+                  if (parent == pid and b"spawn_main" in commands[p]) or parent in servers)
 
 
 def alive(pid: int) -> bool:

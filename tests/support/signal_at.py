@@ -14,17 +14,17 @@ def main() -> None:
     if phase != "spawn":
         raise SystemExit(f"unknown phase {phase!r}")
     sys.argv = ["fastpipe", *sys.argv[3:]]
-    from multiprocessing.context import SpawnProcess
+    from multiprocessing.process import BaseProcess  # spawned, or forked by the fork server (launch/prestart.py)
 
     import fastpipe.__main__ as app
 
-    start = SpawnProcess.start
+    start = BaseProcess.start
 
     def start_then_signal(self):
         start(self)
         os.kill(os.getpid(), sig)
 
-    SpawnProcess.start = start_then_signal
+    BaseProcess.start = start_then_signal
     app.main()
 
 
