@@ -125,7 +125,8 @@ class Schedule:
         if self.scheduler is None:
             lrs = [(step, self.base_lr * self.factor(step, self.total_steps)) for step in _sample_steps(self.total_steps)]
             top = max(lrs, key=lambda pair: pair[1])
-            return f"lr {lrs[0][1]:.4g} at step 0 -> {top[1]:.4g} (peak) at step {top[0]} -> {lrs[-1][1]:.4g} at the end"
+            start = f"{lrs[0][1]:.4g} at step 0 -> " if top[0] else ""
+            return f"lr {start}{top[1]:.4g} (peak) at step {top[0]} -> {lrs[-1][1]:.4g} at the end"
         if isinstance(self.scheduler, torch.optim.lr_scheduler.OneCycleLR):
             return self._one_cycle_shape()
         args = ", ".join(f"{k}={v}" for k, v in self.params.items())
