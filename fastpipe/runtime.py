@@ -7,6 +7,7 @@ has imported torch, and a single run's trainer imports it meanwhile (launch/pres
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 from dataclasses import dataclass
@@ -152,6 +153,8 @@ def setup_runtime(settings) -> Runtime:
     device = resolve_device(settings.device, dist)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    else:
+        logging.getLogger("torch.utils.cpp_extension").addFilter(_no_cuda_runtime_note)
     torch.backends.cudnn.benchmark = settings.runtime.cudnn_benchmark
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
@@ -161,6 +164,13 @@ def setup_runtime(settings) -> Runtime:
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
     return Runtime(device, dist, cache_root(), cpu_cores())
+
+
+def _no_cuda_runtime_note(record: logging.LogRecord) -> bool:
+    """Drops torch.utils.cpp_extension's ``No CUDA runtime is found, using CUDA_HOME=...``, which every run
+    compiled on a CPU printed where a CUDA toolkit is installed (Inductor's C++ builder imports that module):
+    a CPU run builds no CUDA code. That one note only; the module's other messages pass."""
+    return not str(record.msg).startswith("No CUDA runtime is found")
 
 
 def seed_everything(seed: int) -> None:
