@@ -36,21 +36,16 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
     from fastpipe.launch.launcher import launch
-    from fastpipe.launch.prestart import prestart_trainer
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
     from fastpipe.machine import process_started_at
-    from fastpipe.runtime import dist_from_env
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN and dist_from_env().is_main:  # a sweep's report names its folder
-        _RUN_FOLDER.append(Path(hc.runtime.output_dir))
-        say_run_folder()
-    if hc.mode != RunMode.MULTIRUN:  # its trainer's imports, on another core while this process checks the config
-        prestart_trainer(cfg.launcher)
+    if hc.mode != RunMode.MULTIRUN:
+        single_run_begins(hc, cfg)
     # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
     # imports are paid once, so every job is measured alike).
     started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
@@ -97,6 +92,19 @@ def run(cfg: DictConfig):
         if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
             sys.exit(EXIT_CODE)
     return metrics
+
+
+def single_run_begins(hc, cfg: DictConfig) -> None:
+    """A single run's start (a sweep's report names its folder, and its jobs are spawned): its folder said
+    first, and its trainer's imports begun on another core while this process checks the config
+    (launch/prestart.py)."""
+    from fastpipe.launch.prestart import prestart_trainer
+    from fastpipe.runtime import dist_from_env
+
+    if dist_from_env().is_main:
+        _RUN_FOLDER.append(Path(hc.runtime.output_dir))
+        say_run_folder()
+    prestart_trainer(cfg.launcher)
 
 
 def say_run_folder() -> None:

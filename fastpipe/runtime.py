@@ -34,7 +34,6 @@ class Dist:
     def any_rank(self, flag: torch.Tensor) -> torch.Tensor:
         """True on every rank when ``flag`` is true on any (a device-side all-reduce; no host sync)."""
         import torch
-
         if self.world_size == 1:
             return flag
         flag = flag.to(torch.int32)
@@ -44,7 +43,6 @@ class Dist:
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks, in place."""
         import torch
-
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor)
         return tensor
@@ -130,7 +128,6 @@ def bound_tracker_requests(timeout_s: float) -> None:
 
 def resolve_device(requested: str, dist: Dist) -> torch.device:
     import torch
-
     if requested == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
@@ -145,7 +142,6 @@ def resolve_device(requested: str, dist: Dist) -> torch.device:
 def setup_runtime(settings) -> Runtime:
     """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per process."""
     import torch
-
     if settings.runtime.cuda_alloc_conf:
         # Must be set before the CUDA caching allocator initialises, i.e. before any CUDA call.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = settings.runtime.cuda_alloc_conf
@@ -177,7 +173,6 @@ def seed_everything(seed: int) -> None:
     """Python's, NumPy's and torch's (CPU and CUDA) generators from ``seed``."""
     import numpy as np
     import torch
-
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -212,7 +207,6 @@ def init_distributed(settings) -> Dist:
     instead of hanging them. A no-op for one process or when the group exists already.
     """
     import torch
-
     dist = dist_from_env()
     if dist.world_size == 1 or torch.distributed.is_initialized():
         return dist
@@ -229,7 +223,6 @@ def init_distributed(settings) -> Dist:
 def broadcast_from_main(value):
     """Rank 0's ``value`` on every rank (a picklable object); the value itself for one process."""
     import torch
-
     if not torch.distributed.is_initialized():
         return value
     box = [value]
@@ -240,7 +233,6 @@ def broadcast_from_main(value):
 def gather_objects(value, world_size: int) -> list:
     """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
     import torch
-
     if world_size == 1:
         return [value]
     values = [None] * world_size
@@ -251,6 +243,5 @@ def gather_objects(value, world_size: int) -> list:
 def shutdown_distributed() -> None:
     """Leave the process group (after a successful job; a failing process just exits)."""
     import torch
-
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

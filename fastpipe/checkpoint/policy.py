@@ -31,6 +31,7 @@ from fastpipe.checkpoint.files import (
 )
 from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_state, state_of, train_state_of,
                                        weights_of)
+from fastpipe.checkpoint.nothing_to_train import NothingToTrain
 from fastpipe.checkpoint.writer import BackgroundWriter
 from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, FastpipeWarning, Preempted
@@ -111,7 +112,7 @@ class Checkpointer:
         if path is None:
             if self.resume != "auto":
                 raise DataError(f"train.resume={self.resume}: no complete, loadable checkpoint there (see above)")
-            finished = self._finished_here()
+            finished = NothingToTrain.finished_without_checkpoint(self.folder.parent, self.dist.is_main)
             if finished is not None:
                 raise finished
             self.log(f"no complete checkpoint in {self.folder}: starting at step 0", warn=bool(candidates))
@@ -121,28 +122,6 @@ class Checkpointer:
         self.log(f"resuming from {path} at step {pos.step} (epoch {pos.epoch + 1}, step {pos.step_in_epoch} "
                  f"of {steps_per_epoch}); timings cover the steps after it only", warn=True)
         return pos
-
-    def _finished_here(self) -> Optional["NothingToTrain"]:
-        """``train.resume=auto`` in a folder whose run finished without leaving a step checkpoint
-        (``train.checkpoint_every=0``, the default): nothing to resume from, and training again from step
-        0 would replace that run's weights and record, so nothing trains and its record stays. Rank 0
-        reads the folder's record (the one before this launch's ``running`` one) and tells the others."""
-        from fastpipe.record import results
-        from fastpipe.runtime import broadcast_from_main
-
-        earlier = None
-        if self.dist.is_main:
-            earlier = results.read(self.folder.parent)
-            if earlier is not None and earlier.get("status") == "running":  # this launch's: the run before it
-                earlier = results.read(self.folder.parent, results.PREVIOUS)
-        earlier = broadcast_from_main(earlier)
-        if not earlier or earlier.get("status") != "ok":
-            return None
-        return NothingToTrain(f"train.resume=auto: {self.folder.parent} holds a finished run ({earlier.get('steps')} "
-                              "steps, status ok) and no step checkpoint to resume from (train.checkpoint_every=0 "
-                              "writes none): nothing to train, its weights and metrics.json stay; to train it "
-                              "longer, run again with train.checkpoint_every > 0 in a new hydra.run.dir",
-                              metrics={"status": "ok", "steps": earlier.get("steps")})
 
     def _choose(self, candidates: List[Path]) -> tuple:
         """(path, state) of the newest good candidate: verified by rank 0 (every SHA-256 read once),

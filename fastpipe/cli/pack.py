@@ -148,6 +148,19 @@ def _parse(argv: Optional[list]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _outcome(out: Path, how: str, seconds: float, unit: str) -> str:
+    """The line a packing ends with: the pack reused, packed by another process, or written (its rate in
+    ``unit`` per second: images, or a records pack's records)."""
+    pack = PackSet(out)
+    what = pack.describe()
+    if how == "reused":
+        return f"{out} already holds this pack (same files and settings): {what}; --force packs it again"
+    if how == "packed by another process":
+        return f"{out} was packed by another process while this one waited: {what}"
+    rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} {unit}/s)"
+    return f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate
+
+
 def main(argv: Optional[list] = None) -> int:
     """The command line; returns the exit code (0 ok, 2 bad input or a corrupt pack)."""
     args = _parse(argv)
@@ -193,16 +206,7 @@ def main(argv: Optional[list] = None) -> int:
                 remove_other_kind(Path(args.out), False)
             out, how = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
                                     "identity": splits.identity}, progress, args.chunk_images), "packed now"
-        seconds, pack = time.perf_counter() - start, PackSet(out)
-        what = pack.describe()
-        if how == "reused":
-            print(f"{out} already holds this pack (same files and settings): {what}; --force packs it again")
-        elif how == "packed by another process":
-            print(f"{out} was packed by another process while this one waited: {what}")
-        else:
-            unit = "images" if splits.is_images else "records"
-            rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} {unit}/s)"
-            print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate)
+        print(_outcome(out, how, time.perf_counter() - start, "images" if splits.is_images else "records"))
         return 0
     except FastpipeError as exc:
         print(f"fastpipe.pack: error: {exc}", file=sys.stderr)

@@ -45,6 +45,16 @@ class SyncedChecks:
         self.g, self.cfg, self.meter, self.recorder, self.ckpt = g, cfg, meter, recorder, ckpt
         self.result, self.bar, self.nonfinite, self.total = result, bar, nonfinite, total
 
+    def after_step(self, edge: bool, loss: torch.Tensor, norm) -> None:
+        """After each step: at a window edge (the host is synced: reading is free) every check; between
+        edges one process alone reads its host clock for the time budget (no device sync), so a window
+        longer than the run does not put it off; several processes agree at the synced steps."""
+        if edge:
+            self(loss, norm)
+        elif (self.cfg.time_budget_s and self.g.runtime.dist.world_size == 1 and self.result.steps < self.total
+              and self.meter.run_clock.over_budget()):
+            self.result.stopped_by = "time_budget"
+
     def __call__(self, loss: torch.Tensor, norm) -> None:
         res = self.result
         if res.loss_history and res.loss_history[-1][0] == res.steps:

@@ -75,12 +75,9 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
         return start.samples_seen + (step - start.step) * step_samples
 
     evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock, samples=samples)
-    if evaluator.stop:  # the checkpoint's run stopped itself, and these settings would stop it there again
-        raise stopped_already(ckpt, start, evaluator)
-    if cfg.time_budget_s and meter.run_clock.over_budget():  # a resume whose clock has spent the budget already
-        raise stopped_already(ckpt, start, evaluator, budget=cfg.time_budget_s)
-    if start.step >= total or start.epoch >= cfg.epochs:
-        raise NothingToTrain.past_the_end(ckpt.latest, start, total)
+    done = _nothing_to_train(ckpt, start, evaluator, cfg, total)
+    if done is not None:
+        raise done
     nonfinite, feed = NonfiniteSteps(g.device, start.nonfinite_steps), BatchFeed(g, meter, res)
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
     synced = SyncedChecks(g, cfg, meter, recorder, ckpt, res, bar, nonfinite, total)
@@ -98,11 +95,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             bar.update(1)
             profiler.step()
             edge = meter.after_step(cfg.batch_size * cfg.grad_accum)  # this process's samples
-            if edge:  # a window edge: the host is synced, reading is free
-                synced(loss, norm)
-            elif cfg.time_budget_s and g.runtime.dist.world_size == 1 and res.steps < total and \
-                    meter.run_clock.over_budget():  # one process: its host clock each step (ranks agree at syncs)
-                res.stopped_by = "time_budget"
+            synced.after_step(edge, loss, norm)  # a window edge: every check; between edges, the time budget
             pos = Position(epoch, step_in_epoch, res.steps, nonfinite.total, loss, step_in_epoch * step_samples,
                            samples(res.steps), evaluator.state())
             # Where the ranks agree on a stop signal: each step the host syncs at anyway, the same on every rank
@@ -125,6 +118,20 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             break
     bar.close()
     return _finish(res, g, cfg, evaluator, ckpt, pos, nonfinite, meter, trained=res.steps - start.step)
+
+
+def _nothing_to_train(ckpt: Checkpointer, start: Position, evaluator: Evaluator, cfg: TrainConfig,
+                      total: int) -> Optional[NothingToTrain]:
+    """A resume with nothing to train: its run stopped itself there and these settings would stop it there
+    again, its time budget is spent (resuming would train one more step each time), or it is at or past
+    this run's end."""
+    if evaluator.stop:
+        return stopped_already(ckpt, start, evaluator)
+    if cfg.time_budget_s and evaluator.clock.over_budget():
+        return stopped_already(ckpt, start, evaluator, budget=cfg.time_budget_s)
+    if start.step >= total or start.epoch >= cfg.epochs:
+        return NothingToTrain.past_the_end(ckpt.latest, start, total)
+    return None
 
 
 def _evaluate(evaluator: Evaluator, meter, recorder, step: int, periodic: bool = False) -> bool:
