@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 
-from fastpipe.config.registry import choice
+from fastpipe.config.registry import choice, names
 from fastpipe.processes import die_with_parent
 from fastpipe.runtime import started_by_torchrun
 from fastpipe.signals import STOP_SIGNALS
@@ -36,7 +36,8 @@ def prestart_trainer(launcher_cfg) -> None:
     """For a single run whose launcher starts one fresh training process (``launcher_cfg``: the composed
     ``launcher`` node), start the fork server now; elsewhere nothing (the trainer is spawned)."""
     name = launcher_cfg.get("name")
-    if (choice("launcher", name).process_group or not launcher_cfg.get("fresh_process", True)
+    if (name not in names("launcher") or choice("launcher", name).process_group  # an unknown one: refused later
+            or not launcher_cfg.get("fresh_process", True)
             or started_by_torchrun() or "forkserver" not in multiprocessing.get_all_start_methods()
             or threading.current_thread() is not threading.main_thread()):
         return
