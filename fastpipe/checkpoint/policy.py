@@ -30,6 +30,7 @@ from fastpipe.checkpoint.files import (
 )
 from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_state, state_of, train_state_of,
                                        weights_of)
+from fastpipe.checkpoint.nothing_to_train import NothingToTrain
 from fastpipe.checkpoint.writer import BackgroundWriter
 from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, FastpipeWarning, Preempted
@@ -110,6 +111,9 @@ class Checkpointer:
         if path is None:
             if self.resume != "auto":
                 raise DataError(f"train.resume={self.resume}: no complete, loadable checkpoint there (see above)")
+            finished = NothingToTrain.finished_without_checkpoint(self.folder.parent, self.dist.is_main)
+            if finished is not None:
+                raise finished
             self.log(f"no complete checkpoint in {self.folder}: starting at step 0", warn=bool(candidates))
             return Position()
         pos = apply_state(g, path, state, steps_per_epoch, cfg, self.facts)
