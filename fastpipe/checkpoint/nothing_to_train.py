@@ -43,7 +43,7 @@ class NothingToTrain(FastpipeError):
         from step 0 would replace that run's weights and record. Rank 0 (``is_main``) reads the folder's
         record, the one before this launch's ``running`` one, and tells the other ranks."""
         from fastpipe.record import results
-        from fastpipe.runtime import broadcast_from_main
+        from fastpipe.process_group import broadcast_from_main
 
         earlier = None
         if is_main:

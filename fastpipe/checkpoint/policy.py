@@ -125,7 +125,7 @@ class Checkpointer:
     def _choose(self, candidates: List[Path]) -> tuple:
         """(path, state) of the newest good candidate: verified by rank 0 (every SHA-256 read once),
         which tells the other ranks which one to load."""
-        from fastpipe.runtime import broadcast_from_main
+        from fastpipe.process_group import broadcast_from_main
 
         if self.dist.world_size == 1:
             return load_verified(candidates, lambda text: self.log(text, warn=True))

@@ -31,8 +31,8 @@ from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
 from fastpipe.machine import environment
 from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held, take_ctrl_c_once
-from fastpipe.runtime import (broadcast_from_main, dist_from_env, full_errors, init_distributed, shutdown_distributed,
-                              started_by_torchrun)
+from fastpipe.process_group import broadcast_from_main, init_distributed, shutdown_distributed
+from fastpipe.runtime import dist_from_env, full_errors, started_by_torchrun
 
 
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
