@@ -1,6 +1,7 @@
 """``python -m fastpipe``: the Hydra entry point. Compose, convert, hand over to the launcher."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -24,6 +25,7 @@ from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 CONFIG_NAME = "config"  # conf/config.yaml
+_RUN_FOLDER: list = []  # a single run's folder, said first and last
 
 register_configs()
 register_help_resolver()  # --help's groups and each key's meaning (conf/hydra/help/fastpipe.yaml)
@@ -43,6 +45,8 @@ def run(cfg: DictConfig):
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:  # a sweep's report names its jobs' folders
+        say_run_folder_first(hc)
     warm.prestart_for(cfg.launcher, sweep=hc.mode == RunMode.MULTIRUN)  # its imports overlap ours from now on
     # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
     # imports are paid once, so every job is measured alike).
@@ -90,6 +94,24 @@ def run(cfg: DictConfig):
         if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
             sys.exit(EXIT_CODE)
     return metrics
+
+
+def say_run_folder_first(hc) -> None:
+    """A single run's folder, said as the run begins (and again as it ends: ``main``)."""
+    from fastpipe.runtime import dist_from_env
+
+    if dist_from_env().is_main:
+        _RUN_FOLDER.append(Path(hc.runtime.output_dir))
+        say_run_folder()
+
+
+def say_run_folder() -> None:
+    """``fastpipe: run folder: PATH``, a single run's first and last line (relative to the working
+    folder when it lies inside it)."""
+    if _RUN_FOLDER:
+        folder = _RUN_FOLDER[0]
+        shown = os.path.relpath(folder) if folder.is_relative_to(Path.cwd()) else str(folder)
+        print(f"fastpipe: run folder: {shown}", flush=True)
 
 
 def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -> dict:
@@ -155,6 +177,8 @@ def main() -> None:
     except KeyboardInterrupt:
         print("fastpipe: error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        say_run_folder()  # last, after the summary or the error: where the run's files are
 
 
 if __name__ == "__main__":

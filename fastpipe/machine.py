@@ -1,6 +1,7 @@
 """What this machine and process are: versions and hardware for the run's record, the CUDA devices
 training would use, whether the CPU computes bf16 natively, when the process started. Reads the
-machine (torch's probes, /proc), never the environment's settings (runtime.py does)."""
+machine (torch's probes, /proc), never the environment's settings (runtime.py does). torch is imported
+by the functions that use it: the Hydra process asks when it started before it imports torch."""
 from __future__ import annotations
 
 import os
@@ -8,8 +9,6 @@ import platform
 import time
 from pathlib import Path
 from typing import Optional
-
-import torch
 
 _IMPORTED_AT = time.time()
 
@@ -30,6 +29,8 @@ def cpu_bf16() -> dict:
     Without it, bf16 autocast on the CPU (precision=amp) runs emulated kernels, many times slower than
     fp32 (the doctor says so; precision=amp warns). ``native`` is None where it cannot be told;
     ``isa``: what was found; ``source``: torch's own CPU probes, or the kernel's /proc/cpuinfo flags."""
+    import torch
+
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "i686", "x86"):
         probes = {"AVX512-BF16": "_is_avx512_bf16_supported", "AMX-BF16": "_is_amx_tile_supported"}
@@ -60,6 +61,8 @@ def _cpuinfo_words() -> Optional[set]:
 
 def visible_gpus(requested_device: str) -> int:
     """CUDA devices training would use: 0 with device=cpu or without CUDA."""
+    import torch
+
     if requested_device == "cpu" or not torch.cuda.is_available():
         return 0
     return torch.cuda.device_count()
@@ -67,6 +70,8 @@ def visible_gpus(requested_device: str) -> int:
 
 def environment(device: Optional[torch.device], world_size: int) -> dict:
     """Versions and hardware, for metrics.json and the report header (device None: not set up yet)."""
+    import torch
+
     env = {"torch": torch.__version__, "python": platform.python_version(),
            "device": None if device is None else str(device),
            "device_name": platform.processor() or platform.machine(), "cuda": torch.version.cuda,

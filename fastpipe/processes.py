@@ -1,6 +1,6 @@
 """A training process and the process that starts it: the start with stop signals held, so that none is
 lost or kills the child unrecorded (the child acts on them once it can: signals.stop_on_signals), the
-child's death with its parent, and words for the child's exit code. Imports no torch."""
+child's death with its parent, words for the child's exit code, and one Ctrl-C taken once. Imports no torch."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Iterator
 
 from fastpipe.errors import EXIT_CODE
@@ -80,3 +81,24 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+
+
+ONE_CTRL_C_S = 2.0  # SIGINTs this close together are one Ctrl-C (to the process group, and passed on)
+
+
+def take_ctrl_c_once() -> None:
+    """In a training process the Hydra process started: SIGINT raises KeyboardInterrupt as by default,
+    but a second one within ``ONE_CTRL_C_S`` is the same Ctrl-C (the terminal signals the process group,
+    and the Hydra process passes the signal on, for a SIGINT sent to it alone) and is ignored, so it
+    cannot break off the recording of the first; a later Ctrl-C interrupts again."""
+    last = [None]
+
+    def interrupt(_signum, _frame):
+        now = time.monotonic()
+        if last[0] is not None and now - last[0] < ONE_CTRL_C_S:
+            return
+        last[0] = now
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, interrupt)

@@ -1,20 +1,19 @@
 """Runtime setup: the one place that reads the environment and sets torch's global switches.
 
 Stages receive the resulting ``Runtime`` (device, process-group position, cache folder) and never
-read ``os.environ``, ``torch.backends`` or the process group themselves.
+read ``os.environ``, ``torch.backends`` or the process group themselves. torch is imported by the
+functions that use it, not with the module: the Hydra process reads the environment here before it
+has imported torch, and the training process started ahead imports it meanwhile (launch/warm.py).
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
-
-import numpy as np
-import torch
 
 from fastpipe.errors import EnvironmentProblem
 
@@ -35,6 +34,7 @@ class Dist:
     # The collectives over these processes (the default process group); each is a no-op for one process.
     def any_rank(self, flag: torch.Tensor) -> torch.Tensor:
         """True on every rank when ``flag`` is true on any (a device-side all-reduce; no host sync)."""
+        import torch
         if self.world_size == 1:
             return flag
         flag = flag.to(torch.int32)
@@ -43,6 +43,7 @@ class Dist:
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over the ranks, in place."""
+        import torch
         if self.world_size > 1:
             torch.distributed.all_reduce(tensor)
         return tensor
@@ -127,6 +128,7 @@ def bound_tracker_requests(timeout_s: float) -> None:
 
 
 def resolve_device(requested: str, dist: Dist) -> torch.device:
+    import torch
     if requested == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
@@ -140,6 +142,7 @@ def resolve_device(requested: str, dist: Dist) -> torch.device:
 
 def setup_runtime(settings) -> Runtime:
     """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per process."""
+    import torch
     if settings.runtime.cuda_alloc_conf:
         # Must be set before the CUDA caching allocator initialises, i.e. before any CUDA call.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = settings.runtime.cuda_alloc_conf
@@ -147,6 +150,8 @@ def setup_runtime(settings) -> Runtime:
     device = resolve_device(settings.device, dist)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    else:
+        logging.getLogger("torch.utils.cpp_extension").addFilter(_no_cuda_runtime_note)
     torch.backends.cudnn.benchmark = settings.runtime.cudnn_benchmark
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
@@ -162,6 +167,8 @@ def setup_runtime(settings) -> Runtime:
 def autotuning_off() -> Iterator[None]:
     """cuDNN's benchmark mode off for the block: shapes met once (the first-batch check, a batch-size
     probe) are not autotuned, which costs seconds per new shape on a GPU; the run's own shape still is."""
+    import torch
+
     previous = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False
     try:
@@ -170,8 +177,17 @@ def autotuning_off() -> Iterator[None]:
         torch.backends.cudnn.benchmark = previous
 
 
+def _no_cuda_runtime_note(record: logging.LogRecord) -> bool:
+    """Drops torch.utils.cpp_extension's ``No CUDA runtime is found, using CUDA_HOME=...``, which every run
+    compiled on a CPU printed where a CUDA toolkit is installed (Inductor's C++ builder imports that module):
+    a CPU run builds no CUDA code. That one note only; the module's other messages pass."""
+    return not str(record.msg).startswith("No CUDA runtime is found")
+
+
 def seed_everything(seed: int) -> None:
     """Python's, NumPy's and torch's (CPU and CUDA) generators from ``seed``."""
+    import numpy as np
+    import torch
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -198,45 +214,11 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def init_distributed(settings) -> Dist:
-    """Join the process group the environment describes (elastic workers, torchrun/srun ranks).
-
-    Binds this process to its GPU (LOCAL_RANK) first, then ``init_process_group`` with the resolved
-    backend and ``launcher.timeout_s``, so a rank that vanishes fails the others' collectives
-    instead of hanging them. A no-op for one process or when the group exists already.
-    """
-    dist = dist_from_env()
-    if dist.world_size == 1 or torch.distributed.is_initialized():
-        return dist
-    device = resolve_device(settings.device, dist)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    backend = settings.launcher.backend_for(device.type)
-    timeout = timedelta(seconds=settings.launcher.timeout_s)
-    device_id = device if backend == "nccl" else None  # NCCL: bind the communicator to this GPU now
-    torch.distributed.init_process_group(backend, timeout=timeout, device_id=device_id)
-    return dist
-
-
-def broadcast_from_main(value):
-    """Rank 0's ``value`` on every rank (a picklable object); the value itself for one process."""
-    if not torch.distributed.is_initialized():
-        return value
-    box = [value]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def gather_objects(value, world_size: int) -> list:
     """Every rank's ``value`` (picklable), in rank order; ``[value]`` for one process."""
+    import torch
     if world_size == 1:
         return [value]
     values = [None] * world_size
     torch.distributed.all_gather_object(values, value)
     return values
-
-
-def shutdown_distributed() -> None:
-    """Leave the process group (after a successful job; a failing process just exits)."""
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()

@@ -11,7 +11,9 @@ ahead of time). What a stop signal does depends on where the run is:
 - finishing (training done, results being written): the note is kept and the run completes.
 
 The Hydra process that started the training process forwards the signals to it
-(processes.started_with_signals_held), so signalling either one works. Ctrl-C (SIGINT) stays an interrupt: exit code 130, no checkpoint.
+(processes.started_with_signals_held), so signalling either one works. Ctrl-C (SIGINT) stays an interrupt: exit code 130, no checkpoint;
+the Hydra process passes it on too, and the trainer takes the one its process group got and the one
+passed on as one Ctrl-C (processes.take_ctrl_c_once).
 """
 from __future__ import annotations
 

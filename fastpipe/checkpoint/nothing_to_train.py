@@ -36,6 +36,28 @@ class NothingToTrain(FastpipeError):
         return cls(f"the checkpoint {checkpoint} (step {pos.step}) shows {why}: nothing to train; {further}",
                    metrics={"status": "ok", "steps": pos.step, **metrics}, finished=True)
 
+    @classmethod
+    def finished_without_checkpoint(cls, run_dir: Path, is_main: bool) -> Optional["NothingToTrain"]:
+        """``train.resume=auto`` in a folder whose run finished without leaving a step checkpoint
+        (``train.checkpoint_every=0``, the default), or None: nothing to resume from, and training again
+        from step 0 would replace that run's weights and record. Rank 0 (``is_main``) reads the folder's
+        record, the one before this launch's ``running`` one, and tells the other ranks."""
+        from fastpipe.record import results
+        from fastpipe.process_group import broadcast_from_main
+
+        earlier = None
+        if is_main:
+            earlier = results.read(run_dir)
+            if earlier is not None and earlier.get("status") == "running":  # this launch's: the run before it
+                earlier = results.read(run_dir, results.PREVIOUS)
+        earlier = broadcast_from_main(earlier)
+        if not earlier or earlier.get("status") != "ok":
+            return None
+        return cls(f"train.resume=auto: {run_dir} holds a finished run ({earlier.get('steps')} steps, status ok) "
+                   "and no step checkpoint to resume from (train.checkpoint_every=0 writes none): nothing to train, "
+                   "its weights and metrics.json stay; to train it longer, run again with train.checkpoint_every > 0 "
+                   "in a new hydra.run.dir", metrics={"status": "ok", "steps": earlier.get("steps")})
+
     def keeps(self, earlier: Optional[dict]) -> bool:
         """True when ``earlier`` (the run folder's record before this launch) is the finished record of
         the run that ended at this checkpoint: ok at the same steps (the same command run again, a Slurm

@@ -30,6 +30,7 @@ from fastpipe.checkpoint.files import (
 )
 from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_state, state_of, train_state_of,
                                        weights_of)
+from fastpipe.checkpoint.nothing_to_train import NothingToTrain
 from fastpipe.checkpoint.writer import BackgroundWriter
 from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, FastpipeWarning, Preempted
@@ -110,6 +111,9 @@ class Checkpointer:
         if path is None:
             if self.resume != "auto":
                 raise DataError(f"train.resume={self.resume}: no complete, loadable checkpoint there (see above)")
+            finished = NothingToTrain.finished_without_checkpoint(self.folder.parent, self.dist.is_main)
+            if finished is not None:
+                raise finished
             self.log(f"no complete checkpoint in {self.folder}: starting at step 0", warn=bool(candidates))
             return Position()
         pos = apply_state(g, path, state, steps_per_epoch, cfg, self.facts)
@@ -121,7 +125,7 @@ class Checkpointer:
     def _choose(self, candidates: List[Path]) -> tuple:
         """(path, state) of the newest good candidate: verified by rank 0 (every SHA-256 read once),
         which tells the other ranks which one to load."""
-        from fastpipe.runtime import broadcast_from_main
+        from fastpipe.process_group import broadcast_from_main
 
         if self.dist.world_size == 1:
             return load_verified(candidates, lambda text: self.log(text, warn=True))

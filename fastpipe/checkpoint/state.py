@@ -85,8 +85,14 @@ def train_state_of(g, pos: Position, steps_per_epoch: int, rngs: list, cfg: Trai
             "schedule": g.schedule.state_dict() if g.schedule is not None else None,
             "meta": {"steps_per_epoch": steps_per_epoch, "batch_size": cfg.batch_size,
                      "grad_accum": cfg.grad_accum, "world_size": g.runtime.dist.world_size, "seed": facts.seed,
-                     "model": facts.model, "dataset": facts.dataset,
+                     "model": facts.model, "dataset": facts.dataset, "train_samples": train_samples(g),
                      "model_kwargs": g.dataset.model_kwargs(), "task": facts.task}}
+
+
+def train_samples(g) -> Optional[int]:
+    """The training split's samples (None where it has no length): a resume must go on in the same data."""
+    split = g.dataset.train
+    return len(split) if hasattr(split, "__len__") else None
 
 
 def state_of(g, pos: Position, steps_per_epoch: int, rngs: list, cfg: TrainConfig, facts: RunFacts) -> dict:
@@ -194,10 +200,31 @@ def apply_state(g, path: Path, state: dict, steps_per_epoch: int, cfg: TrainConf
     elif dist.is_main:
         warnings.warn(f"the checkpoint has RNG states of {len(rngs)} process(es), this run "
                       f"{dist.world_size}: random streams restart from the seed", FastpipeWarning)
+    check_same_data(g, path, state, steps_per_epoch, cfg)
     pos = position_here(g, state, steps_per_epoch, cfg)
     if g.schedule is not None:
         g.schedule.resume(state.get("schedule"), pos.step)
     return pos
+
+
+def check_same_data(g, path: Path, state: dict, steps_per_epoch: int, cfg: TrainConfig) -> None:
+    """A checkpoint resumes only on the training split it was written on: its position (samples into the
+    epoch, the epoch's order) means nothing in another one. Checked by the split's size where the file
+    records it; in older files, by whether the position lies past this run's epoch."""
+    meta, position = state.get("meta", {}), state["position"]
+    theirs, ours = meta.get("train_samples"), train_samples(g)
+    epoch = position["epoch"] + 1
+    if theirs is not None and ours is not None and theirs != ours:
+        why = f"was written on a training split of {theirs:,} samples, and this run's holds {ours:,}"
+    elif theirs is None and position.get("samples_in_epoch", 0) > steps_per_epoch * global_batch(
+            cfg, g.runtime.dist.world_size):
+        why = (f"was written {position['samples_in_epoch']:,} samples into epoch {epoch}, past the end of this run's epoch "
+               f"({steps_per_epoch} steps of {global_batch(cfg, g.runtime.dist.world_size)} samples)")
+    else:
+        return
+    raise DataError(f"checkpoint {path} (step {position['step']}, epoch {epoch}) {why}: a resume "
+                    "goes on in the data it stopped in; resume with the dataset settings it was written with, or "
+                    "start a new run (without train.resume, in its own hydra.run.dir)")
 
 
 def position_here(g, state: dict, steps_per_epoch: int, cfg: TrainConfig) -> Position:

@@ -10,8 +10,10 @@ config name (``shapes``, or a project's with ``--config-dir DIR``), composed exa
 run composes it; ``dataset.KEY=VALUE`` arguments change its settings. SRC spelled as a path (with
 a ``/``, or a leading ``.`` or ``~``) or naming an existing folder is the folder (./shapes); only a
 bare name that is no folder here is a config name. A stream (an IterableDataset) cannot be
-packed. OUT of the other kind (a pack file with --shard-size, a sharded pack's folder without it)
-is refused before packing; --force replaces it. Image datasets become an
+packed. OUT of the other kind (a pack file with --shard-size, a sharded pack's folder without it),
+or a finished pack of other files or settings, is refused before packing; --force replaces it. A
+sharded pack's missing or cut shards are packed again by the command that packed the folder. Image
+datasets become an
 images pack (raw pixels, or JPEG files with --codec jpeg; one file, or with --shard-size a folder
 of shards and an index), other datasets of fixed-shape samples a records pack. Images are packed
 by a pool of --threads processes; a pack killed half-way is resumed by the same command, and a
@@ -33,7 +35,7 @@ from fastpipe.config import config_dir
 
 from fastpipe.data.pack.cache import pack_images, stored_shape
 from fastpipe.data.pack.format import DEFAULT_CHUNK_IMAGES
-from fastpipe.data.pack.parts import check_out, remove_other_kind
+from fastpipe.data.pack.parts import check_out, refuse_another_pack, remove_other_kind
 from fastpipe.data.pack.reader import PackReader
 from fastpipe.data.pack.records import pack_records
 from fastpipe.data.pack.shards import PackSet, index_of, verify_sharded
@@ -137,12 +139,26 @@ def _parse(argv: Optional[list]) -> argparse.Namespace:
     p.add_argument("--quality", type=int, default=90, help="--codec jpeg: JPEG quality 1-100 (default 90)")
     p.add_argument("--shard-size", metavar="SIZE", help="write OUT as a folder of shards of about SIZE (2GB, 500MB, "
                    "1GiB) and an index.json; each shard holds one split, training images shuffled once")
-    p.add_argument("--force", action="store_true", help="pack again even if OUT already holds this pack; replaces a pack of the other kind "
-                   "(a pack file with --shard-size, a sharded pack's folder without it)")
+    p.add_argument("--force", action="store_true", help="pack again even if OUT already holds this pack; replaces a pack of "
+                   "other files or settings, or of the other kind (a pack file with --shard-size, a sharded pack's "
+                   "folder without it)")
     p.add_argument("--chunk-images", type=int, default=DEFAULT_CHUNK_IMAGES, help="images per checksum chunk")
     p.add_argument("--config-dir", metavar="DIR", help="a project's conf/ folder, for its own dataset configs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
+
+
+def _outcome(out: Path, how: str, seconds: float, unit: str) -> str:
+    """The line a packing ends with: the pack reused, packed by another process, or written (its rate in
+    ``unit`` per second: images, or a records pack's records)."""
+    pack = PackSet(out)
+    what = pack.describe()
+    if how == "reused":
+        return f"{out} already holds this pack (same files and settings): {what}; --force packs it again"
+    if how == "packed by another process":
+        return f"{out} was packed by another process while this one waited: {what}"
+    rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} {unit}/s)"
+    return f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -185,19 +201,12 @@ def main(argv: Optional[list] = None) -> int:
                 raise ConfigError(f"--codec and --shard-size are for image datasets; dataset={splits.name} "
                                   "gives a records pack: drop them")
             check_out(Path(args.out), False, args.force)  # a sharded pack's folder is one line, not a failed rename
+            refuse_another_pack(Path(args.out), {"identity": splits.identity}, args.force)
             if args.force:
                 remove_other_kind(Path(args.out), False)
             out, how = pack_records(splits.train, splits.val, Path(args.out), {"dataset": splits.name,
                                     "identity": splits.identity}, progress, args.chunk_images), "packed now"
-        seconds, pack = time.perf_counter() - start, PackSet(out)
-        what = pack.describe()
-        if how == "reused":
-            print(f"{out} already holds this pack (same files and settings): {what}; --force packs it again")
-        elif how == "packed by another process":
-            print(f"{out} was packed by another process while this one waited: {what}")
-        else:
-            rate = f", packed in {seconds:.1f} s ({pack.count / seconds:,.0f} images/s)"
-            print(f"wrote {what}" + ("" if how == "packed now" else f"  ({how})") + rate)
+        print(_outcome(out, how, time.perf_counter() - start, "images" if splits.is_images else "records"))
         return 0
     except FastpipeError as exc:
         print(f"fastpipe.pack: error: {exc}", file=sys.stderr)

@@ -60,7 +60,11 @@ class DefaultLoaderConfig(LoaderCommon):
     """data=default: torch.utils.data.DataLoader with the seeds' knobs."""
 
     name: str = "default"  # the choice: data=default
-    num_workers: Any = "auto"  # worker processes; auto = min(16, this process's share of the CPU cores)
+    # Worker processes. auto = 0 when this process reads a sample in under 50 us (timed on the split's first
+    # 256, at most ~13 ms: rows of in-memory tensors, windows of a memory map), where workers cost more than
+    # they bring (their start, every batch passed between processes, cores taken from the step); else
+    # min(16, this process's share of the CPU cores) (image files, samples a dataset computes).
+    num_workers: Any = "auto"
     pin_memory: Any = "auto"  # page-locked batches for non-blocking copies; auto = on when training on CUDA
     persistent_workers: bool = True  # keep workers alive between epochs
     prefetch_factor: int = 2  # batches each worker keeps ready
@@ -73,9 +77,12 @@ class DefaultLoaderConfig(LoaderCommon):
         if self.prefetch_factor < 1:
             raise ConfigError("data.prefetch_factor must be >= 1")
 
-    def workers(self, cores: int) -> int:
-        """Worker processes, given this process's share of the CPU cores."""
-        return max(1, min(16, cores)) if self.num_workers == "auto" else int(self.num_workers)
+    def workers(self, cores: int, cheap_samples: bool = False) -> int:
+        """Worker processes, given this process's share of the CPU cores and whether the split's samples
+        read faster than workers pay (``cheap_samples``: data/default.py times them, for auto only)."""
+        if self.num_workers != "auto":
+            return int(self.num_workers)
+        return 0 if cheap_samples else max(1, min(16, cores))
 
     def pin(self, device_type: str) -> bool:
         return _pin(self.pin_memory, device_type)
@@ -100,7 +107,7 @@ class MmapLoaderConfig(LoaderCommon):
     # How the cached pack stores images: null or raw = uint8 pixels; jpeg = JPEG files at data.quality
     # (about 1/10 of the bytes, decoded per batch). A data.path pack is read as it was written.
     codec: Optional[str] = None
-    quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100)
+    quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100); for any other pack a warning says it does nothing
     decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
     decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
     # Sharded packs: samples held back to shuffle a sequential read (over all ranks; fewer than 2 a lane is

@@ -76,7 +76,7 @@ class MlflowLoggerConfig:
     # Seconds one request to a tracking server may take (retried twice), and how long the run's end
     # waits for the tracker without progress before it goes on without it.
     timeout_s: float = 5.0
-    artifacts: bool = True  # upload graph.txt, loss.png, metrics.json, .hydra/ and code.diff at the end
+    artifacts: bool = True  # upload graph.txt, summary.txt, loss.png, metrics.json, .hydra/ and code.diff at the end
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

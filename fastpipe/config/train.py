@@ -1,6 +1,7 @@
 """``train.*``: the training run's length, batch, learning-rate scaling, clipping, EMA, evaluation and checkpoints."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -145,6 +146,9 @@ class TrainConfig:
 
     def _check_target(self) -> None:
         """train.target and its companions: what a time-to-target run needs."""
+        if self.target is not None and not math.isfinite(self.target):  # nan compares false with every value
+            raise ConfigError(f"train.target={self.target} is not a number a metric can reach: give a finite value "
+                              "of the task's primary metric (e.g. train.target=0.9 for accuracy), or null for none")
         if self.target is not None and not self.eval_every:
             raise ConfigError(f"train.target={self.target:g} needs train.eval_every=N (the run checks the target "
                               "every N optimizer steps): add e.g. train.eval_every=50")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
+from typing import Optional
 
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -16,6 +18,26 @@ from fastpipe.errors import no_full_batch
 from fastpipe.runtime import Runtime
 
 
+CHEAP_SAMPLE_S = 50e-6  # num_workers=auto: a sample read faster than this takes no worker processes
+TIMED_SAMPLES = 256
+
+
+def sample_read_s(dataset) -> Optional[float]:
+    """Seconds this process takes to read one of ``dataset``'s samples, timed on its first ``TIMED_SAMPLES``
+    after a first read (which may open files or page in); None as soon as they take ``CHEAP_SAMPLE_S`` each
+    or more, so a slow dataset costs this check at most ~13 ms."""
+    n = min(len(dataset), TIMED_SAMPLES)
+    if n < 2:
+        return None
+    dataset[0]
+    budget, start = CHEAP_SAMPLE_S * (n - 1), time.perf_counter()
+    for i in range(1, n):
+        dataset[i]
+        if time.perf_counter() - start >= budget:
+            return None
+    return (time.perf_counter() - start) / (n - 1)
+
+
 def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int,
                          seed: int, train: bool, channels_last: bool, subset=None) -> DeviceLoader:
     """The training (shuffled by seed and epoch) or held-out loader of ``splits`` (only the positions
@@ -27,7 +49,9 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
     dataset = splits.train if train else splits.val
     if subset is not None:
         dataset = Subset(dataset, [int(i) for i in subset])
-    sampler, workers = None, cfg.workers(runtime.cores_per_process)
+    read_s = (sample_read_s(dataset) if cfg.num_workers == "auto" and not is_stream(dataset) and not splits.is_images
+              else None)
+    sampler, workers = None, cfg.workers(runtime.cores_per_process, cheap_samples=read_s is not None)
     persistent = cfg.persistent_workers
     if is_stream(dataset):  # sharded over ranks and workers; no random access, no sampler
         quota = None
@@ -56,7 +80,8 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
     if isinstance(dataset, Shard) and not train:
         sampler = None
     prepare = ImagePrep(Normalizer(device, channels_last)) if splits.is_images else MovePrep(device)
-    description = (f"default  DataLoader  num_workers={workers}  pin_memory={pin}  "
+    why = f" (auto: {read_s * 1e6:.0f} us a sample, read here)" if read_s is not None else ""
+    description = (f"default  DataLoader  num_workers={workers}{why}  pin_memory={pin}  "
                    f"persistent_workers={loader.persistent_workers}  prefetch_factor={cfg.prefetch_factor}  "
                    f"drop_last={loader.drop_last}")
     return DeviceLoader(loader, prepare, sampler, description)

@@ -88,10 +88,11 @@ def scan_image_folder(root: Path, val_fraction: float) -> Tuple[List[str], list,
         tr_labels = [lab for lab, h in zip(labels, held) if not h]
         va_files = [f for f, h in zip(files, held) if h]
         va_labels = [lab for lab, h in zip(labels, held) if h]
+    if tr_files or va_files:  # some images: an empty class folder is the problem to name (a/ 1 image, b/ none)
+        _refuse_empty_class(empty_in, empty)
     if not classes or not tr_files:
         raise DataError(f"dataset folder {root} holds no images; expected {root}/<class>/<image>.jpg|png "
                         "(one sub-folder per class)")
-    _refuse_empty_class(empty_in, empty)
     if len(classes) < 2:
         raise DataError(f"dataset folder {root} has one class ({classes[0]}); classification needs >= 2 "
                         "sub-folders")

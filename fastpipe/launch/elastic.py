@@ -21,7 +21,8 @@ from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, ConfigError, FastpipeErro
 from fastpipe.launch.handoff import read_settings, settings_file
 from fastpipe.machine import environment, visible_gpus
 from fastpipe.processes import die_with_parent, exit_reason
-from fastpipe.runtime import cpu_cores, full_errors, init_distributed, shutdown_distributed
+from fastpipe.process_group import init_distributed, shutdown_distributed
+from fastpipe.runtime import cpu_cores, full_errors
 
 
 def _worker(settings_path: str, run_dir: str, parent: int) -> Optional[dict]:

@@ -13,9 +13,11 @@ that started them.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import multiprocessing
 import os
+import signal
 import sys
 import traceback
 import uuid
@@ -28,16 +30,18 @@ from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
 from fastpipe.machine import environment
-from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held
-from fastpipe.runtime import (broadcast_from_main, dist_from_env, full_errors, init_distributed, shutdown_distributed,
-                              started_by_torchrun)
+from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held, take_ctrl_c_once
+from fastpipe.process_group import broadcast_from_main, init_distributed, shutdown_distributed
+from fastpipe.runtime import dist_from_env, full_errors, started_by_torchrun
 
 
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
-    """Entry point of the spawned process: exit code 0 ok, EXIT_CODE bad input, 1 crash."""
+    """Entry point of the training process (spawned for the job, or started ahead: launch/warm.py): exit
+    code 0 ok, EXIT_CODE bad input, 1 crash."""
     from fastpipe.train.job import run_training
 
     die_with_parent(parent)
+    take_ctrl_c_once()
     try:
         run_training(read_settings(settings_path), Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
@@ -119,7 +123,10 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
                 warm.prestart()
             try:
                 process.join()
-            except KeyboardInterrupt:  # the trainer got Ctrl-C too (one process group): let it record why
+            except KeyboardInterrupt:  # Ctrl-C: the trainer records why. A SIGINT to this process alone is
+                # passed on; from a terminal the trainer got it too (one process group) and takes both as one
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGINT)
                 process.join(timeout=30)
                 raise
     return collect(run_dir, process.exitcode, settings)

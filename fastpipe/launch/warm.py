@@ -97,12 +97,14 @@ def prestart_if_training(argv: Sequence[str]) -> None:
 
 def prestart_for(launcher_cfg, sweep: bool) -> None:
     """As a job starts: one waits for it when its launcher runs one fresh training process
-    (launcher=single, ``launcher.fresh_process``), none otherwise; in a sweep, keep one ready for
-    each next job."""
+    (launcher=single, ``launcher.fresh_process``), none otherwise (nor for a launcher no choice
+    registers); in a sweep, keep one ready for each next job."""
     global keep_one_ready
-    from fastpipe.config.registry import choice
+    from fastpipe.config.registry import choice, names
 
-    if choice("launcher", launcher_cfg.name).process_group or not launcher_cfg.get("fresh_process", True):
+    name = launcher_cfg.get("name")
+    if (name not in names("launcher")  # an unknown one: to_settings refuses it in one line, after this
+            or choice("launcher", name).process_group or not launcher_cfg.get("fresh_process", True)):
         dismiss()
         return
     keep_one_ready = sweep

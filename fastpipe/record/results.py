@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
@@ -66,6 +67,22 @@ def begin(run_dir: Path, choices: Dict[str, str], overrides: Iterable[str], run_
         os.replace(old, run_dir / PREVIOUS)
     write(run_dir, failed("the run did not finish: its process died or is still running", choices, overrides,
                           run_id=run_id, status="running"))
+
+
+def refuse_finished(run_dir: Path, resume) -> None:
+    """A folder that holds a finished run (metrics.json says ``ok``) is never written over by another
+    run: refused in one line, unless ``resume`` (``train.resume``) continues that run, which keeps its
+    record (a finished run with nothing to train ends there)."""
+    record = read(run_dir)
+    if resume or record is None or record.get("status") != "ok":
+        return
+    from fastpipe.errors import ConfigError
+
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime((Path(run_dir) / FILE).stat().st_mtime))
+    raise ConfigError(f"hydra.run.dir={run_dir} holds a finished run (metrics.json: status ok, {record.get('steps')} "
+                      f"steps, {when}): fastpipe never writes another run over it; give this run its own "
+                      "hydra.run.dir (without it, each run gets a new dated folder), add train.resume=auto to "
+                      "continue that run, or remove the folder")
 
 
 def own(run_dir: Path, run_id: Optional[str]) -> Optional[dict]:

@@ -68,7 +68,14 @@ class RunGuard(Callback):
             lock.release()
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from fastpipe.errors import ConfigError
+        from fastpipe.record.results import refuse_finished
+
         _writable_or_refuse(Path(str(config.hydra.run.dir)), "hydra.run.dir")
+        try:  # before .hydra/ or anything else of the finished run is touched
+            refuse_finished(Path(str(config.hydra.run.dir)), OmegaConf.select(config, "train.resume"))
+        except ConfigError as exc:
+            _refuse(exc)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError

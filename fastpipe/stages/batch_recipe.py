@@ -8,15 +8,16 @@
   checkpoints); the mixing itself is device work: no host synchronisation.
 - ``data.resize_schedule``: ``[(fraction, size), ...]``: from step ``fraction x total_steps`` on, training
   images are resized to ``size`` (torchvision's antialiased bilinear resize, on the device); the
-  held-out evaluation resizes to the last size when the loader delivers another.
+  held-out evaluation sees the dataset's own size, as fastpipe.evaluate and fastpipe.load do.
 """
 from __future__ import annotations
 
+import warnings
 from typing import List, Optional, Tuple
 
 import torch
 
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, FastpipeWarning
 
 
 def resize_steps(schedule: List[Tuple[float, int]], total_steps: int) -> List[Tuple[int, int]]:
@@ -45,7 +46,7 @@ def resize(images: torch.Tensor, size: int) -> torch.Tensor:
 
 
 class BatchRecipe:
-    """``train(inputs, targets, step)`` before each training step; ``held_out(inputs)`` before evaluation."""
+    """``train(inputs, targets, step)`` before each training step (held-out batches pass untouched)."""
 
     def __init__(self, mix=None, resize_at: Optional[List[Tuple[int, int]]] = None) -> None:
         self.mix, self.resize_at = mix, resize_at
@@ -67,11 +68,6 @@ class BatchRecipe:
         if self.mix is not None:
             inputs, targets = self.mix(self._images(inputs, "train.mixup_alpha / train.cutmix_alpha"), targets)
         return inputs, targets
-
-    def held_out(self, inputs):
-        if self.resize_at is None:
-            return inputs
-        return resize(self._images(inputs, "data.resize_schedule"), self.resize_at[-1][1])
 
     def describe(self) -> str:
         parts = []
@@ -95,10 +91,11 @@ def build_mix(mixup_alpha: Optional[float], cutmix_alpha: Optional[float], num_c
 
 def build_batch_recipe(train_cfg, schedule: Optional[List[Tuple[float, int]]], task, task_name: str,
                        num_classes: Optional[int], total_steps: int, dataset_name: str = "",
-                       images: Optional[bool] = None) -> Optional[BatchRecipe]:
+                       images: Optional[bool] = None, image_size=None) -> Optional[BatchRecipe]:
     """The recipe for ``train.mixup_alpha`` / ``train.cutmix_alpha`` and ``data.resize_schedule``
     (already checked, as pairs); None when none is set. ``images``: whether the dataset gives image
-    batches (None: it does not say; the first batch is checked)."""
+    batches (None: it does not say; the first batch is checked). ``image_size``: the dataset's, at which
+    the held-out split is evaluated (a schedule ending elsewhere is said in a warning)."""
     if images is False and (schedule or train_cfg.mixup_alpha or train_cfg.cutmix_alpha):
         key = "data.resize_schedule" if schedule else "train.mixup_alpha / train.cutmix_alpha"
         raise ConfigError(f"{key} works on batches of images, and dataset={dataset_name} gives other samples (e.g. "
@@ -115,5 +112,10 @@ def build_batch_recipe(train_cfg, schedule: Optional[List[Tuple[float, int]]], t
                               "(a num_classes attribute): drop it for this dataset")
         mix = build_mix(train_cfg.mixup_alpha, train_cfg.cutmix_alpha, int(num_classes))
     resize_at = resize_steps(schedule, total_steps) if schedule else None
+    if schedule and isinstance(image_size, int) and schedule[-1][1] != image_size:
+        warnings.warn(f"data.resize_schedule ends at {schedule[-1][1]} px and the dataset's images are {image_size} px: "
+                      f"held-out evaluations (metrics.json, train.target, best.pt) run at the dataset's {image_size} px, "
+                      "as python -m fastpipe.evaluate and fastpipe.load do; end the schedule at "
+                      f"{image_size} to evaluate the size it trains last", FastpipeWarning)
     recipe = BatchRecipe(mix, resize_at)
     return recipe if recipe.active else None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import List
+from typing import List, Optional
 
 import torch
 
@@ -53,14 +53,29 @@ def build_optimizer(cfg: OptimizerConfig, train: TrainConfig, model: torch.nn.Mo
     return optimizer
 
 
-def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
-    """``AdamW(fused)  lr=0.003  weight_decay=0.1 (not on 1-d parameters)``: what graph.txt shows."""
-    group = optimizer.param_groups[0]
+def describe_optimizer(optimizer: torch.optim.Optimizer, configured: Optional[dict] = None) -> str:
+    """``AdamW(fused)  lr=0.003 (peak)  weight_decay=0.1 (not on 1-d parameters)``: what graph.txt shows.
+    ``configured``: the lr (the schedule's peak), betas and momentum as configured (Schedule.configured),
+    over the values a torch scheduler has set on the optimizer since."""
+    group = {**optimizer.param_groups[0], **(configured or {})}
     fused = "(fused)" if group.get("fused") else ""
-    extras = "  ".join(f"{k}={group[k]}" for k in ("initial_lr", "momentum", "betas", "weight_decay") if k in group)
+    names = {"initial_lr": "lr", "momentum": "momentum", "betas": "betas", "weight_decay": "weight_decay"}
+    extras = [f"{name}={_plain(group[k])}" + (" (peak)" if k == "initial_lr" and configured else "")
+              for k, name in names.items() if k in group]
     flat = len(optimizer.param_groups) > 1 and optimizer.param_groups[1].get("weight_decay") == 0.0
-    text = f"{type(optimizer).__name__}{fused}  {extras}".replace("initial_lr=", "lr=").rstrip()
+    text = "  ".join([f"{type(optimizer).__name__}{fused}", *extras])
     return text + ("  (no decay on biases and norm weights)" if flat else "")
+
+
+def _plain(value):
+    """0.01, (0.9, 0.95): a number as configured, not a tensor's repr or float noise (0.010000000000000002)."""
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def current_lr(optimizer: torch.optim.Optimizer) -> float:
@@ -69,13 +84,15 @@ def current_lr(optimizer: torch.optim.Optimizer) -> float:
     return float(lr.item() if isinstance(lr, torch.Tensor) else lr)
 
 
-def describe_optimization(optimizer: torch.optim.Optimizer, cfg: TrainConfig, world_size: int) -> str:
-    """graph.txt's optimizer line: the optimizer, accumulation, the lr scaling applied, clipping."""
+def describe_optimization(optimizer: torch.optim.Optimizer, cfg: TrainConfig, world_size: int,
+                          configured: Optional[dict] = None) -> str:
+    """graph.txt's optimizer line: the optimizer as configured (``configured``: Schedule.configured),
+    accumulation, the lr scaling applied, clipping."""
     scaled = ""
     if cfg.lr_scaling != "none":
         scaled = (f"  (lr_scaling={cfg.lr_scaling}: x{lr_factor(cfg, world_size):.4g} for a global batch of "
                   f"{cfg.batch_size * cfg.grad_accum * world_size} against {cfg.lr_reference_batch})")
-    return (f"{describe_optimizer(optimizer)}  grad_accum={cfg.grad_accum}" + scaled
+    return (f"{describe_optimizer(optimizer, configured)}  grad_accum={cfg.grad_accum}" + scaled
             + (f"  clip_grad_norm={cfg.clip_grad_norm}" if cfg.clip_grad_norm else ""))
 
 

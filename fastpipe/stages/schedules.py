@@ -52,12 +52,28 @@ def constant(warmup_steps: int = 0) -> Callable[[int, int], float]:
 
 
 class Schedule:
-    """What the loop calls: ``set(step)`` before each optimizer step, ``after_step()`` after it."""
+    """What the loop calls: ``set(step)`` before each optimizer step, ``after_step()`` after it.
+
+    ``configured``: the optimizer's lr, betas and momentum as configured, before a torch scheduler
+    moved them (OneCycleLR starts at max_lr / div_factor and cycles beta1), with ``initial_lr`` the
+    run's peak; graph.txt states these, not the schedule's state at step 0."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, factor=None, scheduler=None,
-                 name: str = "") -> None:
+                 name: str = "", configured: Optional[dict] = None, params: Optional[dict] = None) -> None:
         self.optimizer, self.total_steps, self.factor, self.scheduler, self.name = \
             optimizer, total_steps, factor, scheduler, name
+        self.params = dict(params or {})  # the lr_schedule config's own arguments
+        self.base_lr = (configured or {}).get("initial_lr")  # the optimizer's lr, which a function scales
+        self.configured = {**(configured or {}), "initial_lr": self.peak_lr()}
+
+    def peak_lr(self) -> Optional[float]:
+        """The highest learning rate of the run: a torch scheduler's ``max_lr`` where it sets one
+        (OneCycleLR, CyclicLR), the optimizer's lr times the factor's highest value for a function."""
+        if self.scheduler is not None:
+            return self.optimizer.param_groups[0].get("max_lr", self.base_lr)
+        if self.factor is None or self.base_lr is None:
+            return self.base_lr
+        return self.base_lr * max(self.factor(step, self.total_steps) for step in _sample_steps(self.total_steps))
 
     @property
     def stateful(self) -> bool:
@@ -100,7 +116,34 @@ class Schedule:
                       FastpipeWarning)
 
     def describe(self) -> str:
-        return f"{self.name} ({'torch scheduler, stepped each step' if self.stateful else 'a function of the step'})"
+        """graph.txt's schedule line: what it is and its shape over the run's ``total_steps``."""
+        kind = "torch scheduler, stepped each step" if self.stateful else "a function of the step"
+        return f"{self.name} ({kind}) over {self.total_steps} steps: {self.shape()}"
+
+    def shape(self) -> str:
+        """``lr 0.0004 -> 0.01 (peak) at step 2 -> 4e-08 at step 10``, and a cycled momentum."""
+        if self.scheduler is None:
+            lrs = [(step, self.base_lr * self.factor(step, self.total_steps)) for step in _sample_steps(self.total_steps)]
+            top = max(lrs, key=lambda pair: pair[1])
+            start = f"{lrs[0][1]:.4g} at step 0 -> " if top[0] else ""
+            return f"lr {start}{top[1]:.4g} (peak) at step {top[0]} -> {lrs[-1][1]:.4g} at the end"
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.OneCycleLR):
+            return self._one_cycle_shape()
+        args = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{type(self.scheduler).__name__}({args}), from lr {self.configured['initial_lr']:.4g}"
+
+    def _one_cycle_shape(self) -> str:
+        group, defaults = self.optimizer.param_groups[0], _defaults(torch.optim.lr_scheduler.OneCycleLR)
+        peak = int(float(self.params.get("pct_start", defaults["pct_start"])) * self.total_steps) - 1
+        anneal = self.params.get("anneal_strategy", defaults["anneal_strategy"])
+        text = (f"lr {group['initial_lr']:.4g} at step 0 -> {group['max_lr']:.4g} (peak) at step {max(0, peak)} -> "
+                f"{group['min_lr']:.4g} at the end ({anneal})")
+        if "max_momentum" in group:  # cycle_momentum: the scheduler sets beta1 (or momentum) each step
+            name = "beta1" if "betas" in group else "momentum"
+            was = self.configured["betas"][0] if "betas" in group else self.configured.get("momentum")
+            text += (f"; {name} {group['max_momentum']:.4g} -> {group['base_momentum']:.4g} at the peak -> "
+                     f"{group['max_momentum']:.4g} (cycle_momentum: in place of the optimizer's {was})")
+        return text
 
 
 def build_schedule(cfg: LrScheduleConfig, optimizer: torch.optim.Optimizer, total_steps: int,
@@ -113,12 +156,30 @@ def build_schedule(cfg: LrScheduleConfig, optimizer: torch.optim.Optimizer, tota
     if lr_factor != 1.0 and cfg.params.get("max_lr") is not None:
         cfg = dataclasses.replace(cfg, params={**cfg.params, "max_lr": cfg.params["max_lr"] * lr_factor})
 
+    first = optimizer.param_groups[0]
+    configured = {k: first[k] for k in ("initial_lr", "betas", "momentum") if k in first}  # before a scheduler moves them
     made = cfg.build(optimizer=optimizer, total_steps=total_steps, T_max=total_steps)
     if isinstance(made, functools.partial):
         made = call_partial("lr_schedule", cfg.target, cfg.params, made)
     if isinstance(made, torch.optim.lr_scheduler.LRScheduler):
-        return Schedule(optimizer, total_steps, scheduler=made, name=cfg.short_name)
+        return Schedule(optimizer, total_steps, scheduler=made, name=cfg.short_name, configured=configured,
+                        params=cfg.params)
     if callable(made):
-        return Schedule(optimizer, total_steps, factor=made, name=cfg.short_name)
+        return Schedule(optimizer, total_steps, factor=made, name=cfg.short_name, configured=configured,
+                        params=cfg.params)
     raise ConfigError(f"lr_schedule._target_={cfg.target!r} gives a {type(made).__name__}; give a torch.optim."
                       "lr_scheduler class with _partial_: true, or a function returning factor(step, total_steps)")
+
+
+def _sample_steps(total_steps: int) -> list:
+    """Steps at which a function schedule is read to find its peak and shape: every step of a run up to
+    2,000 steps, else about 2,000 evenly spaced ones and the last (a factor is a pure function of the step)."""
+    total = max(1, total_steps)
+    return sorted(set(range(0, total, max(1, total // 2000))) | {total - 1})
+
+
+def _defaults(cls) -> dict:
+    """A torch scheduler's keyword defaults (what a config that leaves a key out gets)."""
+    import inspect
+
+    return {k: p.default for k, p in inspect.signature(cls).parameters.items() if p.default is not p.empty}

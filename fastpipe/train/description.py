@@ -11,7 +11,7 @@ from fastpipe.models import describe_model
 from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
 from fastpipe.train.batch_search import BatchSearch
-from fastpipe.train.graph import TrainingGraph, steps_per_epoch, total_steps
+from fastpipe.train.graph import TrainingGraph, steps_per_epoch
 from fastpipe.train.held_out import eval_batch_size
 from fastpipe.train.loop import describe_loop
 from fastpipe.train.lr_find import LrSearch
@@ -22,7 +22,7 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
     """(stage, description) in the graph's order; ``search``: how train.batch_size=auto chose the size,
     ``lr_search``: how optimizer.lr=auto found the rate."""
     train, world = settings.train, g.runtime.dist.world_size
-    optimizer = describe_optimization(g.optimizer, train, world)
+    optimizer = describe_optimization(g.optimizer, train, world, g.schedule.configured)
     per_epoch = steps_per_epoch(g, train)
     return [
         ("runtime", g.runtime.describe(settings.seed, settings.runtime.cudnn_benchmark, g.parallel.channels_last)),
@@ -37,8 +37,7 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("precision", g.precision.describe()),
         ("compile", g.compiled.describe()),
         ("optimizer", lr_search.annotate(optimizer) if lr_search is not None else optimizer),
-        ("schedule", f"{g.schedule.describe()} over {total_steps(train, per_epoch)} steps"
-                     + (f"  {g.ema.describe()}" if g.ema is not None else "")),
+        ("schedule", g.schedule.describe() + (f"  {g.ema.describe()}" if g.ema is not None else "")),
         ("loop", describe_loop(train, per_epoch, g.dataset.val,
                                f"{g.task.primary} {'>=' if g.task.higher_is_better else '<='}")),
         *([("batches", g.batch_recipe.describe())] if g.batch_recipe is not None else []),

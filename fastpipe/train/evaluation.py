@@ -24,8 +24,8 @@ def batch_length(target) -> int:
 def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None) -> Optional[Dict[str, float]]:
     """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
     split (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce,
-    divided by the number of held-out samples; then ``summarize``. Images go to a resize schedule's
-    last size first (``held.resize``)."""
+    divided by the number of held-out samples; then ``summarize``. Images are evaluated at the size the
+    loader gives (the dataset's), whatever size a resize schedule trained at last."""
     if held.loader is None:
         return None
     was_training = model.training
@@ -34,8 +34,6 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
     batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
                                        else ((batch, True) for batch in batches)):
-        if held.resize is not None:
-            inputs = held.resize(inputs)
         with held.precision.autocast():
             outputs = model(inputs)
             if not counted:

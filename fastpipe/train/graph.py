@@ -77,8 +77,7 @@ class TrainingGraph:
 
     @property
     def held_out(self) -> HeldOut:
-        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded,
-                       self.batch_recipe.held_out if self.batch_recipe is not None else None)
+        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded)
 
     @property
     def target_held_out(self) -> Optional[HeldOut]:
@@ -199,6 +198,7 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     images = True if splits.is_images or splits.fact("image_size") else False if splits.fact("vocab_size") else None
     recipe = None if probe else build_batch_recipe(
         train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
-        settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images)
+        settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images,
+        splits.fact("image_size"))
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
                          eval_loader, schedule, recipe, target_loader)

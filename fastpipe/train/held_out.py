@@ -4,7 +4,7 @@ a model takes (train/evaluation.py runs it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -31,7 +31,6 @@ class HeldOut:
     device: torch.device
     dist: Dist = Dist()
     lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
-    resize: Optional[Callable] = None  # data.resize_schedule: images to its last size (BatchRecipe.held_out)
 
 
 def eval_batch_size(train: TrainConfig, sharded: bool = False) -> int:

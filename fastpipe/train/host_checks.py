@@ -40,9 +40,20 @@ class SyncedChecks:
     and the window's numbers, fails a run stuck on non-finite steps, and notes a time budget's end
     (``result.stopped_by``), agreed by every rank at the same step."""
 
-    def __init__(self, g, cfg: TrainConfig, meter, recorder, ckpt, result, bar, nonfinite: NonfiniteSteps) -> None:
+    def __init__(self, g, cfg: TrainConfig, meter, recorder, ckpt, result, bar, nonfinite: NonfiniteSteps,
+                 total: int) -> None:
         self.g, self.cfg, self.meter, self.recorder, self.ckpt = g, cfg, meter, recorder, ckpt
-        self.result, self.bar, self.nonfinite = result, bar, nonfinite
+        self.result, self.bar, self.nonfinite, self.total = result, bar, nonfinite, total
+
+    def after_step(self, edge: bool, loss: torch.Tensor, norm) -> None:
+        """After each step: at a window edge (the host is synced: reading is free) every check; between
+        edges one process alone reads its host clock for the time budget (no device sync), so a window
+        longer than the run does not put it off; several processes agree at the synced steps."""
+        if edge:
+            self(loss, norm)
+        elif (self.cfg.time_budget_s and self.g.runtime.dist.world_size == 1 and self.result.steps < self.total
+              and self.meter.run_clock.over_budget()):
+            self.result.stopped_by = "time_budget"
 
     def __call__(self, loss: torch.Tensor, norm) -> None:
         res = self.result
@@ -58,6 +69,6 @@ class SyncedChecks:
         if self.nonfinite.too_many(self.cfg):
             self.ckpt.settle(g=self.g)
             raise self.nonfinite.error(self.cfg, res.steps, self.ckpt.latest)
-        if self.cfg.time_budget_s and self.g.runtime.dist.any_rank(
+        if self.cfg.time_budget_s and res.steps < self.total and self.g.runtime.dist.any_rank(
                 torch.tensor(self.meter.run_clock.over_budget(), device=self.g.device)):
-            res.stopped_by = "time_budget"  # every rank agrees, at the same step
+            res.stopped_by = "time_budget"  # every rank agrees, at the same step; a finished run is not stopped

@@ -44,10 +44,7 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
     record = RunRecord.start(settings.choices, settings.overrides, environment(None, dist.world_size), settings.run_id)
     record.set(name=settings.name, tags=list(settings.tags), code=settings.context.code)
-    for note in settings.notes:  # keys dropped for this choice
-        record.warnings.append(note)
-        if dist.is_main:
-            print(f"fastpipe: warning: {note}", file=sys.stderr, flush=True)
+    record.warnings.extend(settings.notes)  # keys dropped for this choice: printed once, with the summary's warnings
     clock = RunClock(settings.started_at, settings.train.time_budget_s)  # from the job's start
     ckpt = Checkpointer(settings.train, run_dir, dist, RunFacts.of(settings), clock=clock,
                         on_written=recorder.checkpoint)
@@ -125,8 +122,10 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     recorder.write_text("graph.txt", describe(g, settings, search, lr_search))  # again: a compile fall-back is noted there
     record.time_breakdown_s = ckpt.clock.breakdown()  # last: the job's wall time up to its record
     record.setup_parts_s = setup.recorded(ckpt.clock.setup_s)
+    summary = summary_text(record)
+    recorder.write_text("summary.txt", summary)  # beside graph.txt: the summary outlives the terminal
     if dist.is_main:
-        print(summary_text(record), flush=True)
+        print(summary, flush=True)
 
 
 def _searched(settings: Config, runtime, record: RunRecord, recorder, show: bool) -> tuple:

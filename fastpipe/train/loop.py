@@ -75,13 +75,12 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
         return start.samples_seen + (step - start.step) * step_samples
 
     evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock, samples=samples)
-    if evaluator.stop:  # the checkpoint's run stopped itself, and these settings would stop it there again
-        raise stopped_already(ckpt, start, evaluator)
-    if start.step >= total or start.epoch >= cfg.epochs:
-        raise NothingToTrain.past_the_end(ckpt.latest, start, total)
+    done = _nothing_to_train(ckpt, start, evaluator, cfg, total)
+    if done is not None:
+        raise done
     nonfinite, feed = NonfiniteSteps(g.device, start.nonfinite_steps), BatchFeed(g, meter, res)
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
-    synced = SyncedChecks(g, cfg, meter, recorder, ckpt, res, bar, nonfinite)
+    synced = SyncedChecks(g, cfg, meter, recorder, ckpt, res, bar, nonfinite, total)
     for epoch in range(start.epoch, cfg.epochs):
         skip = start.step_in_epoch if epoch == start.epoch else 0
         feed.batches = epoch_batches(g.train_loader, epoch, skip * cfg.grad_accum)
@@ -96,8 +95,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             bar.update(1)
             profiler.step()
             edge = meter.after_step(cfg.batch_size * cfg.grad_accum)  # this process's samples
-            if edge:  # a window edge: the host is synced, reading is free
-                synced(loss, norm)
+            synced.after_step(edge, loss, norm)  # a window edge: every check; between edges, the time budget
             pos = Position(epoch, step_in_epoch, res.steps, nonfinite.total, loss, step_in_epoch * step_samples,
                            samples(res.steps), evaluator.state())
             # Where the ranks agree on a stop signal: each step the host syncs at anyway, the same on every rank
@@ -120,6 +118,20 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             break
     bar.close()
     return _finish(res, g, cfg, evaluator, ckpt, pos, nonfinite, meter, trained=res.steps - start.step)
+
+
+def _nothing_to_train(ckpt: Checkpointer, start: Position, evaluator: Evaluator, cfg: TrainConfig,
+                      total: int) -> Optional[NothingToTrain]:
+    """A resume with nothing to train: its run stopped itself there and these settings would stop it there
+    again, its time budget is spent (resuming would train one more step each time), or it is at or past
+    this run's end."""
+    if evaluator.stop:
+        return stopped_already(ckpt, start, evaluator)
+    if cfg.time_budget_s and evaluator.clock.over_budget():
+        return stopped_already(ckpt, start, evaluator, budget=cfg.time_budget_s)
+    if start.step >= total or start.epoch >= cfg.epochs:
+        return NothingToTrain.past_the_end(ckpt.latest, start, total)
+    return None
 
 
 def _evaluate(evaluator: Evaluator, meter, recorder, step: int, periodic: bool = False) -> bool:
@@ -168,10 +180,15 @@ def _finish(res: LoopResult, g: TrainingGraph, cfg: TrainConfig, evaluator: Eval
     return res
 
 
-def stopped_already(ckpt: Checkpointer, start: Position, evaluator: Evaluator) -> NothingToTrain:
-    """The NothingToTrain of a resume whose checkpoint shows the run stopped itself (``evaluator.stop``)."""
-    target, best, why = evaluator.target, evaluator.best, evaluator.why_stopped()
-    if why == "target":
+def stopped_already(ckpt: Checkpointer, start: Position, evaluator: Evaluator,
+                    budget: Optional[float] = None) -> NothingToTrain:
+    """The NothingToTrain of a resume whose checkpoint shows the run stopped itself (``evaluator.stop``), or
+    spent its time budget (``budget``: train.time_budget_s; resuming would train one more step each time)."""
+    target, best, why = evaluator.target, evaluator.best, "time_budget" if budget else evaluator.why_stopped()
+    if why == "time_budget":
+        said = f"train.time_budget_s={budget:g} spent ({evaluator.clock.elapsed():.1f} s of training)"
+        further = "a larger train.time_budget_s (or none) trains further"
+    elif why == "target":
         said, further = target.describe_reached(), "a harder train.target (or none) trains further"
     else:
         said = (f"early stopping: {evaluator.g.task.primary} gained nothing for {evaluator.since_best} evaluations "

@@ -68,8 +68,13 @@ def test_the_default_run_writes_every_artefact_and_metric_and_reaches_ninety_per
     proc, run_dir = commands["default-run"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "fastpipe training graph" in proc.stdout and "fastpipe run summary" in proc.stdout
-    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "graph.txt", "metrics.json", "loss.png"):
+    for name in (".hydra/config.yaml", ".hydra/overrides.yaml", "graph.txt", "summary.txt", "metrics.json", "loss.png"):
         assert (run_dir / name).is_file(), name
+    lines = proc.stdout.strip().splitlines()  # where the run went: its first and last line, its summary kept
+    assert lines[0] == lines[-1] == f"fastpipe: run folder: {run_dir}"
+    summary = (run_dir / "summary.txt").read_text()
+    assert summary.startswith("fastpipe run summary") and proc.stdout.endswith(f"{summary}{lines[-1]}\n")
+    assert not (run_dir / "__main__.log").exists()  # no empty Hydra job log
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
     m = json.loads((run_dir / "metrics.json").read_text())
     for key in ("status", "choices", "throughput", "step_time_ms", "epoch_time_s", "warmup_s", "data_wait_frac",
@@ -125,6 +130,7 @@ def test_cli_failure_in_the_training_process_is_one_line_and_exit_2(commands):
     assert proc.returncode == EXIT_CODE == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("fastpipe: error: ")]
     assert len(errors) == 1 and "out of memory with train.batch_size=16" in errors[0]
+    assert proc.stdout.strip().splitlines()[-1] == f"fastpipe: run folder: {run_dir}"
     assert "Traceback" not in proc.stderr
     assert json.loads((run_dir / "metrics.json").read_text())["status"] == "failed"
 

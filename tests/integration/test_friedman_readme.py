@@ -1,6 +1,6 @@
 """examples/friedman/README.md's commands, as written: every job of each composes, converts and passes
-the check of its ``_target_`` s (the experiment's ``data.num_workers`` dropped, with its note, under
-``data=mmap``), and the README's sweep runs to its report."""
+the check of its ``_target_`` s, without a note, and the README's sweep runs to its report, without a
+warning (data=default's num_workers=auto takes no worker processes for the in-memory rows)."""
 from __future__ import annotations
 
 import csv
@@ -20,7 +20,6 @@ from conftest import REPO
 EXAMPLE = REPO / "examples" / "friedman"
 SHORT = ["train.epochs=1", "dataset.num_samples=512", "train.batch_size=64", "measure.warmup_steps=2",
          "measure.window=2", "runtime.progress=false", "launcher.fresh_process=false"]
-DROPPED = "data.num_workers=0 does not apply to data=mmap (a key of data=default): ignored for this run"
 
 
 def readme_commands():
@@ -65,10 +64,7 @@ def test_every_job_of_a_readme_command_is_accepted(command, monkeypatch):
             del cfg["hydra"]  # what the job's task function receives
         settings = to_settings(cfg, choices)  # imports each _target_ and checks its keys
         assert (settings.dataset.target, settings.task.target) == ("friedman.Friedman1", "friedman.MSE")
-        mmap = settings.data.name == "mmap"
-        assert settings.notes == ([DROPPED] if mmap else []), job
-        if not mmap and "+experiment=regression" in job:
-            assert settings.data.num_workers == 0  # the experiment's loader key, where it applies
+        assert settings.notes == [], job
 
 
 @pytest.mark.slow
@@ -93,13 +89,14 @@ def test_the_readme_sweep_runs_every_loader_to_a_report(tmp_path):
     for (precision, data), m in rows.items():
         assert m["status"] == "ok" and m["task"] == "MSE" and set(m["val_metrics"]) == {"mse", "mae", "rmse"}
         assert m["choices"]["task"] == "mse" and m["primary_metric"]["name"] == "mse" and m["val_metrics"]["mse"] > 0
-        assert (DROPPED in m["warnings"]) == (data == "mmap")
+        assert not any("does not apply" in w for w in m["warnings"]), m["warnings"]  # no dropped key
     graphs = [g.read_text() for g in sorted((tmp_path / "sweep").glob("[0-9]*/graph.txt"))]
     assert len(graphs) == 4 and sum("packed now" in g for g in graphs) == 1  # the mmap jobs share one pack
     assert len(list((tmp_path / "cache" / "packs").glob("*records*.fppack"))) == 1
     for text in graphs:
         assert "input=float32[10]  target=float32[1]" in text and "MSE  primary metric: mse (lower is better)" in text
-    assert f"fastpipe: warning: {DROPPED}" in proc.stderr
+    assert "does not apply" not in proc.stderr + proc.stdout
+    assert sum("num_workers=0 (auto: " in g for g in graphs) == 2  # the data=default jobs
     md = (tmp_path / "sweep" / "report.md").read_text()
     assert "4 jobs, 4 ok" in md
     assert "primary held-out metric (mse, lower is better)" in md and "| held-out mse |" in md

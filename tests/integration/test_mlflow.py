@@ -219,6 +219,19 @@ def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(serve
     assert run.data.metrics["val_metrics.accuracy"] == 0.94 and "killed by SIGTERM" in run.data.tags["fastpipe.warnings"]
     assert [a.path for a in client(uri).list_artifacts(logger.run_id)] == ["graph.txt"]
 
+    # Its logger failed mid-run (the server died and came back): the trainer called it no more, and the
+    # run stayed RUNNING, half-logged; the launching process back-fills it from the run folder and ends it.
+    half = tmp_path / "half"
+    half.mkdir()
+    logger = MlflowLogger(tracking_uri=uri, experiment="settled")
+    logger.on_start(RunInfo(dir=half, run_id="launch-3", name="half-logged"))
+    state.remember(half, "mlflow", failed="ConnectionError: the server went away")
+    record = {"status": "ok", "run_id": "launch-3", "steps": 40, "throughput": 700.0,
+              "warnings": ["logger.mlflow failed (ConnectionError: the server went away) and was called no more"]}
+    state.settle(half, record)
+    run = client(uri).get_run(logger.run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["throughput"] == 700.0
+
 
 def test_a_server_killed_mid_run_costs_seconds_and_the_run_ends_ok(server, tmp_path):
     from fastpipe.train.job import run_training

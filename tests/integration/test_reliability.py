@@ -53,11 +53,12 @@ def record(run_dir: Path) -> dict:
 
 # ------------------------------------------------------------------ stale results, one writer
 def test_a_killed_rerun_never_reports_the_earlier_runs_results(tmp_path):
-    """Run 1 finishes ok; run 2 in the same folder has its trainer killed by SIGKILL (the OOM killer):
-    run 2 fails naming the signal, and run 1's record is kept aside, not reported as run 2's."""
-    first = run_in_process(tmp_path, RESUMABLE + ["train.checkpoint_every=0", "train.max_steps=4"])
+    """Run 1 finishes ok; run 2 continues it in the same folder (train.resume=auto: a finished run's folder
+    takes no other run) and has its trainer killed by SIGKILL (the OOM killer): run 2 fails naming the
+    signal, and run 1's record is kept aside, not reported as run 2's."""
+    first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=4"])
     assert first["status"] == "ok"
-    process = start_run(tmp_path, ["train.checkpoint_every=0", *held_model(tmp_path.parent / f"{tmp_path.name}.hold")])
+    process = start_run(tmp_path, ["train.resume=auto", *held_model(tmp_path.parent / f"{tmp_path.name}.hold")])
     wait_for(tmp_path / "tb", process)
     wait_until(lambda: children(process.pid), what="the training process")
     trainer = children(process.pid)[0]
@@ -142,6 +143,18 @@ def test_a_stop_signal_ends_a_sweep_with_75_whatever_the_job_was_doing(tmp_path)
     _, stderr = process.communicate(timeout=300)  # a loaded machine answers late, but answers
     assert process.returncode == EXIT_PREEMPTED, stderr.decode()[-2000:]
     assert not (tmp_path / "sweep" / "1").exists() and not (tmp_path / "sweep" / "best.yaml").exists()
+
+
+def test_sigint_to_the_hydra_process_alone_reaches_the_trainer(tmp_path):
+    """``kill -INT`` of the Hydra process (not its group): passed on to the trainer, which records the
+    interruption at once, instead of training on (here: held in step 7 for ever) until the run ends."""
+    process = start_run(tmp_path, held_model(tmp_path.parent / f"{tmp_path.name}.hold"))
+    wait_for(tmp_path / "checkpoints" / "step-00000006.json", process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)  # the trainer is held: only the SIGINT passed on ends it
+    assert process.returncode == 130, stderr.decode()[-2000:]
+    m = record(tmp_path)
+    assert m["status"] == "interrupted" and m["checkpoint"].endswith("step-00000006.pt"), m["reason"]
 
 
 def test_ctrl_c_is_exit_130_and_one_line_naming_the_newest_checkpoint(tmp_path):

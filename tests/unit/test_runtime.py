@@ -12,3 +12,23 @@ def test_cuda_alloc_conf_is_exported_before_cuda(monkeypatch):
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     setup_runtime(make_settings(["runtime.cuda_alloc_conf=expandable_segments:True"]))
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_a_cpu_run_drops_torchs_no_cuda_runtime_note_and_only_it():
+    """Inductor's C++ builder imports torch.utils.cpp_extension, which warned "No CUDA runtime is found, using
+    CUDA_HOME=..." in every compiled CPU run on a machine with a CUDA toolkit; its other messages still pass."""
+    import logging
+
+    from fastpipe.runtime import setup_runtime
+
+    setup_runtime(make_settings(["device=cpu"]))
+    log, seen = logging.getLogger("torch.utils.cpp_extension"), []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    log.addHandler(handler)
+    try:
+        log.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local")
+        log.warning("Error building extension 'mine'")
+    finally:
+        log.removeHandler(handler)
+    assert seen == ["Error building extension 'mine'"]

@@ -20,7 +20,7 @@ from fastpipe.data.pack.format import DTYPE_JPEG, DTYPE_UINT8
 from fastpipe.data.pack.job import ImagesJob
 from fastpipe.data.pack.journal import build_lock, partial_path
 from fastpipe.data.pack.parts import (LAYOUT_NAME, Part, PartWriter, check_out, complete_file, plan_parts,
-                                     remove_other_kind)
+                                      refuse_another_pack, remove_other_kind)
 from fastpipe.data.pack.pool import Pool
 from fastpipe.errors import ConfigError
 
@@ -35,10 +35,12 @@ def build_images(job: ImagesJob, out: Path, workers: int = 1, progress: bool = F
     if not force and complete_file(out, job.key, trust_name):
         return out, "reused"
     check_out(out, bool(job.shard_bytes), force)
+    refuse_another_pack(out, {"build_key": job.key}, force or trust_name)  # the cache: its name is the key
     out.parent.mkdir(parents=True, exist_ok=True)
     with build_lock(out, str(out), quiet=not progress):
         if not force and complete_file(out, job.key, trust_name):  # finished while this one took the lock
             return out, "packed by another process"
+        refuse_another_pack(out, {"build_key": job.key}, force or trust_name)  # another packer's, finished meanwhile
         _remove_dead_tmp(out)
         if force:
             remove_other_kind(out, bool(job.shard_bytes))

@@ -76,6 +76,26 @@ def check_out(out: Path, sharded: bool, force: bool) -> None:
                           "shards into a new or empty folder; choose another OUT (--force never removes it)")
 
 
+def refuse_another_pack(out: Path, ours: dict, force: bool) -> None:
+    """A finished pack at ``out`` that another packing wrote (other files or settings: its build key, or a
+    records pack's dataset identity, differs from ``ours``) is replaced only with ``force``."""
+    if force:
+        return
+    try:
+        if out.is_dir():
+            theirs, what = json.loads((out / INDEX_NAME).read_text()), "a sharded pack"
+        elif out.is_file():
+            reader = PackReader(out)
+            theirs, what = reader.meta, reader.describe().removeprefix(f"{out}: ")
+        else:
+            return
+    except (DataError, OSError, ValueError):  # unfinished or damaged: the builder resumes or replaces it
+        return
+    if any(theirs.get(k) is not None and theirs.get(k) != v for k, v in ours.items()):
+        raise ConfigError(f"{out} holds a pack of other files or settings ({what}): packing these into it would "
+                          "replace it; add --force to replace it, or choose another OUT")
+
+
 def remove_other_kind(out: Path, sharded: bool) -> None:
     """``--force``: remove the pack of the other kind at ``out`` (``check_out`` has said it is one)."""
     kind = _other_kind(out, sharded)
@@ -86,11 +106,16 @@ def remove_other_kind(out: Path, sharded: bool) -> None:
 
 
 def complete_file(out: Path, key: str, trust_name: bool = False) -> bool:
-    """``out`` is a finished pack of this build (its key in the metadata or the index)."""
+    """``out`` is a finished pack of this build (its key in the metadata or the index; a sharded pack's
+    every shard there at its indexed size, so that packing again replaces a lost or cut one)."""
     try:
         if out.is_dir():
-            return (out / INDEX_NAME).is_file() and (trust_name or json.loads((out / INDEX_NAME).read_text())
-                                                     .get("build_key") == key)
+            if not (out / INDEX_NAME).is_file():
+                return False
+            index = json.loads((out / INDEX_NAME).read_text())
+            whole = all((out / s["file"]).is_file() and (out / s["file"]).stat().st_size == s["bytes"]
+                        for s in index.get("shards", []))
+            return whole and (trust_name or index.get("build_key") == key)
         return out.is_file() and (trust_name or PackReader(out).meta.get("build_key") == key)
     except (DataError, OSError, ValueError):
         return False

@@ -11,7 +11,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -35,11 +35,12 @@ class PackReader:
     ``images`` (N,H,W,3) for raw images and records, ``encoded(i)`` for JPEG images.
 
     Opening validates everything but the data bytes (magic, version, sizes, header checksum, label
-    range, JPEG offsets); a file that fails raises DataError naming the file and the problem.
+    range, JPEG offsets); a file that fails raises DataError naming the file and the problem, and
+    ``repair``: what mends it (a one-file pack's by default; a shard's is said by its sharded pack).
     """
 
-    def __init__(self, path) -> None:
-        self.path = Path(path)
+    def __init__(self, path, repair: Optional[str] = None) -> None:
+        self.path, self.repair = Path(path), repair
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -50,13 +51,14 @@ class PackReader:
             shape = (int(self.offsets[-1]),) if self.is_jpeg else (self.count, self.height, self.width, self.channels)
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.data_offset, shape=shape)
         except FileNotFoundError:
-            raise DataError(f"pack {self.path} does not exist; create it with `python -m fastpipe.pack SRC "
-                            f"{self.path}`, or set data.path=null to pack the dataset into the cache") from None
+            raise DataError(f"pack {self.path} does not exist; " + (repair or (
+                f"create it with `python -m fastpipe.pack SRC {self.path}`, or set data.path=null to pack the "
+                "dataset into the cache"))) from None
         except OSError as exc:
             raise DataError(f"pack {self.path} cannot be read: {exc}") from exc
 
     def _bad(self, what: str) -> DataError:
-        return DataError(f"pack {self.path} {what}; {REPACK}")
+        return DataError(f"pack {self.path} {what}; {self.repair or REPACK}")
 
     def _check_header(self, raw: bytes, size: int) -> None:
         if len(raw) < HEADER.size:

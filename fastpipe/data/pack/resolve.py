@@ -2,7 +2,9 @@
 decoder, the read plan of a sharded pack and the shards this rank opens."""
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Tuple
@@ -17,7 +19,7 @@ from fastpipe.data.pack.jpeg import Decoder, gather
 from fastpipe.data.pack.lanes import LanePlan
 from fastpipe.data.pack.shards import PackSet, index_of
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import ConfigError, DataError, EnvironmentProblem
+from fastpipe.errors import ConfigError, DataError, EnvironmentProblem, FastpipeWarning
 from fastpipe.runtime import Runtime
 
 BUFFER_WHEN_LARGE = 16384  # data.shuffle_buffer=auto for shards larger than half the RAM
@@ -86,6 +88,7 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
                                        codec=cfg.codec or "raw", quality=cfg.quality)
         packs, verified = open_pack(path, cfg.verify, threads, runtime.cache_root)
         how = f"cache, {how}"
+    _warn_unused_quality(cfg, splits)
     if splits.is_images:
         _check_images(packs, splits)
     elif (packs.is_images or packs.meta.get("identity") not in (None, splits.identity)
@@ -94,6 +97,20 @@ def resolve_pack(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtime):
                         f"{packs.meta.get('dataset', 'another dataset')} with other settings); repack it, or set "
                         "data.path=null to pack this dataset into the cache")
     return packs, how, verified
+
+
+def _warn_unused_quality(cfg: MmapLoaderConfig, splits: DataSplits) -> None:
+    """``data.quality`` sets only the JPEG quality the cache packs images at (``data.codec=jpeg``): set for
+    any other pack, it would be ignored without a word."""
+    default = next(f.default for f in dataclasses.fields(MmapLoaderConfig) if f.name == "quality")
+    if cfg.quality == default:
+        return
+    reads = ("the given pack (data.path), read as it was written" if cfg.path else
+             "a records pack (the dataset's samples are not images)" if not splits.is_images else
+             f"a raw pack (data.codec={cfg.codec or 'null'})" if (cfg.codec or "raw") != "jpeg" else None)
+    if reads:
+        warnings.warn(f"data.quality={cfg.quality} does nothing here: it is the JPEG quality of the cache's data.codec="
+                      f"jpeg pack, and this run reads {reads}; drop data.quality, or add data.codec=jpeg", FastpipeWarning)
 
 
 def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: bool) -> Optional[Decoder]:

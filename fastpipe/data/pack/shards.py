@@ -25,6 +25,14 @@ INDEX_FORMAT, INDEX_VERSION = "fastpipe-shards", 1
 REPACK_SHARDS = "repack it with `python -m fastpipe.pack SRC OUT --shard-size SIZE`"
 
 
+def shard_repair(folder: Path, shard: str) -> str:
+    """What mends one bad shard: the same pack command again packs only the shards missing, cut short or
+    (deleted first) corrupt; a one-file pack's advice would write a whole pack under a shard's name."""
+    return (f"it is a shard of the sharded pack {folder}: delete {shard} if it is there, then run the command "
+            f"that packed the folder again, `python -m fastpipe.pack SRC {folder} --shard-size SIZE` with its SRC "
+            "and settings: it packs only the shards that are missing")
+
+
 def _crc(index: dict) -> int:
     return zlib.crc32(json.dumps({k: v for k, v in index.items() if k != "crc"}, sort_keys=True).encode())
 
@@ -117,10 +125,11 @@ class PackSet:
         if reader is None:
             entry = self.shards[shard]
             path = self.index_path.parent / entry["file"]
-            reader = PackReader(path)
+            repair = shard_repair(self.index_path.parent, entry["file"])
+            reader = PackReader(path, repair)
             if (reader.file_size, reader.header_crc, reader.count) != (entry["bytes"], entry["header_crc"], entry["count"]):
                 raise DataError(f"shard {path} does not match its index {self.index_path} (another file of "
-                                f"{reader.file_size} bytes); {REPACK_SHARDS}")
+                                f"{reader.file_size} bytes); {repair}")
             if self.verify:
                 reader.verify(threads=self.threads)
             self._readers[shard] = reader
@@ -130,7 +139,8 @@ class PackSet:
         """An opened shard if there is one, else the first shard opened unverified (a look at its format)."""
         if self._readers:
             return next(iter(self._readers.values()))
-        return PackReader(self.index_path.parent / self.shards[0]["file"])
+        return PackReader(self.index_path.parent / self.shards[0]["file"],
+                          shard_repair(self.index_path.parent, self.shards[0]["file"]))
 
     def runs(self, positions: np.ndarray):
         """(shard reader, local indices, slice of ``positions``) for each run of one shard in sorted ``positions``."""

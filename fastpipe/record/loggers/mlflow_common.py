@@ -2,6 +2,7 @@
 HTTP retries, the experiment, names MLflow accepts, tags and the statuses runs end with."""
 from __future__ import annotations
 
+import json
 import math
 import re
 import urllib.error
@@ -109,16 +110,33 @@ def user_tags(tags: Iterable[str]) -> Dict[str, str]:
     return {**{key(t): "true" for t in tags}, **({"fastpipe.tags": ", ".join(tags)[:TAG_LIMIT]} if tags else {})}
 
 
-def reachable(uri: str, timeout_s: float) -> Optional[str]:
-    """None when an http(s) tracking server answers at ``uri`` (any HTTP answer counts), else why not."""
+PROBE = "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"  # a GET every MLflow server answers in JSON
+
+
+def server_problem(uri: str, timeout_s: float) -> Optional[str]:
+    """None when an MLflow tracking server answers at ``uri``, else the one line saying why not: nothing
+    answers, or something that is not MLflow does (its answer to an MLflow REST call is not MLflow's JSON:
+    an experiment, or an ``error_code``). A 401/403 passes: MLflow's client sends the credentials."""
+    fix = "fix logger.mlflow.tracking_uri (or MLFLOW_TRACKING_URI), or choose another logger"
     try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s).close()
-    except urllib.error.HTTPError:
-        return None  # it answered (a proxy's 401/404 too): reachable
+        with urllib.request.urlopen(uri.rstrip("/") + PROBE, timeout=timeout_s) as answer:
+            status, body = answer.status, answer.read(4096)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return None
+        status, body = exc.code, exc.read(4096)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return f"{type(reason).__name__}: {reason}"
-    return None
+        return (f"the MLflow tracking server at {uri} cannot be reached ({type(reason).__name__}: {reason}); start "
+                f"it (mlflow server --host HOST --port PORT), {fix}")
+    try:
+        said = json.loads(body)
+    except ValueError:
+        said = None
+    if isinstance(said, dict) and ("experiment" in said or "error_code" in said):
+        return None
+    return (f"{uri} answers, but not as an MLflow tracking server (GET {PROBE.split('?')[0]} gave HTTP {status}, "
+            f"{'not JSON' if said is None else 'other JSON'}); {fix}")
 
 
 def preflight(uri: str, timeout_s: float) -> None:
@@ -126,11 +144,9 @@ def preflight(uri: str, timeout_s: float) -> None:
     from fastpipe.runtime import tracker_environment
 
     if uri.startswith(("http://", "https://")):
-        why = reachable(uri, timeout_s)
-        if why is not None:
-            raise EnvironmentProblem(f"the MLflow tracking server at {uri} cannot be reached ({why}); start it "
-                                     "(mlflow server --host HOST --port PORT), fix logger.mlflow.tracking_uri (or "
-                                     "MLFLOW_TRACKING_URI), or choose another logger")
+        problem = server_problem(uri, timeout_s)
+        if problem is not None:
+            raise EnvironmentProblem(problem)
     elif uri.startswith("sqlite:///"):
         folder = Path(uri[len("sqlite:///"):]).parent
         if not folder.is_dir():

@@ -3,7 +3,7 @@
 At the start: the run (a sweep's job: nested under the sweep's parent run, tagged with its stage), its
 tags (name, tags, stage, job, the code's commits) and params (the composed config, flattened, every
 group choice). At each window edge and evaluation: its scalars as metrics at the optimizer step. At the
-end: metrics.json's numbers as metrics, graph.txt, loss.png, metrics.json, metrics.csv, code.diff,
+end: metrics.json's numbers as metrics, graph.txt, summary.txt, loss.png, metrics.json, metrics.csv, code.diff,
 lr_find.csv/png and ``.hydra/`` as artifacts, and its status (FINISHED, FAILED with the reason, KILLED when stopped). The
 run's id is kept in the run folder's trackers.json: ``train.resume`` continues the same MLflow run.
 """
@@ -18,7 +18,8 @@ from fastpipe.config.logger import MlflowLoggerConfig
 from fastpipe.record.loggers import RunInfo, numbers, state
 from fastpipe.record.loggers import mlflow_common as common
 
-ARTIFACT_FILES = ("graph.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv", "lr_find.png")
+ARTIFACT_FILES = ("graph.txt", "summary.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv",
+                  "lr_find.png")
 TARGET = "fastpipe.record.loggers.mlflow_run.MlflowLogger"
 
 

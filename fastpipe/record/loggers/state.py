@@ -42,12 +42,15 @@ def remember(folder: Path, tracker: str, **values) -> Dict[str, Any]:
 
 
 def settle(run_dir: Path, record: Optional[dict]) -> None:
-    """End the tracker runs of ``run_dir`` that its trainer began but did not end (it was killed before it
-    could), with the run's outcome from ``record`` (metrics.json): called by the process that started it."""
+    """End the tracker runs of ``run_dir`` that its trainer began but did not end, with the run's outcome
+    from ``record`` (metrics.json): called by the process that started it. A trainer killed before it could
+    end them, and a logger that failed mid-run (its server gone: the trainer stopped calling it) alike:
+    the tracker is asked once more, and a run it still holds RUNNING gets the record's numbers and the run
+    folder's files (back-filled) and its status; a tracker still away leaves it as it has it, and a warning."""
     from fastpipe.targets import import_target
 
     for name, entry in read(run_dir).items():
-        if not isinstance(entry, dict) or entry.get("ended") or entry.get("failed") or not entry.get("target"):
+        if not isinstance(entry, dict) or entry.get("ended") or not entry.get("target"):
             continue
         try:
             cls = import_target(f"logger.{name}._target_", entry["target"])
@@ -55,6 +58,9 @@ def settle(run_dir: Path, record: Optional[dict]) -> None:
             if settle_one is not None:
                 settle_one(entry, record or {}, Path(run_dir))
                 remember(run_dir, name, ended=True)
+                if entry.get("failed"):
+                    print(f"fastpipe: the {name} run of {run_dir}, left half-logged when its logger failed, is "
+                          "back-filled from the run folder and ended", file=sys.stderr, flush=True)
         except Exception as exc:  # the tracker is unreachable now: its run stays as the tracker has it
-            print(f"fastpipe: warning: could not end the {name} run of {run_dir}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr, flush=True)
+            print(f"fastpipe: warning: could not end the {name} run of {run_dir}: {type(exc).__name__}: "
+                  f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}", file=sys.stderr, flush=True)

@@ -20,7 +20,7 @@ from fastpipe.config.logger import WandbLoggerConfig
 from fastpipe.record.loggers import RunInfo, numbers, state
 
 TARGET = "fastpipe.record.loggers.wandb_run.WandbLogger"
-FILES = ("graph.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv", "lr_find.png")
+FILES = ("graph.txt", "summary.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv", "lr_find.png")
 TAG_LIMIT, GROUP_LIMIT, JOB_TYPE_LIMIT = 64, 128, 64  # characters W&B accepts
 STEP = "trainer/step"
 

@@ -195,3 +195,59 @@ def test_resuming_another_models_checkpoint_says_what_it_holds(tmp_path):
     with pytest.raises(DataError, match=r"weights.pt is not a fastpipe checkpoint \(it holds \w*Dict with keys "
                                         r"'bias', 'weight'\); train.resume takes"):
         run_in_process(tmp_path / "b", RESUMABLE + [f"train.resume={plain}"])
+
+
+# ------------------------------------------------------------------ a finished run's folder keeps that run
+def test_a_finished_runs_folder_is_refused_to_another_run_before_anything_is_touched(tmp_path, capsys):
+    """hydra.run.dir of a finished run, another run's settings, no resume: one line and exit 2 as the run
+    starts (RunGuard), before .hydra/ or any file of the finished run is written over."""
+    from omegaconf import OmegaConf
+
+    from fastpipe.report.callbacks import RunGuard
+
+    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=3", "train.checkpoint_every=0"])
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit) as exit_info:
+        RunGuard().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path)}}, "train": {"resume": None}}))
+    assert exit_info.value.code == 2
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"fastpipe: error: hydra.run.dir={tmp_path} holds a finished run (metrics.json: status "
+                           "ok, 3 steps, ") and said.endswith("fastpipe never writes another run over it; give this "
+                           "run its own hydra.run.dir (without it, each run gets a new dated folder), add "
+                           "train.resume=auto to continue that run, or remove the folder")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    RunGuard().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path)}}, "train": {"resume": "auto"}}))
+
+
+def test_resume_auto_on_a_finished_run_without_step_checkpoints_trains_nothing_and_keeps_it(tmp_path, capfd):
+    """train.checkpoint_every=0 (the default) leaves no step checkpoint: resume=auto must not train the
+    finished run again from step 0 over its weights and record."""
+    first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=3", "train.checkpoint_every=0"])
+    weights = (tmp_path / "checkpoints" / "last.pt").read_bytes()
+    again = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=5", "train.checkpoint_every=0", "train.resume=auto"])
+    assert (f"train.resume=auto: {tmp_path} holds a finished run (3 steps, status ok) and no step checkpoint to "
+            "resume from (train.checkpoint_every=0 writes none): nothing to train") in capfd.readouterr().err
+    for key in ("status", "steps", "throughput", "val_metrics", "best"):
+        assert again[key] == read_metrics(tmp_path)[key] == first[key], key
+    assert (tmp_path / "checkpoints" / "last.pt").read_bytes() == weights
+
+
+def test_resuming_on_a_smaller_dataset_is_refused_in_one_line(tmp_path):
+    """The position (samples into the epoch, its order) belongs to the split the checkpoint was written on."""
+    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])  # checkpoints at steps 3, 6, 7 (epoch 1: 9 steps)
+    with pytest.raises(DataError, match=r"step-00000007.pt \(step 7, epoch 1\) was written on a training split of "
+                                        r"1\d\d samples, and this run's holds \d\d: a resume goes on in the data it "
+                                        r"stopped in; resume with the dataset settings it was written with, or start"):
+        run_in_process(tmp_path, [o for o in RESUMABLE if "num_images" not in o] + ["dataset.num_images=60",
+                                                                                     "train.resume=auto"])
+    # a file from before checkpoints recorded the split's size: refused where its position is past this epoch
+    from types import SimpleNamespace
+
+    from fastpipe.checkpoint.state import check_same_data
+    from conftest import make_settings
+
+    g = SimpleNamespace(dataset=SimpleNamespace(train=range(60)), runtime=SimpleNamespace(dist=SimpleNamespace(world_size=1)))
+    older = {"meta": {}, "position": {"epoch": 0, "step": 7, "samples_in_epoch": 112}}
+    with pytest.raises(DataError, match=r"old.pt \(step 7, epoch 1\) was written 112 samples into epoch 1, past the end "
+                                        r"of this run's epoch \(3 steps of 16 samples\)"):
+        check_same_data(g, Path("old.pt"), older, 3, make_settings(RESUMABLE).train)

@@ -13,6 +13,8 @@ from fastpipe.errors import ConfigError
     (["task=lm", "dataset=tokens", "model=gpt_tiny", "train.target=-0.5", "train.eval_every=5"],
      r"outside loss's range \[0, inf\]"),
     (["train.target=0.9"], "needs train.eval_every"),
+    (["train.target=nan", "train.eval_every=5"], r"train.target=nan is not a number a metric can reach"),
+    (["train.target=inf", "train.eval_every=5"], r"train.target=inf is not a number a metric can reach"),
     (["train.target_eval_samples=100"], "train.target, which is not set"),
     (["train.target=0.9", "train.eval_every=5", "train.target_eval_samples=0"], "must be >= 1"),
     (["train.time_budget_s=0"], "must be > 0"),

@@ -140,6 +140,15 @@ def test_class_folder_without_images_is_refused_naming_it(tmp_path):
         scan_image_folder(tmp_path, 0.2)
 
 
+def test_a_nearly_empty_folder_names_its_empty_class_folder(tmp_path):
+    """a/ holds one image, b/ none: b/ is the problem, wherever a's image falls (held out: no training image)."""
+    write_images(tmp_path / "a", 1)
+    (tmp_path / "b").mkdir()
+    for held_out in (0.0, 1.0):
+        with pytest.raises(DataError, match=rf"^class folder {tmp_path / 'b'} holds no images"):
+            scan_image_folder(tmp_path, held_out)
+
+
 def test_val_class_missing_from_train_is_refused_naming_it(tmp_path):
     for split, names in (("train", "ab"), ("val", "abz")):
         for name in names:

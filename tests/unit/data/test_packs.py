@@ -112,6 +112,37 @@ def test_each_shard_verifies_on_its_own_and_a_bad_one_is_named(packs, folder, tm
     with pytest.raises(DataError, match=rf"{flipped.name} is corrupt: chunk \d+ of \d+ .* fails its crc32 checksum"):
         loader(folder, bad)
     assert "shards=" in loader(folder, bad, extra=["data.verify=false"]).describe()
+    # The repair a shard's message gives (not a one-file pack's), and it mends the folder: delete the bad
+    # shard, lose another, and the command that packed the folder packs only those two again.
+    repair = (f"it is a shard of the sharded pack {bad}: delete {flipped.name} if it is there, then run the command "
+              f"that packed the folder again, `python -m fastpipe.pack SRC {bad} --shard-size SIZE` with its SRC and "
+              "settings: it packs only the shards that are missing")
+    assert pack_main(["--verify", str(bad), "--no-progress"]) == 2 and capsys.readouterr().err.strip().endswith(repair)
+    lost = bad / index_shard(bad, 1)
+    flipped.unlink(), lost.unlink()
+    assert pack_main(["--verify", str(bad), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (f"fastpipe.pack: error: pack {lost} does not exist; "
+                                               + repair.replace(flipped.name, lost.name) + " (1 more shard(s) are bad too)")
+    assert pack_main([str(folder), str(bad), "--size", "64", "--chunk-images", "16", "--no-progress", "--codec", "jpeg",
+                      "--shard-size", "80KB"]) == 0
+    assert "(resumed (208 of 240 images were already packed))" in capsys.readouterr().out
+    assert pack_main(["--verify", str(bad), "--no-progress"]) == 0
+
+
+def test_a_pack_of_other_settings_is_replaced_only_with_force(packs, folder, tmp_path, capsys):
+    """A second packing with other settings into the same OUT (one after the other, or waiting for the first's
+    lock) would replace the first's finished pack without a word."""
+    for name, extra in (("raw", []), ("raw-shards", ["--shard-size", "1MB"])):
+        out = tmp_path / name
+        (shutil.copytree if packs[name].is_dir() else shutil.copy)(packs[name], out)
+        again = [str(folder), str(out), "--size", "48", "--chunk-images", "16", "--no-progress", *extra]
+        capsys.readouterr()
+        assert pack_main(again) == 2
+        said = capsys.readouterr().err.strip()
+        assert said.startswith(f"fastpipe.pack: error: {out} holds a pack of other files or settings (") and said.endswith(
+            "): packing these into it would replace it; add --force to replace it, or choose another OUT"), said
+        assert PackSet(out).stored == (64, 64)
+        assert pack_main(again + ["--force"]) == 0 and PackSet(out).stored == (48, 48)
 
 
 def index_shard(folder, i):

@@ -208,6 +208,7 @@ def test_pack_cli_writes_a_records_pack_of_a_project_dataset(conf, tmp_path, cap
     assert pack_main(["mine", str(out), "dataset.n=48", "--config-dir", str(conf), "--no-progress"]) == 0
     said = capsys.readouterr().out
     assert said.startswith("wrote ") and "48 records" in said and "(sample[0], sample[1])" in said
+    assert " records/s)" in said and "images" not in said  # the packing rate in the pack's own unit
     reader = PackReader(out)
     assert "records" in reader.describe() and "format v2" in reader.describe() and not reader.is_images
     assert reader.meta["dataset"] == "mine" and reader.width == 4 * 4 + 8  # float32[4] + int64[1] per record
@@ -222,6 +223,9 @@ def test_pack_cli_writes_a_records_pack_of_a_project_dataset(conf, tmp_path, cap
     assert "ok  " in capsys.readouterr().out
     _, loader = build(conf, "dataset=mine", "dataset.n=48", f"data.path={out}", train=False)  # data.path= the file
     assert f"pack={out} (given)" in loader.describe()
+    capsys.readouterr()  # another dataset's records packed into it replace it only with --force
+    assert pack_main(["mine", str(out), "dataset.n=40", "--config-dir", str(conf), "--no-progress"]) == 2
+    assert f"{out} holds a pack of other files or settings (48 records" in capsys.readouterr().err
 
 
 def patched(src, dst, version: int):

@@ -27,3 +27,14 @@ def test_a_process_started_under_another_torch_environment_is_not_used(monkeypat
     process = warm._ready.process
     warm.dismiss()
     assert not process.is_alive() and process.exitcode in (0, -9)
+
+
+def test_a_launcher_no_choice_registers_starts_nothing_and_ends_the_waiting_one():
+    """A config naming an unknown launcher: no process waits for a job (to_settings then refuses the name in
+    one line), and prestart_for itself raises nothing."""
+    from omegaconf import OmegaConf
+
+    warm.prestart(imports=())
+    process = warm._ready.process
+    warm.prestart_for(OmegaConf.create({"name": "no-such-launcher"}), sweep=False)
+    assert warm._ready is None and not process.is_alive()

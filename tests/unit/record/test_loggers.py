@@ -178,6 +178,45 @@ def test_a_missing_package_or_a_dead_server_is_one_line_before_training(tmp_path
         preflight([mlflow])
 
 
+def test_an_http_server_that_is_not_mlflow_is_one_line_before_training():
+    """Any HTTP answer passed the check: a web page or another service at the tracking URI trained the whole
+    run, then failed every MLflow call. Only MLflow's JSON answer to an MLflow REST call passes."""
+    import http.server
+    import threading
+
+    answers = {"page": (404, "text/html", b"<html>not found</html>"), "health": (200, "text/plain", b"OK"),
+               "mlflow": (404, "application/json", b'{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no"}')}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, kind, body = answers[self.server.kind]
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    mlflow = Hook("logger", "mlflow", "fastpipe.record.loggers.mlflow_run.MlflowLogger",
+                  {"tracking_uri": uri, "timeout_s": 2.0})
+    try:
+        for kind, said in (("page", "HTTP 404, not JSON"), ("health", "HTTP 200, not JSON")):
+            server.kind = kind
+            with pytest.raises(EnvironmentProblem, match=rf"^{uri} answers, but not as an MLflow tracking server \(GET "
+                                                         rf"/api/2.0/mlflow/experiments/get-by-name gave {said}\); fix "
+                                                         r"logger.mlflow.tracking_uri \(or MLFLOW_TRACKING_URI\)"):
+                preflight([mlflow])
+        server.kind = "mlflow"
+        preflight([mlflow])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_wandb_names_stay_within_its_limits():
     from fastpipe.record.loggers.wandb_run import job_type, tags_for
 

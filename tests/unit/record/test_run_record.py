@@ -257,3 +257,13 @@ def test_every_path_that_ends_a_run_writes_a_complete_record_with_its_reason(tmp
     assert {k: written.get(k) for k in more} == more
     assert ("traceback" in written) == (name in ("trainer-crash", "elastic-rank-failed"))  # crashes only
     assert {k: v for k, v in returned.items() if k != "exitcode"} == written  # what the caller sees is the file
+
+
+def test_a_dropped_keys_note_is_printed_once_with_the_summarys_warnings(tmp_path, capfd):
+    """Printed as the run started and again in its summary, each note showed twice; the summary (and
+    summary.txt, metrics.json's warnings) keeps it, once."""
+    note = "launcher.bucket_cap_mb=5 does not apply to launcher=single (a key of launcher=ddp): ignored for this run"
+    m = run_in_process(tmp_path, TINY + ["train.max_steps=3", "launcher.bucket_cap_mb=5"])
+    out, err = capfd.readouterr()
+    assert m["warnings"] == [note] and note not in err and out.count(note) == 1
+    assert f"  warning      {note}" in (tmp_path / "summary.txt").read_text()

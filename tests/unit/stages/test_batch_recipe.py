@@ -80,14 +80,32 @@ def test_resize_is_antialiased_bilinear_by_hand():
     assert torch.allclose(out[0, 0], torch.tensor([0.0, 1.0, 7.0, 8.0]).expand(4, 4), atol=1e-5)
 
 
-def test_held_out_images_are_evaluated_at_the_last_size():
+def test_training_batches_follow_the_schedule():
     recipe = BatchRecipe(resize_at=[(0, 8), (5, 12)])
     images = torch.rand(2, 3, 16, 16)
     assert recipe.train(images, torch.tensor([0, 1]), step=4)[0].shape[-1] == 8
     assert recipe.train(images, torch.tensor([0, 1]), step=5)[0].shape[-1] == 12
-    assert recipe.held_out(images).shape[-2:] == (12, 12)
     with pytest.raises(ConfigError, match="batches of images"):
         recipe.train(torch.rand(2, 5), torch.tensor([0, 1]), step=0)
+
+
+def test_a_schedule_not_ending_at_the_datasets_size_is_evaluated_at_the_datasets_size(tmp_path):
+    """metrics.json's held-out numbers are those fastpipe.evaluate gives on the saved weights (the dataset's
+    size), never the last size of a schedule that ends elsewhere; a warning says so."""
+    from omegaconf import OmegaConf
+
+    from fastpipe.cli.evaluate import evaluate_run
+
+    from conftest import RESUMABLE, compose, run_in_process
+
+    overrides = RESUMABLE + ["train.max_steps=4", "data.resize_schedule=[[0,16],[0.5,8]]"]
+    m = run_in_process(tmp_path, overrides)
+    assert ("data.resize_schedule ends at 8 px and the dataset's images are 16 px: held-out evaluations "
+            "(metrics.json, train.target, best.pt) run at the dataset's 16 px") in " ".join(m["warnings"])
+    (tmp_path / ".hydra").mkdir()
+    OmegaConf.save(compose(overrides), tmp_path / ".hydra" / "config.yaml")  # what the entry point records
+    again = evaluate_run(tmp_path, [], weights="last", device="cpu")["metrics"]
+    assert again["accuracy"] == m["accuracy"] and again["loss"] == pytest.approx(m["val_loss"], rel=1e-6)
 
 
 @pytest.mark.parametrize("value, problem", [([[0.1, 16]], "start at 0"), ([[0, 16], [0, 24]], "start at 0"),

@@ -65,3 +65,20 @@ def test_a_torch_scheduler_resumed_into_a_longer_run_follows_the_new_length():
     fresh, opt3 = schedule_of(onecycle, total=40)
     assert lrs(longer, opt2, 30) == pytest.approx(lrs(fresh, opt3, 40)[10:])
     assert len(warnings) == 1 and "ran over 20 steps" in warnings[0] and "resumes at step 10" in warnings[0]
+
+
+def test_graph_states_the_configured_peak_and_betas_not_the_schedulers_state_at_step_0():
+    """OneCycleLR starts at max_lr / div_factor and sets beta1 to its max_momentum: graph.txt's optimizer line
+    states the run's peak lr and the configured betas, its schedule line the shape and the cycled beta1."""
+    from fastpipe.stages.optim import describe_optimizer
+
+    onecycle, opt = schedule_of(["lr_schedule=onecycle", "lr_schedule.max_lr=0.01", "lr_schedule.pct_start=0.2",
+                                 "optimizer.lr=0.003"], total=10)
+    line = describe_optimizer(opt, onecycle.configured)
+    assert "lr=0.01 (peak)  betas=(0.9, 0.95)" in line and "0.0004" not in line
+    assert onecycle.describe().endswith("over 10 steps: lr 0.0004 at step 0 -> 0.01 (peak) at step 1 -> 4e-08 at "
+                                        "the end (cos); beta1 0.95 -> 0.85 at the peak -> 0.95 (cycle_momentum: in "
+                                        "place of the optimizer's 0.9)")
+    cosine, opt = schedule_of(["optimizer.lr=0.1", "lr_schedule.warmup_steps=4"])
+    assert "lr=0.1 (peak)" in describe_optimizer(opt, cosine.configured)
+    assert "over 20 steps: lr 0.025 at step 0 -> 0.1 (peak) at step 3 -> 0.0009607 at the end" in cosine.describe()

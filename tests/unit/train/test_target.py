@@ -116,6 +116,23 @@ def test_the_time_budget_and_the_nonfinite_limit_hold_when_evaluations_cut_every
     assert m["stopped_by"] == "time_budget" and m["steps"] <= 26, m["steps"]
 
 
+def test_the_time_budget_holds_in_a_window_longer_than_the_run_and_a_spent_budget_trains_nothing(tmp_path, capfd):
+    """One process reads its host clock each step: a budget passed mid-epoch stops there, not at the epoch's
+    end (measure.window longer than the run: no window edge, no periodic evaluation). A run whose last step
+    passes the budget finished: not stopped_by time_budget. A resume whose clock spent the budget trains
+    nothing (not one more step each time) and keeps the record."""
+    slow = ["model._target_=fault_models.Slow", "+model.sleep_s=0.05", "measure.window=500", "train.epochs=1"]
+    m = run_in_process(tmp_path / "budget", TINY + slow + ["train.time_budget_s=0.3", "train.max_steps=400"])
+    assert m["stopped_by"] == "time_budget" and m["steps"] <= 8, m["steps"]  # 6 steps pass 0.3 s; an epoch is 11
+    again = run_in_process(tmp_path / "budget", TINY + slow + ["train.time_budget_s=0.3", "train.max_steps=400",
+                                                               "train.resume=auto"])
+    assert "shows train.time_budget_s=0.3 spent (" in capfd.readouterr().err
+    assert again["steps"] == m["steps"] and again["stopped_by"] == "time_budget" and again["val_metrics"] == m["val_metrics"]
+    done = run_in_process(tmp_path / "done", TINY + ["model._target_=fault_models.Slow", "+model.sleep_s=0.3",
+                                                     "train.max_steps=1", "train.time_budget_s=0.1"])
+    assert done["steps"] == 1 and done["stopped_by"] is None
+
+
 def test_a_target_subset_as_large_as_the_held_out_split_is_refused_before_training(tmp_path):
     from fastpipe.errors import ConfigError
 
