@@ -2,8 +2,9 @@
 
 Round k (k = 0, 1, ...) trains every surviving configuration once with ``seed + k``: the same seed
 for every job of a round, so the seeds are the blocks of a paired design. From round ``min_rounds``
-on, after each round, the survivors' times to target are tested (race_stats.py) and every survivor
-significantly worse than the leader leaves the race. A round's cap is fixed as it starts, the same
+on, after each round, the survivors' times to target are tested (race_stats.py): the survivors
+significantly worse than the leader leave, worst first, the rest tested again without them
+(``step_down``). A round's cap is fixed as it starts, the same
 for every job in it: ``cap`` x the leader's median training-clock time to target over the finished
 rounds; a run whose training clock passes it stops (``train.time_budget_s``) and counts as a miss
 for its seed. The race stops when one configuration is left (the winner), after ``max_rounds``, or
@@ -25,10 +26,10 @@ from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.record.results import write_json_atomic
-from fastpipe.sweeps.race_stats import judge, p_text, ranking
+from fastpipe.sweeps.race_stats import judge, p_text, rank_sums, ranking
 
 FILE = "race.json"
-VERSION = 1
+VERSION = 2  # 2: rounds' retests (the step-down's further tests)
 ROUND_PREFIX = "round-"
 
 
@@ -158,12 +159,12 @@ def _inf(value: Optional[float]) -> float:
 
 def decide_round(record: RaceRecord, entry: dict, survivors: List[int], failed: Dict[int, str],
                  settings: RaceSettings) -> List[int]:
-    """After a round: drop the failed, test the survivors from ``min_rounds`` on, fill ``entry`` and the
-    record's ``eliminated``; returns the survivors for the next round."""
+    """After a round: drop the failed, test the survivors from ``min_rounds`` on (``step_down``), fill
+    ``entry`` and the record's ``eliminated``; returns the survivors for the next round."""
     for n, reason in failed.items():
         record.eliminated[str(n)] = {"round": entry["round"], "p": None, "reason": f"failed: {reason}"}
     alive = [n for n in survivors if n not in failed]
-    entry.update(failed=sorted(failed), friedman=None, posthoc={}, test=None, eliminated=[])
+    entry.update(failed=sorted(failed), friedman=None, posthoc={}, test=None, eliminated=[], retests=[])
     if not alive:
         return alive
     rounds = [r for r in record.rounds if all(str(n) in r["values"] for n in alive)]
@@ -171,15 +172,40 @@ def decide_round(record: RaceRecord, entry: dict, survivors: List[int], failed: 
     entry["leader"] = ranking(times)[0]
     if len(rounds) < settings.min_rounds or len(alive) < 2:
         return alive
-    verdict = judge(times, settings.alpha)
-    entry.update(test=verdict.test, friedman=verdict.friedman,
-                 posthoc={str(n): v for n, v in verdict.posthoc.items()}, eliminated=verdict.worse)
-    for n in verdict.worse:
-        p = verdict.posthoc[n]["p_holm"]
-        record.eliminated[str(n)] = {"round": entry["round"], "p": p,
-                                     "reason": f"slower than job {verdict.leader} after {len(rounds)} seeds "
-                                               f"({verdict.test}, {p_text(p)} < alpha {settings.alpha:g})"}
-    return [n for n in alive if n not in verdict.worse]
+    for i, (verdict, out) in enumerate(step_down(times, settings.alpha)):
+        tested = {"test": verdict.test, "friedman": verdict.friedman, "eliminated": out,
+                  "posthoc": {str(n): v for n, v in verdict.posthoc.items()}}
+        if i == 0:
+            entry.update(tested)
+        else:
+            entry["retests"].append(dict(tested, jobs=sorted(times)))
+        for n in out:
+            p = verdict.posthoc[n]["p_holm"]
+            record.eliminated[str(n)] = {"round": entry["round"], "p": p,
+                                         "reason": f"slower than job {verdict.leader} after {len(rounds)} seeds "
+                                                   f"({verdict.test}, {p_text(p)} < alpha {settings.alpha:g})"}
+        times = {n: v for n, v in times.items() if n not in out}
+    entry["eliminated"] = sorted(n for n in alive if n not in times)
+    return [n for n in alive if n in times]
+
+
+def step_down(times: Dict[int, List[float]], alpha: float):
+    """The round's tests, worst first: (verdict, the jobs it sends out) pairs. Of the jobs a test finds
+    significantly slower only those with the largest rank sum leave; the rest are tested again
+    without them. A close pair is so judged on its own seeds: beside jobs that never reached the
+    target every seed ranks the same way, which makes Conover's pooled variance (and its p) tiny for
+    any difference between the others."""
+    times = dict(times)
+    while len(times) >= 2:
+        verdict = judge(times, alpha)
+        if not verdict.worse:
+            yield verdict, []
+            return
+        sums = rank_sums(times)
+        worst = max(sums[n] for n in verdict.worse)
+        out = sorted(n for n in verdict.worse if math.isclose(sums[n], worst))
+        yield verdict, out
+        times = {n: v for n, v in times.items() if n not in out}
 
 
 def finish(record: RaceRecord, survivors: List[int], stopped_by: str) -> None:

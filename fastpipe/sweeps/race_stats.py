@@ -123,6 +123,13 @@ def ranking(times: Dict[int, List[float]]) -> List[int]:
     return median_rank_order(jobs, seed_ranks(matrix), matrix)
 
 
+def rank_sums(times: Dict[int, List[float]]) -> Dict[int, float]:
+    """Each job's sum of within-seed ranks over the seeds (``times`` as ``ranking``)."""
+    jobs = sorted(times)
+    ranks = seed_ranks(np.array([times[j] for j in jobs], dtype=float).T)
+    return dict(zip(jobs, ranks.sum(axis=0).tolist()))
+
+
 def judge(times: Dict[int, List[float]], alpha: float) -> Verdict:
     """The test of one round (module docstring) over each survivor's per-seed times (as ``ranking``)."""
     jobs = sorted(times)
