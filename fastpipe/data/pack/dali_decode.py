@@ -8,7 +8,8 @@ CUDA (the GPU's hardware JPEG decoder for ``data.hw_decoder_load`` of the files,
 rest), ``cpu`` otherwise. A batch leaves DALI as uint8 N x H x W x 3 through DLPack, without a copy,
 bound to the stream current when it is taken (DeviceLoader's preparing stream, so DALI frees its
 memory in that stream's order); seen as N x 3 x H x W, it is prepared as a raw pack's batch is
-(augment.py: random-resized-crop + flip or resize, normalise).
+(augment.py: random-resized-crop + flip or resize, normalise). The labels are copied out of DALI's
+memory: they go on to the training step's stream.
 """
 from __future__ import annotations
 
@@ -108,11 +109,14 @@ class DaliDecoded:
     def _take(self):
         stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         images, labels = _decoding(self.pipe.outputs, self.path, cuda_stream=stream)
+        other = next((shape[:2] for shape in images.shape() if tuple(shape[:2]) != self.stored), None)
+        if other is not None:
+            raise DataError(f"a JPEG in pack {self.path} decodes to {tuple(other)}, not the stored {self.stored}; "
+                            "repack it")
         images = torch.from_dlpack(images.as_tensor())
-        if tuple(images.shape[1:3]) != self.stored:
-            raise DataError(f"a JPEG in pack {self.path} decodes to {tuple(images.shape[1:3])}, not the stored "
-                            f"{self.stored}; repack it")
-        return images.permute(0, 3, 1, 2), torch.from_dlpack(labels.as_tensor())
+        # The labels go on to the training step's stream, which DALI does not order its frees after: copied
+        # out (the images are read by the preparation alone, on the stream their memory is freed in).
+        return images.permute(0, 3, 1, 2), torch.from_dlpack(labels.as_tensor()).clone()
 
 
 def _graph(dali, feed: FileFeed, decoder: str, options: dict):

@@ -6,12 +6,14 @@ import builtins
 import json
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import cpu_runtime, make_settings, needs_dali, run_in_process
 
 from fastpipe.cli.pack import main as pack_main
 from fastpipe.data import build_loader, shapes
+from fastpipe.data.pack.jpeg import encode
 from fastpipe.data.pack.reader import PackReader
 from fastpipe.data.pack.shards import PackSet
 from fastpipe.data.splits import build_dataset
@@ -118,19 +120,28 @@ def test_a_run_trains_from_a_jpeg_pack_through_dali(packs, folder, tmp_path):
     assert "codec=jpeg  decoder=dali (cpu, num_threads=" in graph
 
 
+def damaged(pack, out, image: int, replace) -> str:
+    """A copy of ``pack`` whose JPEG ``image`` (a training image) is ``replace(its bytes)``, as long."""
+    reader, data = PackReader(pack), bytearray(pack.read_bytes())
+    start, end = (reader.data_offset + int(reader.offsets[i]) for i in (image, image + 1))
+    assert reader.split[image] == 0
+    data[start:end] = replace(bytes(data[start:end]))
+    out.write_bytes(bytes(data))
+    return str(out)
+
+
 @needs_dali
-def test_a_jpeg_dali_cannot_decode_is_one_line_naming_the_pack(packs, folder, tmp_path):
-    bad, reader = tmp_path / "bad.fppack", PackReader(packs["jpeg"])
-    data = bytearray(packs["jpeg"].read_bytes())
-    start, end = (reader.data_offset + int(reader.offsets[i]) for i in (3, 4))  # image 3: a training image
-    middle = (start + end) // 2
-    data[middle:end] = (b"\xff\x01" * (end - middle))[:end - middle]  # the second half: markers JPEG does not know
-    bad.write_bytes(bytes(data))
-    assert reader.split[3] == 0
+def test_a_jpeg_dali_cannot_decode_or_of_another_size_is_one_line_naming_the_pack(packs, folder, tmp_path):
+    half = lambda jpeg: jpeg[:len(jpeg) // 2] + (b"\xff\x01" * len(jpeg))[:len(jpeg) - len(jpeg) // 2]  # noqa: E731
+    bad = damaged(packs["jpeg"], tmp_path / "bad.fppack", 3, half)  # markers JPEG does not know
     with pytest.raises(DataError) as caught:
-        list(loader(folder, bad, "dali", extra=["data.verify=false"]))
+        list(loader(folder, bad, "dali", extra=["data.verify=false", "data.drop_last=false"]))
     assert str(caught.value).startswith(f"DALI's decoder fails on a JPEG of pack {bad} (DALI: ")
     assert str(caught.value).endswith(f"check the pack with `python -m fastpipe.pack --verify {bad}` and repack it")
+    small = encode(np.zeros((16, 16, 3), np.uint8), 90)
+    other = damaged(packs["jpeg"], tmp_path / "other.fppack", 5, lambda jpeg: small.ljust(len(jpeg), b"\0"))
+    with pytest.raises(DataError, match=rf"a JPEG in pack {other} decodes to \(16, 16\), not the stored \(32, 32\)"):
+        list(loader(folder, other, "dali", extra=["data.verify=false", "data.drop_last=false"]))
 
 
 def test_a_raw_pack_has_nothing_to_decode_whatever_data_decoder_says(packs, folder):
