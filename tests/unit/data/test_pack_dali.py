@@ -3,6 +3,7 @@ epochs of data.decoder=cpu, each rank's lanes, the held-out subset, a training r
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import sys
 
@@ -43,12 +44,13 @@ def packs(folder, tmp_path_factory):
     return made
 
 
-def loader(folder, path, decoder, train=True, dist=Dist(), subset=None, extra=()):
+def loader(folder, path, decoder, train=True, dist=Dist(), subset=None, extra=(), device="cpu"):
     s = make_settings(["data=mmap", f"data.path={path}", "dataset=imagefolder", f"dataset.root={folder}",
                        "dataset.image_size=24", "dataset.augment=true", f"data.decoder={decoder}",
                        "runtime.progress=false", *extra])
-    splits = build_dataset(s.dataset, cpu_runtime(dist), "imagefolder")
-    return build_loader(s.data, splits, cpu_runtime(dist), 8, s.seed, train, False, subset=subset)
+    runtime = dataclasses.replace(cpu_runtime(dist), device=torch.device(device))
+    splits = build_dataset(s.dataset, runtime, "imagefolder")
+    return build_loader(s.data, splits, runtime, 8, s.seed, train, False, subset=subset)
 
 
 def same_batches(a, b) -> None:
@@ -76,6 +78,22 @@ def test_dali_gives_decoder_cpus_batches_epoch_by_epoch_also_after_an_epoch_left
         assert len(b) == len(dali) == 38 // 8
         orders.append(torch.cat([y for _, y in b]).tolist())
     assert orders[0] != orders[1] != orders[2]  # a new order each epoch
+
+
+@needs_dali
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the mixed decoder needs CUDA (the CPU pipeline: above)")
+def test_the_mixed_decoder_on_cuda_gives_decoder_cpus_batches(packs, folder):
+    """The hardware decoder or nvJPEG against libjpeg-turbo, each batch handed over on the preparing stream."""
+    cpu, dali = (loader(folder, packs["jpeg"], d, device="cuda", extra=["data.hw_decoder_load=0.5"])
+                 for d in ("cpu", "dali"))
+    assert "decoder=dali (mixed, hw_decoder_load=0.5, " in dali.describe()
+    for epoch in (0, 1):
+        next(iter(dali))  # an epoch left early, then read whole
+        cpu.set_epoch(epoch)
+        dali.set_epoch(epoch)
+        batches = list(dali)
+        assert all(x.is_cuda and y.is_cuda for x, y in batches)
+        same_batches(list(cpu), batches)
 
 
 @needs_dali
