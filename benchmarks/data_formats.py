@@ -10,21 +10,30 @@ Steps, each a fresh process through runner.py, each a row written the moment it 
    page cache (epoch 1 from disk, epoch 2 from memory), the JPEG pack decoded by each of
    data.decoder's choices (gpu, cpu): images per second per epoch, what one GPU can be fed;
 4. ResNet-50 bf16 channels_last compile=default batch 256 (SGD, lr 0.1), 3 epochs, through the raw
-   pack, the JPEG pack with data.decoder=gpu and cpu: steady img/s, data-wait,
+   pack, the JPEG pack with each data.decoder of --decoders (gpu, cpu, dali): steady img/s, data-wait,
    warm-up, each epoch's seconds and held-out accuracy (the raw run goes first: the JPEG runs reuse
-   its compiled kernels from the Inductor cache, so their warm-up is shorter).
-Big files (the folder, the packs, the Inductor cache) live in --work, never under --out. Read rows: img/s is the second epoch's, "epoch 1 img/s" the first's (from the disk after the
+   its compiled kernels from the Inductor cache, so their warm-up is shorter);
+5. ``profile`` (not in the default --steps): the same training from the JPEG pack with each decoder,
+   14 steps under profile=on (steps 8-12 traced: fastpipe's torch.profiler group), the trace
+   summarized by lib/trace_summary.py into OUT/profile-jpeg-<decoder>.txt (step time, GPU busy, each
+   stream's busy time: the decoder's kernels and copies beside the step's), the trace itself gzipped
+   into OUT when under 5 MB (else left in --work); no img/s: the profiler slows the steps it traces.
+Big files (the folder, the packs, the Inductor cache, the traces) live in --work, never under --out. Read rows: img/s is the second epoch's, "epoch 1 img/s" the first's (from the disk after the
 eviction); train rows: img/s is the steady state, "epoch 1 s" includes compiling. Writes
 OUT/data_formats.jsonl (a line per step), OUT/data_formats.md (the table, rewritten after each
 step), OUT/data_formats.log (every command and its output), OUT/env.txt and OUT/runs/<step>/ (each
-run's metrics.json and graph.txt); prints the table last.
+run's metrics.json and graph.txt); prints the table last. data.decoder=dali needs NVIDIA DALI (the
+dali extra). Measured on the H200 (51,200 images, docs/performance.md): generate ~80 s, each pack
+~20 s, each train row 1.5-2 min.
 
     python benchmarks/data_formats.py --out $OUT --deadline 480        # on the H200
+    python benchmarks/data_formats.py --out $OUT --steps train,profile --codecs raw,jpeg --decoders gpu,dali
     python benchmarks/data_formats.py --out /tmp/df --smoke             # CPU, tiny: checks the script
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import subprocess
@@ -37,6 +46,9 @@ from lib.runner import (Deadline, add_common_args, append_jsonl, run_command, ru
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+# The profile step: profile=on's default schedule traces steps 8-12; 14 steps, measured from step 5.
+PROFILE = ["profile=on", "train.max_steps=14", "measure.warmup_steps=5", "measure.window=3"]
+TRACE_KEPT_BYTES = 5_000_000  # a gzipped trace larger than this stays in --work
 
 
 def settings(a) -> dict:
@@ -47,14 +59,16 @@ def settings(a) -> dict:
                 "dataset.image_size=32", "dataset.augment=true"]
         train = ["device=cpu", "model=tiny_cnn", "compile=off", "train.batch_size=16", "train.epochs=2",
                  "measure.warmup_steps=2", "measure.window=3", "launcher.fresh_process=false", "runtime.progress=false"]
-        return {"data": data, "train": train, "read": ["device=cpu", "train.batch_size=16"], "decoders": ["cpu"]}
+        return {"data": data, "train": train, "read": ["device=cpu", "train.batch_size=16"], "decoders": ["cpu"],
+                "profile": PROFILE}
     data = ["dataset.source_size=[500,375]", f"dataset.num_images={a.images or 51200}",
             "dataset.image_size=224", "dataset.augment=true"]
     train = ["model=resnet50", "+model.zero_init_residual=true", "precision=amp", "precision.dtype=bf16",
              "runtime.channels_last=true", "compile=default", "optimizer=sgd", "optimizer.lr=0.1",
              "lr_schedule.warmup_steps=10", "train.batch_size=256", "train.epochs=3", "measure.warmup_steps=20",
              "measure.window=10", "runtime.progress=false"]
-    return {"data": data, "train": train, "read": ["train.batch_size=256"], "decoders": ["gpu", "cpu"]}
+    return {"data": data, "train": train, "read": ["train.batch_size=256"], "decoders": ["gpu", "cpu"],
+            "profile": PROFILE}
 
 
 def environment(a, log) -> str:
@@ -116,17 +130,56 @@ def read(a, s, codec: str, decoder: str, cold: bool, log, deadline) -> dict:
     return dict(row, step=name, first_img_per_s=rates[0], img_per_s=rates[-1])
 
 
+def training(a, s, codec: str, decoder: str) -> list:
+    """The overrides of a training run from the ``codec`` pack with data.decoder=``decoder``."""
+    return ["dataset=shapes", *s["data"], *s["train"], "data=mmap", f"data.path={a.work / f'pack-{codec}.fppack'}",
+            f"data.decoder={decoder}", "data.verify=false"]  # checksums: the pack command's --verify
+
+
 def train(a, s, codec: str, decoder: str, log, deadline) -> dict:
     name = f"train {codec}" + (f" ({decoder} decode)" if codec == "jpeg" else "")
-    overrides = ["dataset=shapes", *s["data"], *s["train"], "data=mmap", f"data.path={a.work / f'pack-{codec}.fppack'}",
-                 f"data.decoder={decoder}", "data.verify=false"]  # checksums: the pack command's --verify
-    m = run_fastpipe(overrides, a.out / "runs" / name.replace(" (", "-").replace(" ", "-").replace(")", ""),
-                     deadline.timeout(a.timeout), log, env={"TORCHINDUCTOR_CACHE_DIR": str(a.work / "inductor")})
+    run_dir = a.out / "runs" / name.replace(" (", "-").replace(" ", "-").replace(")", "")
+    m = run_fastpipe(training(a, s, codec, decoder), run_dir, deadline.timeout(a.timeout), log,
+                     env={"TORCHINDUCTOR_CACHE_DIR": str(a.work / "inductor")})
     epochs = m.get("epoch_times_s") or []
     return {"step": name, "status": m.get("status", "failed"), "reason": m.get("reason"), "wall_s": m.get("wall_s"),
             "img_per_s": m.get("throughput"), "data_wait_frac": m.get("data_wait_frac"), "warmup_s": m.get("warmup_s"),
             "epoch_times_s": epochs, "epoch1_s": epochs[0] if epochs else None, "last_epoch_s": epochs[-1] if epochs else None,
             "accuracy": (m.get("val_metrics") or {}).get("accuracy"), "graph": m.get("run_dir")}
+
+
+def profile(a, s, decoder: str, log, deadline) -> dict:
+    """A few steps from the JPEG pack under profile=on; the trace summarized into OUT (its run stays in --work)."""
+    name, run_dir = f"profile-jpeg-{decoder}", a.work / "profile" / decoder
+    m = run_fastpipe([*training(a, s, "jpeg", decoder), *s["profile"]], run_dir, deadline.timeout(a.timeout), log,
+                     env={"TORCHINDUCTOR_CACHE_DIR": str(a.work / "inductor")})
+    row = {"step": f"profile jpeg ({decoder} decode)", "status": m.get("status", "failed"), "reason": m.get("reason"),
+           "wall_s": m.get("wall_s")}
+    traces = sorted((run_dir / "profile").glob("*.pt.trace.json*"))
+    if row["status"] == "ok" and not traces:
+        row.update(status="failed", reason=f"no trace in {run_dir / 'profile'}")
+    if row["status"] == "ok":
+        row.update(summarize_trace(traces[-1], run_dir, a.out, name))
+    return row
+
+
+def summarize_trace(trace: Path, run_dir: Path, out: Path, name: str) -> dict:
+    """OUT/NAME.txt: the run's loader line and lib/trace_summary.py's summary; the gzipped trace beside it
+    when it is small enough to keep with the results."""
+    from lib.trace_summary import load_events, summarize
+
+    loader = [line.strip() for line in (run_dir / "graph.txt").read_text().splitlines() if "loader" in line]
+    (out / f"{name}.txt").write_text(f"trace {trace}\n{loader[0] if loader else ''}\n\n"
+                                     f"{summarize(load_events(trace))}\n")
+    packed = trace if trace.suffix == ".gz" else trace.with_name(trace.name + ".gz")
+    if packed != trace:
+        with open(trace, "rb") as src, gzip.open(packed, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    kept = packed.stat().st_size < TRACE_KEPT_BYTES
+    if kept:
+        shutil.copy(packed, out / f"{name}.pt.trace.json.gz")
+    return {"summary": str(out / f"{name}.txt"), "trace": str(out / f"{name}.pt.trace.json.gz" if kept else packed),
+            "trace_gz_bytes": packed.stat().st_size}
 
 
 COLUMNS = [("step", "step"), ("img/s", "img_per_s", ",.0f"), ("bytes/image", "bytes_per_image", ",.0f"),
@@ -146,10 +199,11 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU, tiny_cnn, 320 small images: checks the script")
     p.add_argument("--steps", default="generate,pack,train,read",
                    help="the kinds of step to run, comma-separated (a later call on the same --work reuses its "
-                        "folder and packs): generate, pack, train, read")
+                        "folder and packs): generate, pack, train, read, profile")
     p.add_argument("--codecs", default="raw,jpeg", help="the packs the train and read rows use, comma-separated")
-    p.add_argument("--decoders", default=None, help="the JPEG pack's data.decoder choices the train and read rows "
-                                                    "use, comma-separated (default: gpu,cpu; smoke: cpu)")
+    p.add_argument("--decoders", default=None, help="the JPEG pack's data.decoder choices (gpu, cpu, dali) the train, "
+                                                    "read and profile rows use, comma-separated (default: gpu,cpu; "
+                                                    "smoke: cpu)")
     add_common_args(p, timeout_s=200)
     a = p.parse_args(argv)
     kinds, codecs = set(a.steps.split(",")), set(a.codecs.split(","))
@@ -168,7 +222,8 @@ def main(argv=None) -> int:
              *[("train", lambda log: train(a, s, "raw", "auto", log, deadline))] * raw,
              *[("train", (lambda d: lambda log: train(a, s, "jpeg", d, log, deadline))(d)) for d in decoders if jpeg],
              *[("read", lambda log: read(a, s, "raw", "auto", True, log, deadline))] * raw,
-             *[("read", (lambda d: lambda log: read(a, s, "jpeg", d, False, log, deadline))(d)) for d in decoders if jpeg]]
+             *[("read", (lambda d: lambda log: read(a, s, "jpeg", d, False, log, deadline))(d)) for d in decoders if jpeg],
+             *[("profile", (lambda d: lambda log: profile(a, s, d, log, deadline))(d)) for d in decoders]]
     steps = [(kind, step) for kind, step in steps if kind in kinds]
     with open(a.out / "data_formats.log", "a") as log:
         log.write(f"# benchmarks/data_formats.py {' '.join(argv if argv is not None else sys.argv[1:])}\n")

@@ -9,6 +9,12 @@ from fastpipe.config.registry import Requirement, register
 from fastpipe.errors import ConfigError
 
 
+def check_share(key: str, value) -> None:
+    """A fraction in [0, 1] (data.hw_decoder_load)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{key}={value!r} must lie in [0, 1]")
+
+
 def _pin(setting, device_type: str) -> bool:
     return device_type == "cuda" if setting == "auto" else bool(setting)
 
@@ -108,8 +114,14 @@ class MmapLoaderConfig(LoaderCommon):
     # (about 1/10 of the bytes, decoded per batch). A data.path pack is read as it was written.
     codec: Optional[str] = None
     quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100); for any other pack a warning says it does nothing
-    decoder: str = "auto"  # JPEG packs: gpu (nvJPEG, batched) | cpu (threads); auto = gpu when training on CUDA
-    decode_threads: Any = "auto"  # data.decoder=cpu: threads decoding each batch; auto = this process's cores
+    # JPEG packs: gpu (torchvision's batched nvJPEG) | cpu (threads) | dali (one NVIDIA DALI pipeline: the GPU's
+    # hardware JPEG decoder on CUDA, its CPU decoder otherwise, data.prefetch batches ahead; needs fastpipe[dali]);
+    # auto = gpu when training on CUDA, else cpu. Raw packs have nothing to decode: the key changes nothing there.
+    decoder: str = "auto"
+    decode_threads: Any = "auto"  # data.decoder=cpu or dali: threads decoding (DALI's); auto = this process's cores
+    # data.decoder=dali on CUDA: share of the JPEGs given to the hardware JPEG decoder (the rest: nvJPEG on the
+    # SMs with CPU Huffman decoding, which compete with the training step); 1.0 = all of them.
+    hw_decoder_load: float = 1.0
     # Sharded packs: samples held back to shuffle a sequential read (over all ranks; fewer than 2 a lane is
     # refused); 0 = every epoch a fresh permutation of each rank's samples; auto = 0 when this rank's shards
     # fit in half the RAM, else 16384.
@@ -131,12 +143,13 @@ class MmapLoaderConfig(LoaderCommon):
             one_of("data.codec", self.codec, ("raw", "jpeg"))
         if isinstance(self.quality, bool) or not isinstance(self.quality, int) or not 1 <= self.quality <= 100:
             raise ConfigError(f"data.quality={self.quality!r} must be an integer in 1..100")
-        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu"))
+        one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu", "dali"))
         auto_or_int("data.decode_threads", self.decode_threads, minimum=1)
+        check_share("data.hw_decoder_load", self.hw_decoder_load)
         auto_or_int("data.shuffle_buffer", self.shuffle_buffer, minimum=0)
 
     def decoder_for(self, device_type: str) -> str:
-        """``auto`` = ``gpu`` (nvJPEG) when training on CUDA, ``cpu`` otherwise."""
+        """``auto`` = ``gpu`` (nvJPEG) when training on CUDA, ``cpu`` otherwise; ``dali`` runs on either."""
         if self.decoder == "auto":
             return "gpu" if device_type == "cuda" else "cpu"
         if self.decoder == "gpu" and device_type != "cuda":
@@ -181,8 +194,7 @@ class DaliLoaderConfig(LoaderCommon):
         auto_or_int("data.num_threads", self.num_threads, minimum=1)
         if self.prefetch_queue_depth < 1:
             raise ConfigError("data.prefetch_queue_depth must be >= 1")
-        if not 0.0 <= self.hw_decoder_load <= 1.0:
-            raise ConfigError(f"data.hw_decoder_load={self.hw_decoder_load} must lie in [0, 1]")
+        check_share("data.hw_decoder_load", self.hw_decoder_load)
 
     def threads(self, cores: int) -> int:
         return max(1, cores) if self.num_threads == "auto" else int(self.num_threads)

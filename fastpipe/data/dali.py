@@ -20,17 +20,17 @@ from fastpipe.runtime import Runtime
 
 READER = "Reader"  # the reader's name: the iterator reads epoch and shard sizes from it
 INSTALL_HINT = ('pip install "fastpipe[dali]" (it brings nvidia-dali-cuda130, for CUDA 13 drivers; on a '
-                'CUDA 12 setup install nvidia-dali-cuda120 instead), or choose another loader: data=default')
+                'CUDA 12 setup install nvidia-dali-cuda120 instead)')
 
 
-def import_dali() -> SimpleNamespace:
-    """DALI's modules, or an EnvironmentProblem that names the package to install."""
+def import_dali(who: str = "data=dali", instead: str = "choose another loader: data=default") -> SimpleNamespace:
+    """DALI's modules, or an EnvironmentProblem: ``who`` needs the package, how to install it, or ``instead``."""
     try:
         from nvidia.dali import fn, pipeline_def, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
     except ImportError as exc:
-        raise EnvironmentProblem(f"data=dali needs NVIDIA DALI, which cannot be imported here ({exc}); "
-                                 f"install it: {INSTALL_HINT}") from exc
+        raise EnvironmentProblem(f"{who} needs NVIDIA DALI, which cannot be imported here ({exc}); "
+                                 f"install it: {INSTALL_HINT}, or {instead}") from exc
     return SimpleNamespace(fn=fn, pipeline_def=pipeline_def, types=types,
                            Iterator=DALIGenericIterator, LastBatchPolicy=LastBatchPolicy)
 
@@ -40,10 +40,12 @@ def decode_options(decoder: str, cfg, roi: bool, rgb) -> dict:
     decode (PIL, like torchvision's ImageFolder) does not apply it: every loader trains on the same
     pixels. Fancy (libjpeg-style) chroma upsampling is asked for whole-image GPU
     decodes only: for ROI (random-crop) decodes with nvJPEG < 13.2 nvImageCodec declines it (edge
-    pixels may come out wrong) and prints a warning for every image (thousands a second on an H200)."""
+    pixels may come out wrong) and prints a warning for every image (thousands a second on an H200).
+    ``cfg``: a loader's config with ``hw_decoder_load`` (and ``jpeg_fancy_upsampling``; none: on)."""
     options = {"device": decoder, "output_type": rgb, "adjust_orientation": False}
     if decoder == "mixed":
-        options.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=cfg.jpeg_fancy_upsampling and not roi)
+        fancy = getattr(cfg, "jpeg_fancy_upsampling", True) and not roi
+        options.update(hw_decoder_load=cfg.hw_decoder_load, jpeg_fancy_upsampling=fancy)
     return options
 
 

@@ -135,9 +135,14 @@ class DeviceLoader:
                 yield self.prepare(batch)
             return
         current = torch.cuda.current_stream()
-        pending = None
-        for batch in host:
+        pending, batches = None, iter(host)
+        while True:
+            # Taken on the side stream too: a host loader that makes its batches on the GPU (a DALI
+            # pipeline) binds them to the stream current when they are taken, the one preparing them.
             with torch.cuda.stream(self.stream):
+                batch = next(batches, None)
+                if batch is None:
+                    break
                 ready = self.prepare(batch)
             if pending is not None:
                 yield pending

@@ -3,8 +3,8 @@
 Where the batches come from:
 - image datasets (``ImageFiles``): an images pack (one file or shards; raw uint8 read with one
   ``np.take`` per batch into pinned memory, or JPEG decoded per batch on the GPU or in CPU
-  threads); random-resized-crop + flip or a resize and the normalisation then run on the training
-  device (augment.py);
+  threads, or by one DALI pipeline the reader threads feed, pack/dali_decode.py); random-resized-crop
+  + flip or a resize and the normalisation then run on the training device (augment.py);
 - datasets that are memory-mapped themselves and can read a batch at once (``read_batch``, e.g.
   ``dataset=tokens``): straight from their own map;
 - any other dataset of fixed-shape samples: a records pack (pack/records.py), packed once.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from itertools import islice
 
 import numpy as np
@@ -21,11 +22,12 @@ import torch
 from fastpipe.config import MmapLoaderConfig
 from fastpipe.data.augment import DeviceTransform, ImagePackPrep
 from fastpipe.data.device import DeviceLoader, MovePrep
+from fastpipe.data.pack.dali_decode import dali_decoded, describe_dali
 from fastpipe.data.pack.format import TRAIN, VAL
 from fastpipe.data.pack.jpeg import StreamSafe
 from fastpipe.data.pack.records import RecordPack
 from fastpipe.data.pack.resolve import jpeg_decoder, open_own_shards, read_plan, resolve_pack
-from fastpipe.data.pack.source import PackImages
+from fastpipe.data.pack.source import PackFiles, PackImages
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import ConfigError, no_full_batch
 from fastpipe.measure.setup import setup_part
@@ -127,6 +129,27 @@ class PackBatches:
             pool.shutdown(wait=False)
 
 
+def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Runtime, pin: bool, train: bool,
+                  channels_last: bool, seed: int):
+    """An images pack's (source, device preparation, its geometry, words for the description, the decoding
+    stage around the host's reads or None): JPEGs decoded by data.decoder's choice, augmented per dataset.augment."""
+    device, size = runtime.device, splits.train.image_size
+    augment = splits.train.augment and train
+    prepare = ImagePackPrep(DeviceTransform(device, size, augment, channels_last, seed + runtime.dist.rank))
+    geometry = ("random-resized-crop+flip" if augment else
+                "as stored" if packs.stored == (size, size) else "resize") + ", normalise"
+    words = f"  stored={packs.stored[0]}x{packs.stored[1]}  codec={packs.codec}"
+    if packs.codec == "jpeg" and cfg.decoder_for(device.type) == "dali":  # one DALI pipeline decodes the files
+        gpu = reader_gpu(device) if device.type == "cuda" else None
+        decode = partial(dali_decoded, cfg=cfg, runtime=runtime, stored=packs.stored, path=packs.path, gpu=gpu)
+        return PackFiles(packs), prepare, geometry, f"{words}  {describe_dali(cfg, runtime)}", decode
+    decoder = jpeg_decoder(cfg, packs, runtime, pin)  # None for a raw pack: data.decoder changes nothing
+    if decoder is not None:
+        prepare = StreamSafe(prepare) if decoder.where == "gpu" else prepare
+        words += f"  decoder={decoder.where}"
+    return PackImages(packs, decoder), prepare, geometry, words, None
+
+
 def _pick(indices: np.ndarray, subset) -> np.ndarray:
     """The split's pack indices, or those at the positions ``subset`` (a held-out subset)."""
     return indices if subset is None else indices[np.asarray(subset, dtype=np.int64)]
@@ -151,6 +174,7 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         raise ConfigError("data.pin_memory=true needs CUDA (pinned memory speeds host-to-GPU copies); "
                           "use data.pin_memory=auto")
     dataset = splits.train if train else splits.val
+    decode = None  # a stage between the host's reads and the device's preparation (data.decoder=dali)
     if hasattr(dataset, "read_batch") and not cfg.path:  # memory-mapped itself: no pack
         source, indices, how = DatasetSource(dataset), _pick(np.arange(len(dataset)), subset), "the dataset's own memory map"
         prepare, geometry, plan = MovePrep(device), "as read", None
@@ -159,15 +183,9 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
             packs, found, verified = resolve_pack(cfg, splits, runtime)
         indices, how = _pick(packs.indices(TRAIN if train else VAL), subset), f"pack={packs.path} ({found})  {verified}"
         if splits.is_images:
-            decoder = jpeg_decoder(cfg, packs, runtime, pin)
-            source, augment = PackImages(packs, decoder), splits.train.augment and train
-            size = splits.train.image_size
-            prepare = ImagePackPrep(DeviceTransform(device, size, augment, channels_last, seed + dist.rank))
-            prepare = StreamSafe(prepare) if decoder is not None and decoder.where == "gpu" else prepare
-            geometry = ("random-resized-crop+flip" if augment else
-                        "as stored" if packs.stored == (size, size) else "resize") + ", normalise"
-            how += f"  stored={packs.stored[0]}x{packs.stored[1]}  codec={packs.codec}"
-            how += f"  decoder={decoder.where}" if decoder is not None else ""
+            source, prepare, geometry, words, decode = _image_stages(cfg, packs, splits, runtime, pin, train,
+                                                                     channels_last, seed)
+            how += words
         else:
             source, prepare, geometry = RecordPack(packs.reader(0)), MovePrep(device), "as stored"
         plan = read_plan(cfg, packs, indices, dist, batch_size, seed, cfg.drop_last) if train else None
@@ -180,5 +198,5 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         raise no_full_batch(host._epoch_size(), batch_size, dist.world_size)
     description = (f"mmap  {how}  threads={threads}  prefetch={cfg.prefetch}  pin_memory={pin}  "
                    f"drop_last={host.drop_last}  verify={cfg.verify}  on {device.type}: {geometry}")
-    return MmapLoader(host, prepare, host, description)
+    return MmapLoader(host if decode is None else decode(host), prepare, host, description)
 

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import HAVE_DALI, REPO, load_benchmark_runner, needs_dali, run_side_by_side
 
+SMOKE_DECODERS = ("cpu", "dali") if HAVE_DALI else ("cpu",)  # data_formats.py's JPEG decoders in its smoke
+
 
 def _check_overhead(out):
     """overhead.py --smoke's results (run by phase 1 of h200_plan.sh below)."""
@@ -182,7 +184,8 @@ def smokes(tmp_path_factory):
     def script(name, *args):
         return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
 
-    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop", "ttt")}
+    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop", "ttt",
+                                          "data-formats")}
     for folder in out.values():
         folder.mkdir()
     commands = {
@@ -196,6 +199,9 @@ def smokes(tmp_path_factory):
         "lm-handloop": script("lib/lm_handloop.py", "--device", "cpu", "--smoke"),
         "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
                       "--work", out["ttt"] / "work"),
+        "data-formats": script("data_formats.py", "--smoke", "--out", out["data-formats"] / "out", "--work",
+                               out["data-formats"] / "work", "--steps", "generate,pack,train,read,profile",
+                               "--decoders", ",".join(SMOKE_DECODERS)),
     }
     if HAVE_DALI:
         commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
@@ -318,6 +324,24 @@ def test_benchmark_script_smoke_mode(smokes):
     assert len(traces) == 1  # rank 0 only
     summary = _script("lib/trace_summary.py", traces[0])
     assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
+
+
+def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(smokes):
+    """benchmarks/data_formats.py --smoke with every step: a row each, the decoder named in each JPEG run's
+    graph.txt, and the profile step's trace summary (and the small trace, gzipped) in OUT."""
+    folder, proc = smokes["data-formats"]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = folder / "out"
+    rows = {r["step"]: r for r in map(json.loads, (out / "data_formats.jsonl").read_text().splitlines())}
+    assert set(rows) == {"generate the JPEG folder", "pack raw", "pack jpeg", "train raw", "read raw, evicted first",
+                         *(f"{kind} jpeg ({d} decode)" for kind in ("train", "read", "profile") for d in SMOKE_DECODERS)}
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    for d in SMOKE_DECODERS:
+        assert rows[f"train jpeg ({d} decode)"]["img_per_s"] > 0 and rows[f"read jpeg ({d} decode)"]["img_per_s"] > 0
+        assert f"codec=jpeg  decoder={d}" in (out / "runs" / f"train-jpeg-{d}-decode" / "graph.txt").read_text()
+        summary = (out / f"profile-jpeg-{d}.txt").read_text()
+        assert f"codec=jpeg  decoder={d}" in summary and "5 profiled steps" in summary
+        assert 0 < (out / f"profile-jpeg-{d}.pt.trace.json.gz").stat().st_size < 5_000_000
 
 
 def _rows(out) -> dict:

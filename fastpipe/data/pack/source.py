@@ -1,4 +1,5 @@
-"""Images packs as batch sources for data=mmap: one gather per shard run, then JPEG decoding if any."""
+"""Images packs as batch sources for data=mmap: one gather per shard run, then JPEG decoding if any
+(or the JPEG files themselves, for a decoder downstream)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -37,3 +38,16 @@ class PackImages:
             files = [f for reader, local, _ in self.packs.runs(idx) for f in gather(reader, local)]
             images = self.decoder(files)
         return images, labels.pin_memory() if pin else labels
+
+
+class PackFiles:
+    """The JPEG files of a JPEG pack, undecoded, for a decoder that takes whole batches of files
+    (data.decoder=dali): ``read_batch(sorted positions)`` -> (one uint8 array per file, int64 labels)."""
+
+    def __init__(self, packs: PackSet) -> None:
+        self.packs, self.path = packs, packs.path
+
+    def read_batch(self, idx: np.ndarray, pin: bool = False):
+        """``pin`` is not used: the decoder copies the files into memory of its own."""
+        files = [f.numpy() for reader, local, _ in self.packs.runs(idx) for f in gather(reader, local)]
+        return files, self.packs.labels(idx)
