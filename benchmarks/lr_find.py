@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from runner import Deadline, add_common_args, append_jsonl, read_json, run_fastpipe, skipped, write_markdown_table
+from lib.runner import Deadline, add_common_args, append_jsonl, read_json, run_fastpipe, skipped, write_markdown_table
 
 RULES = ("valley", "steepest", "min_div10")
 IMAGE = ["report.objective=time_to_target", "train.target=0.95", "train.eval_every=10", "train.epochs=6"]

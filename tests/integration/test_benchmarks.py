@@ -31,6 +31,15 @@ def _load_trace_summary():
     return module
 
 
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
+def test_every_benchmark_script_imports_and_prints_its_usage(script):
+    """Each script's imports resolve from the benchmarks folder as its recipe runs it (``lib.runner``,
+    its sibling scripts): a renamed helper fails here, not at the start of a device call."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-2000:]
+
+
 def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     """A hand-made trace of two 10 ms steps: compute on stream 7, an all-reduce on stream 20 that
     overlaps compute for 1 ms and runs alone for 2 ms, a 3 ms idle gap while the host synchronises."""
