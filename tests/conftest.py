@@ -171,6 +171,23 @@ def run_sweep(sweep_dir, args, *paths, timeout=600):
 GRID_ARGS = ["precision=fp32,amp", "compile=off,default", "launcher.fresh_process=false"] + TINY
 
 
+@pytest.fixture
+def without_dali(monkeypatch):
+    """A machine without NVIDIA DALI: every ``nvidia.dali`` import fails as an absent package's does."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_dali(name, *args, **kwargs):
+        if name.startswith("nvidia.dali"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    for mod in [m for m in sys.modules if m.startswith("nvidia.dali")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setattr(builtins, "__import__", no_dali)
+
+
 @pytest.fixture(scope="session")
 def grid_sweep(tmp_path_factory):
     """The GRID_ARGS sweep, run once per session: (its folder, the finished process)."""

@@ -1,10 +1,8 @@
 """data=dali on CPU-only DALI pipelines: training, batch format, sharding, and the clear errors."""
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
-import sys
 
 import pytest
 import torch
@@ -133,17 +131,7 @@ def test_abandoned_epoch_is_finished_before_the_next(spec):
     assert len(list(dl)) == len(dl)
 
 
-def test_missing_dali_names_the_extra(spec, monkeypatch, tmp_path):
-    real_import = builtins.__import__
-
-    def no_dali(name, *args, **kwargs):
-        if name.startswith("nvidia.dali"):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    for mod in [m for m in sys.modules if m.startswith("nvidia.dali")]:
-        monkeypatch.delitem(sys.modules, mod)
-    monkeypatch.setattr(builtins, "__import__", no_dali)
+def test_missing_dali_names_the_extra(spec, without_dali, tmp_path):
     with pytest.raises(EnvironmentProblem) as exc:
         loader(spec, train=True)
     message = str(exc.value)

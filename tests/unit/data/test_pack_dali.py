@@ -2,10 +2,8 @@
 epochs of data.decoder=cpu, each rank's lanes, the held-out subset, a training run, and the refusals."""
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -172,17 +170,7 @@ def test_a_raw_pack_has_nothing_to_decode_whatever_data_decoder_says(packs, fold
         make_settings(["data=mmap", "data.decoder=nvjpeg"])
 
 
-def test_missing_dali_is_one_line_naming_the_extra(packs, folder, monkeypatch, tmp_path):
-    real_import = builtins.__import__
-
-    def no_dali(name, *args, **kwargs):
-        if name.startswith("nvidia.dali"):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    for mod in [m for m in sys.modules if m.startswith("nvidia.dali")]:
-        monkeypatch.delitem(sys.modules, mod)
-    monkeypatch.setattr(builtins, "__import__", no_dali)
+def test_missing_dali_is_one_line_naming_the_extra(packs, folder, without_dali, tmp_path):
     with pytest.raises(EnvironmentProblem) as caught:
         loader(folder, packs["jpeg"], "dali")
     message = str(caught.value)
