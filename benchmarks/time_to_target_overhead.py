@@ -26,6 +26,8 @@ A run's files are committed under results/time-to-target-overhead/<machine>-<dat
     bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && \\
         python3 benchmarks/time_to_target_overhead.py --phase 1 --out $OUT --deadline 540
     python3 benchmarks/time_to_target_overhead.py --phase all --out /tmp/ttt --smoke
+
+`--phase search` runs phase 1's batch search alone (writes `$OUT/psearch/`): a call of about two minutes.
 """
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ PARTS = ("setup", "compile", "train", "eval", "checkpoint", "wall_s")
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="each phase writes OUT/pN/")
-    p.add_argument("--phase", default="1", choices=["1", "2", "all"])
+    p.add_argument("--phase", default="1", choices=["1", "2", "all", "search"],
+                   help="search: phase 1's batch search alone (no data to prepare: a short device call)")
     p.add_argument("--work", type=Path, default=Path("/tmp/fp-ttt"), help="the dataset, its pack and run folders")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="DataLoader workers of both")
     p.add_argument("--repeats", type=int, default=2, help="start-up measurements of each kind")
@@ -236,6 +239,10 @@ def write_tables(ph: Phase) -> str:
 
 def run_phase(a, number: str) -> None:
     ph, deadline = Phase(a, number), Deadline(a.deadline)
+    if number == "search":
+        batch_search(ph, deadline)
+        print(write_tables(ph), flush=True)
+        return
     root = prepare(ph, deadline)
     if number == "1":
         start_up(ph, deadline, root)
