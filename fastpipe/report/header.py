@@ -10,6 +10,7 @@ from fastpipe.record.provenance import describe
 from fastpipe.report.columns import num
 from fastpipe.report.formats import metric_text
 from fastpipe.report.lr_found import suggestion_lines
+from fastpipe.report.rows import FINISHED
 from fastpipe.report.sweep import SweepResult
 from fastpipe.report.target import header_lines as target_header
 from fastpipe.sweeps.race_stats import p_text
@@ -156,11 +157,18 @@ def race_lines(record) -> List[str]:
     return lines
 
 
+def _status_counts(rows: List[dict]) -> str:
+    """"4 ok, 1 unmeasured, 1 not ok": a job that finished without a steady-state window, or whose compile
+    ran eager, finished (it can win) but is not counted as plainly ok."""
+    finished = [r["status"] for r in rows if r["status"] in FINISHED]
+    counts = [f"{finished.count('ok')} ok"] + [f"{finished.count(s)} {s}" for s in FINISHED[1:] if s in finished]
+    return ", ".join(counts + [f"{len(rows) - len(finished)} not ok"])
+
+
 def header_lines(result: SweepResult) -> List[str]:
     """The lines above the table."""
     rows, cols, base, best = result.rows, result.columns, result.baseline, result.best
-    ok = sum(r["status"] == "ok" for r in rows)
-    out = [f"- sweep: `{result.sweep_dir}` · {len(rows)} jobs, {ok} ok, {len(rows) - ok} not ok"]
+    out = [f"- sweep: `{result.sweep_dir}` · {len(rows)} jobs, {_status_counts(rows)}"]
     out += machine_lines(result) + provenance_lines(result)
     how = "named by report.baseline" if result.spec.baseline not in (None, "") else "the first listed value of every swept key"
     out.append(f"- baseline: job {base['job']} ({_label(base, cols)}), {how}" if base else "- baseline: none")

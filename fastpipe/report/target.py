@@ -127,7 +127,8 @@ def header_lines(result, clock: str) -> List[str]:
         if fastest is not None and fastest is not best:
             lines.append(f"- throughput ranking: job {fastest['job']} trains fastest per sample "
                          f"({fastest['throughput']:,.1f} samples/s against the winner's "
-                         f"{best['throughput'] or 0:,.1f}) but reaches the target "
+                         + (f"{best['throughput']:,.1f}" if best["throughput"] is not None else "n/a: not measured")
+                         + ") but reaches the target "
                          + (f"in {fastest['time_to_target_s']:,.1f} s" if fastest["target_reached"] else "not at all")
                          + ": the two rankings disagree")
     return lines

@@ -123,3 +123,14 @@ def test_hparams_carry_the_target(tmp_path):
     assert events.Scalars("time_to_target_s")[0].value == 60.0 and events.Scalars("target_reached")[0].value == 1.0
     session = (tmp_path / "hparams" / "job-1")
     assert any(b"accuracy >= 0.95" in f.read_bytes() for f in session.glob("events.out.tfevents.*"))
+
+
+def test_a_winner_without_a_measured_throughput_counts_as_finished_and_its_rate_reads_n_a(tmp_path):
+    """A run that reached the target before its first steady-state window has no throughput (status
+    unmeasured): it can win, the header does not count it as not ok, and no "0.0 samples/s" is made up."""
+    result = sweep(tmp_path, [(100.0, target(60.0, True)), (None, target(20.0, True, steps=20)),
+                              (300.0, target(50.0, False))])
+    assert result.best["job"] == 1
+    md = (tmp_path / "report.md").read_text()
+    assert "3 jobs, 2 ok, 1 unmeasured, 0 not ok" in md
+    assert "against the winner's n/a: not measured)" in md and "winner's 0.0" not in md
