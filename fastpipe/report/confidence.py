@@ -81,7 +81,7 @@ def throughput(rows: List[dict], best: Optional[dict], max_spread: float) -> Con
 
 def target(rows: List[dict], best: Optional[dict]) -> Confidence:
     """The verdict on a time-to-target ranking of grid or halving jobs (module docstring)."""
-    from fastpipe.sweeps.race_stats import judge
+    from fastpipe.sweeps.race_stats import step_down
 
     if best is None:
         return Confidence("none")
@@ -95,13 +95,16 @@ def target(rows: List[dict], best: Optional[dict]) -> Confidence:
     times = {r["job"]: [math.inf if t is None else t for t in r["target_runs"]] for r in field_}
     if len(times) < 2:
         return Confidence("separated", [f"- noise: job {best['job']} is the only job with {runs} runs to rank"])
-    verdict = judge(times, ALPHA)
+    steps = list(step_down(times, ALPHA))  # the race's own test, so both name the same winner or tie
+    verdict, out = steps[-1][0], {j for _, sent in steps for j in sent}
     others = [j for j in times if j != best["job"]]
-    how = _test_text(verdict, runs)
-    if verdict.leader == best["job"] and set(verdict.worse) == set(others):
+    before = sorted(j for _, sent in steps[:-1] for j in sent)  # sent out by the earlier tests
+    how = _test_text(verdict, runs) + (f", after job(s) {', '.join(map(str, before))} were found slower"
+                                       if before else "")
+    if verdict.leader == best["job"] and out == set(others):
         return Confidence("separated", [f"- winner: job {best['job']}, separated from every other job at alpha "
                                         f"{ALPHA:g} after {runs} seeds ({how})"])
-    tied = [best["job"]] + [j for j in others if j not in verdict.worse]
+    tied = [best["job"]] + [j for j in others if j not in out]
     few = (" (an exact paired test needs at least 5 seeds to separate two jobs at 0.05: raise report.repeats, or "
            "race them: hydra/sweeper=race)" if runs < 5 else "")
     return Confidence("tie", [f"- tie: jobs {', '.join(map(str, tied))} ({runs} seeds): not separated at alpha "

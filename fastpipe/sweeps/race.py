@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.record.results import write_json_atomic
-from fastpipe.sweeps.race_stats import judge, p_text, rank_sums, ranking
+from fastpipe.sweeps.race_stats import p_text, ranking, step_down
 
 FILE = "race.json"
 VERSION = 2  # 2: rounds' retests (the step-down's further tests)
@@ -187,25 +187,6 @@ def decide_round(record: RaceRecord, entry: dict, survivors: List[int], failed: 
         times = {n: v for n, v in times.items() if n not in out}
     entry["eliminated"] = sorted(n for n in alive if n not in times)
     return [n for n in alive if n in times]
-
-
-def step_down(times: Dict[int, List[float]], alpha: float):
-    """The round's tests, worst first: (verdict, the jobs it sends out) pairs. Of the jobs a test finds
-    significantly slower only those with the largest rank sum leave; the rest are tested again
-    without them. A close pair is so judged on its own seeds: beside jobs that never reached the
-    target every seed ranks the same way, which makes Conover's pooled variance (and its p) tiny for
-    any difference between the others."""
-    times = dict(times)
-    while len(times) >= 2:
-        verdict = judge(times, alpha)
-        if not verdict.worse:
-            yield verdict, []
-            return
-        sums = rank_sums(times)
-        worst = max(sums[n] for n in verdict.worse)
-        out = sorted(n for n in verdict.worse if math.isclose(sums[n], worst))
-        yield verdict, out
-        times = {n: v for n, v in times.items() if n not in out}
 
 
 def finish(record: RaceRecord, survivors: List[int], stopped_by: str) -> None:

@@ -154,3 +154,23 @@ def judge(times: Dict[int, List[float]], alpha: float) -> Verdict:
     verdict.posthoc = {j: {"p": raw[j], "p_holm": adjusted[j]} for j in raw}
     verdict.worse = sorted(j for j in raw if adjusted[j] < alpha and sums[j] > sums[leader])
     return verdict
+
+
+def step_down(times: Dict[int, List[float]], alpha: float):
+    """A race round's tests (and a report's over ``report.repeats`` seeds), worst first: (verdict, the jobs
+    it sends out) pairs. Of the jobs a test finds
+    significantly slower only those with the largest rank sum leave; the rest are tested again
+    without them. A close pair is so judged on its own seeds: beside jobs that never reached the
+    target every seed ranks the same way, which makes Conover's pooled variance (and its p) tiny for
+    any difference between the others."""
+    times = dict(times)
+    while len(times) >= 2:
+        verdict = judge(times, alpha)
+        if not verdict.worse:
+            yield verdict, []
+            return
+        sums = rank_sums(times)
+        worst = max(sums[n] for n in verdict.worse)
+        out = sorted(n for n in verdict.worse if math.isclose(sums[n], worst))
+        yield verdict, out
+        times = {n: v for n, v in times.items() if n not in out}

@@ -8,7 +8,8 @@ import pytest
 
 from fastpipe.record import results
 from fastpipe.sweeps import race_stats
-from fastpipe.sweeps.race import RaceSettings, median_time, read, step_down
+from fastpipe.sweeps.race import RaceSettings, median_time, read
+from fastpipe.sweeps.race_stats import step_down
 from race_stubs import noisy, race
 
 INF = math.inf
