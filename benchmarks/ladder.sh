@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The seeds' ladder (+sweep=ladder: baseline -> +loader -> +compile -> +amp, one job per step) on the
-# default model and dataset (TinyCNN, shapes 2,400 images at 32 px, 3 epochs), on a CPU. The sweep
+# default model and dataset (TinyCNN, shapes 2,400 images at 32 px, 3 epochs), on a CPU, each job
+# REPEATS times (default 3: the report names a winner only where the repeats do not overlap). The sweep
 # folder's report.md, report.csv, report.png and best.yaml are copied into DEST (default: a new
 # benchmarks/results/ladder/cpu-DATE-COMMIT/; the job folders are not kept). From the repository root:
 #   bash benchmarks/ladder.sh [SWEEP_DIR] [DEST]
 set -euo pipefail
 out=${1:-outputs/multirun/ladder}
 dest=${2:-$(bash "$(dirname "$0")/lib/result_dir.sh" ladder cpu)}
-python -m fastpipe -m +sweep=ladder runtime.progress=false "hydra.sweep.dir=$out"
+python -m fastpipe -m +sweep=ladder runtime.progress=false "report.repeats=${REPEATS:-3}" "hydra.sweep.dir=$out"
 mkdir -p "$dest"
 cp "$out"/report.md "$out"/report.csv "$out"/report.png "$out"/best.yaml "$dest"/
