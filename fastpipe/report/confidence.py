@@ -5,7 +5,8 @@
 - Throughput with ``report.repeats``: a job whose repeats spread (max - min) / median more than
   ``report.max_spread`` is unstable; a job is only faster than another where their repeats do not
   overlap. An unstable winner, or one whose repeats overlap another job's, is not named: the header
-  says which jobs it cannot tell apart.
+  says which jobs it cannot tell apart, and names every unstable job. A job with no rival (every other
+  one failed or lost parity) is crowned whatever its spread: it is the only choice, not a speed claim.
 - Time to target over seeds (``report.repeats``: repeat k of every job trained with ``seed + k``, a
   paired design; a race's rounds likewise): the race's rank test (fastpipe/sweeps/race_stats.py) on
   the jobs' times per seed. A winner is named when it is separated from every other job at
@@ -47,10 +48,27 @@ def spread(r: dict) -> Optional[float]:
 
 
 def throughput(rows: List[dict], best: Optional[dict], max_spread: float) -> Confidence:
-    """The verdict on a throughput ranking (module docstring)."""
-    if best is None:
-        return Confidence("none")
+    """The verdict on a throughput ranking (module docstring), and a line naming every unstable job: a
+    row's flag alone is easy to miss when the leader is steady (issue 33)."""
     unstable = sorted(r["job"] for r in rows if (spread(r) or 0.0) > max_spread)
+    verdict = _throughput_verdict(rows, best, max_spread, unstable)
+    verdict.lines += _unstable_lines(rows, unstable, max_spread)
+    return verdict
+
+
+def _unstable_lines(rows: List[dict], unstable: List[int], max_spread: float) -> List[str]:
+    if not unstable:
+        return []
+    spreads = {r["job"]: spread(r) for r in rows}
+    jobs = ", ".join(f"{j} ({100 * spreads[j]:.0f} %)" for j in unstable)
+    return [f"- unstable: job{'s' if len(unstable) > 1 else ''} {jobs}: repeats spread (max - min over the median) "
+            f"more than report.max_spread={max_spread:g}, too wide to rank by (more steady-state windows steady "
+            "a throughput)"]
+
+
+def _throughput_verdict(rows: List[dict], best: Optional[dict], max_spread: float, unstable: List[int]) -> Confidence:
+    if best is None:
+        return Confidence("none", unstable=unstable)
     if best.get("repeats", 1) < 2:
         return Confidence("untested", [
             "- noise: one run per job: this ranking is untested against run-to-run noise (compare the step times "
@@ -61,9 +79,11 @@ def throughput(rows: List[dict], best: Optional[dict], max_spread: float) -> Con
     overlapping = [r["job"] for r in rivals if r.get("throughput_max") is not None
                    and r["throughput_max"] >= best["throughput_min"]]
     n = best["repeats"]
-    if not rivals:
+    if not rivals:  # crowned whatever its spread: the choice is the only job that qualified, not a speed
+        rough = (f" (crowned whatever its spread; its own {n} repeats spread {100 * spread(best):.0f} %, so its "
+                 "samples/s is rough)" if best["job"] in unstable else "")
         return Confidence("separated", [f"- noise: job {best['job']} is the only job that could win: nothing to rank "
-                                        "it against"], unstable=unstable)
+                                        f"it against{rough}"], unstable=unstable)
     if best["job"] in unstable:
         return Confidence("unstable", [
             f"- noise: UNSTABLE: job {best['job']}'s {n} repeats spread {100 * spread(best):.0f} % (max - min over the "

@@ -67,5 +67,28 @@ def test_max_spread_is_a_setting(tmp_path):
 def test_a_job_without_rivals_is_not_held_back_by_its_spread(tmp_path):
     folder = sweep(tmp_path, repeated(21_296.0, 10_000.0, 36_000.0), metrics(None, status="failed"))
     result = write_report(folder)
-    assert result.best["job"] == 0 and "is the only job that could win" in (folder / "report.md").read_text()
-    assert "UNSTABLE" in (folder / "report.md").read_text()  # its row still says so
+    md = (folder / "report.md").read_text()
+    assert result.best["job"] == 0 and "is the only job that could win" in md
+    assert "UNSTABLE" in md  # its row still says so, and the header: crowned as the only choice, not for its speed
+    assert "(crowned whatever its spread; its own 3 repeats spread 122 %" in md
+    assert "- unstable: job 0 (122 %): repeats spread" in md and "# unstable: job 0 (122 %)" in (folder / "best.yaml").read_text()
+
+
+def header(md: str) -> str:
+    return md.split("\n|", 1)[0]
+
+
+def test_the_header_names_every_unstable_job_not_only_the_leader(tmp_path):
+    steady_leader = make_sweep(tmp_path / "a", [(("seed=0",), repeated(1_000.0, 990.0, 1_010.0)),
+                                                (("seed=1",), repeated(900.0, 500.0, 1_300.0)),
+                                                (("seed=2",), repeated(2_000.0, 1_990.0, 2_010.0))], task=("seed=0,1,2",))
+    result = write_report(steady_leader)
+    md = (steady_leader / "report.md").read_text()
+    assert result.best["job"] == 2 and result.confidence.kind == "separated" and result.confidence.unstable == [1]
+    assert "- unstable: job 1 (89 %): repeats spread (max - min over the median) more than report.max_spread=0.1" \
+        in header(md)
+    assert "| 900.0 (500.0-1,300.0, n=3) UNSTABLE |" in md  # and its row
+    both = write_report(sweep(tmp_path / "b", repeated(21_296.0, 10_000.0, 36_000.0), repeated(8_806.2, 3_000.0, 31_000.0)))
+    lines = [x for x in header((tmp_path / "b" / "report.md").read_text()).splitlines() if x.startswith("- unstable:")]
+    assert both.confidence.kind == "unstable" and lines == [lines[0]] and lines[0].startswith(
+        "- unstable: jobs 0 (122 %), 1 (318 %): ")  # one line, every unstable job
