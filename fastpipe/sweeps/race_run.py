@@ -37,23 +37,39 @@ def round_batch(record: RaceRecord, survivors: List[int], round_no: int, cap_s: 
     return batch
 
 
-def outcome(runs: Dict[int, Optional[dict]], clock: str):
-    """A round's values (None = a miss), training-clock times, who reached, was capped, or failed (and why)."""
+def outcome(runs: Dict[int, Optional[dict]], clock: str, cap_s: Optional[float] = None):
+    """A round's values (None = a miss), training-clock times, who reached, was capped, or failed (and why).
+    A run whose training clock passed the round's cap is a miss, capped, even when the evaluation that
+    ends a run stopped by its time budget reached the target after the cap: the cap is the same for
+    every job of the round, and a time past it is one the race does not wait for. Its own metrics.json
+    still says when it reached the target."""
     failed = {n: (m or {}).get("reason") or "no metrics.json: the run did not finish"
               for n, m in runs.items() if (m or {}).get("status") != "ok"}
     ran = {n: m for n, m in runs.items() if n not in failed}
-    values = {str(n): run_time(m, clock) for n, m in ran.items()}
-    training = {str(n): run_time(m, "training") for n, m in ran.items()}
+    late = {n for n, m in ran.items() if cap_s is not None and (run_time(m, "training") or 0.0) > cap_s}
+    values = {str(n): None if n in late else run_time(m, clock) for n, m in ran.items()}
+    training = {str(n): None if n in late else run_time(m, "training") for n, m in ran.items()}
     reached = sorted(n for n in ran if values[str(n)] is not None)
-    capped = sorted(n for n, m in ran.items() if m.get("stopped_by") == "time_budget" and n not in reached)
+    stopped = {n for n, m in ran.items() if m.get("stopped_by") == "time_budget" and n not in reached}
+    capped = sorted(late | stopped)
     return values, training, reached, capped, failed
 
 
+def as_raced(metrics: Optional[dict], capped: bool) -> Optional[dict]:
+    """A round's metrics as the race counted them: a capped run that reached the target after the cap a miss."""
+    target = (metrics or {}).get("target")
+    if not capped or not target or not target.get("reached"):
+        return metrics
+    return dict(metrics, target=dict(target, reached=False))
+
+
 def combine(sweep_dir: Path, record: RaceRecord, num: int) -> None:
-    """``<folder>N/metrics.json``: configuration ``num``'s rounds combined as repeats are."""
-    names = [round_folder(num, r["round"], "").split("/", 1)[1] for r in record.rounds if num in r["jobs"]]
+    """``<folder>N/metrics.json``: configuration ``num``'s rounds combined as repeats are, each as the race
+    counted it (as_raced), so the report's median agrees with race.json's."""
+    rounds = [r for r in record.rounds if num in r["jobs"]]
+    names = [round_folder(num, r["round"], "").split("/", 1)[1] for r in rounds]
     job_dir = Path(sweep_dir) / f"{record.folder}{num}"
-    runs = [results.read(job_dir / name) for name in names]
+    runs = [as_raced(results.read(job_dir / name), num in r.get("capped", ())) for r, name in zip(rounds, names)]
     known = [(m, name) for m, name in zip(runs, names) if m is not None]
     if known:
         results.write(job_dir, combined_record([m for m, _ in known], [name for _, name in known], len(known)))
@@ -76,7 +92,7 @@ def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_d
                  + (f", capped at {cap_s:.1f} s of training" if cap_s else ""))
         launch(round_batch(record, survivors, round_no, cap_s, list(extra)), f"round {round_no} (seed {seed})")
         runs = {n: results.read(Path(sweep_dir) / round_folder(n, round_no, record.folder)) for n in survivors}
-        values, training, reached, capped, failed = outcome(runs, clock)
+        values, training, reached, capped, failed = outcome(runs, clock, cap_s)
         entry.update(values=values, training_s=training, reached=reached, capped=capped)
         record.rounds.append(entry)
         survivors = decide_round(record, entry, survivors, failed, settings)

@@ -18,10 +18,13 @@ def stub_record(seconds, reached, stopped_by):
 
 class StubLaunch:
     """A launcher that 'trains' job N of round K for ``times(n, seed)`` seconds (None: it never reaches the
-    target, ending at 50 s), obeying the round's cap; ``failing``: (job, seed) pairs that fail."""
+    target, ending at 50 s), obeying the round's cap; ``failing``: (job, seed) pairs that fail. ``late``: a run
+    stopped by the cap before its time still reaches the target in the evaluation that ends it, 0.5 s past
+    the cap (as fastpipe/train/loop.py records it: stopped by the target)."""
 
-    def __init__(self, sweep_dir, times, failing=(), stop_in_round=None, extra=None):
+    def __init__(self, sweep_dir, times, failing=(), stop_in_round=None, extra=None, late=False):
         self.sweep_dir, self.times, self.failing, self.stop_in_round = sweep_dir, times, set(failing), stop_in_round
+        self.late = late
         self.extra = extra or (lambda num: {})  # more of job N's record (its lr_search, ...)
         self.trained = []  # (job, seed) of every run that trained (not skipped as finished)
 
@@ -41,16 +44,19 @@ class StubLaunch:
                 record = RunRecord(status="failed", reason="CUDA out of memory")
             elif seconds is not None and seconds <= cap:
                 record = stub_record(seconds, True, "target")
+            elif seconds is not None and self.late:
+                record = stub_record(cap + 0.5, True, "target")
             else:
                 record = stub_record(min(cap, 50.0), False, "time_budget" if cap < 50.0 else None)
             (self.sweep_dir / folder).mkdir(parents=True)
             results.write(self.sweep_dir / folder, record.set(**self.extra(num)))
 
 
-def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, combos=None, extra=None, **settings):
+def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, combos=None, extra=None, late=False,
+         **settings):
     """Race ``n`` stub configurations (``optimizer.lr=j``, or ``combos``) into ``tmp_path``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra)
+    launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra, late)
     combos = combos or [[f"optimizer.lr={j}"] for j in range(n)]
     record = new_record(combos, 0, 0, RaceSettings(**settings), "training", 1)
     return run_race(launch, record, RaceSettings(**settings), tmp_path, "training", earlier=earlier), launch

@@ -85,6 +85,21 @@ def test_a_race_drops_the_hopeless_pair_at_the_first_test_and_ties_the_close_pai
     assert read(tmp_path).to_json() == record.to_json()
 
 
+def test_a_run_past_its_rounds_cap_is_a_miss_though_its_last_evaluation_reached_the_target(tmp_path):
+    # a run stopped by train.time_budget_s still evaluates once more (fastpipe/train/loop.py); reaching the
+    # target there, after the cap, is not reaching it in the race (issue 31: a capped run is a miss)
+    record, _ = race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 15.0 * n, n=2, late=True)
+    second = record.rounds[1]
+    assert second["cap_s"] == pytest.approx(2 * noisy(10.0)(0))
+    assert second["values"]["1"] is None and second["training_s"]["1"] is None
+    assert second["reached"] == [0] and second["capped"] == [1]
+    own = results.read(tmp_path / "1" / "round-1")  # the run's own record says what happened
+    assert own["target"]["reached"] and own["target"]["seconds"] == pytest.approx(second["cap_s"] + 0.5)
+    combined = results.read(tmp_path / "1")  # the configuration's rounds as the race counted them
+    assert combined["target"]["repeats"]["reached"] == [True, False, False, False, False]
+    assert combined["target"]["reached"] is False and record.winner == 0
+
+
 def test_a_clearly_faster_job_wins_after_five_seeds(tmp_path):
     record, _ = race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 3.0 * n, n=2)
     assert record.winner == 0 and record.stopped_by == "winner" and len(record.rounds) == 5
