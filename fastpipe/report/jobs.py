@@ -131,10 +131,11 @@ def halving_jobs(sweep_dir: Path, record) -> List[Job]:
             job_dir = sweep_dir / str(num)
             jobs.append(Job(num, job_dir, list(overrides), results.read(job_dir), probe=probe, full=True))
             continue
-        kept = last.get("kept") or []
-        rate = (last.get("throughput") or {}).get(str(num))
-        note = (f"dropped in round {last['round']}: {rate:,.1f} samples/s after {last['steps']} steady-state steps, "
-                f"slower than the {len(kept)} kept (slowest kept {last['cutoff']:,.1f})"
+        rates = last.get("throughput") or {}
+        rate = rates.get(str(num))
+        note = (f"dropped in round {last['round']}: "
+                + beaten(rate, last["cutoff"], last.get("kept") or [], rates, ",.1f", "slower than", "slowest",
+                         unit=f" samples/s after {last['steps']} steady-state steps")
                 if rate is not None and last.get("cutoff") is not None else f"dropped in round {last['round']}")
         jobs.append(Job(num, probe_dir, list(overrides), probe, pruned_round=last["round"], probe=probe, note=note))
     return jobs
@@ -154,10 +155,29 @@ def target_halving_jobs(sweep_dir: Path, record) -> List[Job]:
             note = (f"dropped in round {dropped['round']}: still short of the target at {dropped['budget_s']:,.1f} s, "
                     f"when job(s) {', '.join(map(str, dropped['reached']))} had reached it")
         else:
-            value, cutoff = (dropped.get("values") or {}).get(str(num)), dropped.get("cutoff")
+            values = dropped.get("values") or {}
             note = (f"dropped in round {dropped['round']} at {dropped['budget_s']:,.1f} s of training: best primary metric "
-                    f"{'n/a' if value is None else format(value, '.4g')}, below the {len(dropped.get('kept') or [])} "
-                    f"kept (worst kept {'n/a' if cutoff is None else format(cutoff, '.4g')})")
+                    + beaten(values.get(str(num)), dropped.get("cutoff"), dropped.get("kept") or [], values, ".4g",
+                             "below", "worst"))
         jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, pruned_round=dropped["round"],
                         probe=metrics, note=note))
     return jobs
+
+
+def beaten(value, cutoff, kept: List[int], values: Dict[str, Optional[float]], fmt: str, worse: str, end: str,
+           unit: str = "") -> str:
+    """Why a measured combination was dropped: ``worse`` than the N kept, or tied with the last one kept,
+    which is never "below" it: halving's select and judge break ties by job number."""
+    if value == cutoff:
+        last = next((j for j in reversed(kept) if values.get(str(j)) == cutoff), None)
+        who = "" if last is None else f"job {last}, "
+        return (f"{_text(value, fmt)}{unit}, tied with the {end} of the {len(kept)} kept ({who}{_text(cutoff, fmt)}); "
+                "ties go to the lower job number")
+    a, b = _text(value, fmt), _text(cutoff, fmt)
+    if a == b:  # apart, yet the same when printed short: print both in full
+        a, b = _text(value, ".10g"), _text(cutoff, ".10g")
+    return f"{a}{unit}, {worse} the {len(kept)} kept ({end} kept {b})"
+
+
+def _text(x: Optional[float], fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)

@@ -127,3 +127,38 @@ def test_report_objective_primary_metric_picks_the_best_metric():
     losses = [dict(r, higher_is_better=False) for r in rows]
     assert pick_best(losses, "primary_metric")["metric_value"] == 0.8  # a loss: lower is better
     assert SweepSpec().objective == "throughput"
+
+
+def test_a_pruned_job_tied_with_the_last_kept_is_called_tied_not_below(tmp_path):
+    """select and judge break a tie at the cut-off by job number: the dropped one is not "slower" or "below"."""
+    from fastpipe.report.jobs import halving_jobs
+    from fastpipe.sweeps.halving import select
+    from fastpipe.sweeps.halving_target import judge
+
+    probes = {1: ok(300.0), 2: ok(200.0), 3: ok(200.0), 4: ok(100.0)}
+    out = select(probes, keep=0.5, finalists=1)
+    assert out.kept == [1, 2] and out.dropped == [3, 4] and out.cutoff == 200.0  # 2 and 3 tie: the lower number goes on
+    record = HalvingRecord(settings={"probe_steps": 5}, combos=[["a=0"], ["a=1"], ["a=2"], ["a=3"], ["a=4"]],
+                           baseline=0, rounds=[{"round": 1, "steps": 5, "jobs": [1, 2, 3, 4], "kept": out.kept,
+                                                "dropped": out.dropped, "failed": [], "cutoff": out.cutoff,
+                                                "throughput": {str(n): m["throughput"] for n, m in probes.items()}}])
+    notes = {j.num: j.note for j in halving_jobs(tmp_path, record)}
+    assert notes[3] == ("dropped in round 1: 200.0 samples/s after 5 steady-state steps, tied with the slowest of the 2 "
+                        "kept (job 2, 200.0); ties go to the lower job number")
+    assert notes[4] == "dropped in round 1: 100.0 samples/s after 5 steady-state steps, slower than the 2 kept (slowest kept 200.0)"
+
+    paused = lambda v: {"status": "ok", "stopped_by": "time_budget", "primary_metric": {"value": v}}  # noqa: E731
+    outcome = judge({1: paused(0.9), 2: paused(0.8), 3: paused(0.8), 4: paused(0.75)}, 0.5, 1, True)
+    assert outcome.kept == [1, 2] and outcome.dropped == [3, 4]
+    record = HalvingRecord(settings={"mode": "time_to_target"}, combos=[["a=0"], ["a=1"], ["a=2"], ["a=3"], ["a=4"]],
+                           baseline=0, rounds=[{"round": 1, "budget_s": 2.0, "reached": [], "kept": outcome.kept,
+                                                "dropped": outcome.dropped, "values": outcome.values,
+                                                "cutoff": outcome.cutoff}])
+    notes = {j.num: j.note for j in halving_jobs(tmp_path, record)}
+    assert notes[3] == ("dropped in round 1 at 2.0 s of training: best primary metric 0.8, tied with the worst of the 2 "
+                        "kept (job 2, 0.8); ties go to the lower job number")
+    assert notes[4] == "dropped in round 1 at 2.0 s of training: best primary metric 0.75, below the 2 kept (worst kept 0.8)"
+    from fastpipe.report.jobs import beaten
+
+    near = beaten(0.79999, 0.8, [1, 2], {"1": 0.9, "2": 0.8}, ".4g", "below", "worst")
+    assert near == "0.79999, below the 2 kept (worst kept 0.8)"  # apart, though both print 0.8 at 4 digits
