@@ -73,6 +73,7 @@ class GpusLauncher(Launcher):
         self.fastpipe_task = False
         self._singletons = None  # Hydra's singleton state, taken at launch
         self._stop = SweepStop()
+        self.during: Optional[str] = None  # set by a sweeper launching its own batches: "the race stopped during ..."
         self._print_lock = threading.Lock()
 
     # ------------------------------------------------------------------ Hydra's Launcher interface
@@ -198,5 +199,5 @@ class GpusLauncher(Launcher):
                     if job.proc.poll() is None:
                         job.proc.kill()
                 raise
-        self._stop.end_sweep(len(pending))
+        self._stop.end_sweep(len(pending), self.during)
         return returns

@@ -77,12 +77,15 @@ class GridSweeper(Sweeper):
         from fastpipe.errors import EXIT_PREEMPTED
         from hydra_plugins.fastpipe_sweeps.gpus_launcher import GpusLauncher
 
+        during = f"the {self.name} stopped during {stage}"
+        if isinstance(self.launcher, GpusLauncher):  # its own stop line (stopping.py) names the batch
+            self.launcher.during = during
         try:
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         except SystemExit as exc:  # a job stopped by a signal (75) or Ctrl-C (130) ended the sweep
             if exc.code in (EXIT_PREEMPTED, 130) and not isinstance(self.launcher, GpusLauncher):  # it says so itself
-                print(f"fastpipe: error: the {self.name} stopped during {stage}; run the same command with "
-                      f"sweep.resume=true to continue it ({self.resume_note})", file=sys.stderr, flush=True)
+                print(f"fastpipe: error: {during}; run the same command with sweep.resume=true to continue it "
+                      f"({self.resume_note})", file=sys.stderr, flush=True)
             raise
         self.job_idx += len(batch)
         for r in returns:

@@ -62,12 +62,14 @@ class SweepStop:
             self.code, self.reason = 2, f"job {job.num} could not start (see its message above)"
             signal_running(running, signal.SIGTERM)
 
-    def end_sweep(self, left: int) -> None:
-        """Once no job runs: a stopped sweep says why and how to finish it (``left``: jobs that did not
-        start), then exits with its code (130: as a KeyboardInterrupt); otherwise nothing."""
+    def end_sweep(self, left: int, during: Optional[str] = None) -> None:
+        """Once no job runs: a stopped sweep says why, where (``during``: a race's or halving's round, as
+        the basic launcher's sweep says it) and how to finish it (``left``: jobs that did not start), then
+        exits with its code (130: as a KeyboardInterrupt); otherwise nothing."""
         if self.code is None:
             return
-        print(f"fastpipe: error: {self.reason}: the running jobs stopped (a job that had begun training "
+        where = f"{during}; " if during else ""
+        print(f"fastpipe: error: {self.reason}: {where}the running jobs stopped (a job that had begun training "
               f"checkpointed first){f'; {left} job(s) did not start' if left else ''}; run the same command "
               "with sweep.resume=true to finish the sweep", file=sys.stderr, flush=True)
         if self.code == 130:

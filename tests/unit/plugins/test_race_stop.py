@@ -1,0 +1,73 @@
+"""hydra/sweeper=race stopped by a signal: exit code 75 and a line naming the round, on the basic launcher
+(the sweeper's line) and on hydra/launcher=gpus (the launcher's own, stopping.py), in races of stub jobs."""
+import pytest
+
+from fastpipe.errors import EXIT_PREEMPTED
+from fastpipe.sweeps.race import RaceSettings, read
+from fastpipe.sweeps.race_run import new_record, run_race
+from hydra_plugins.fastpipe_sweeps import gpus_launcher
+from hydra_plugins.fastpipe_sweeps.race_sweeper import RaceSweeper
+from hydra_plugins.fastpipe_sweeps.stopping import SweepStop
+from race_stubs import StubLaunch
+
+
+class BasicLauncher:
+    """Hydra's basic launcher over stub jobs: a job stopped by SIGTERM ends the launch with SystemExit(75)."""
+
+    def __init__(self, stub):
+        self.stub = stub
+
+    def launch(self, job_overrides, initial_job_idx):
+        self.stub(job_overrides, "")
+        return []
+
+
+class Signalled(SweepStop):
+    """The pool's stop once SIGTERM reached the sweep process (stopping.py's ``forward``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.code, self.reason = EXIT_PREEMPTED, "stopped by SIGTERM"
+
+
+class GpusLanes(gpus_launcher.GpusLauncher):
+    """hydra/launcher=gpus over stub jobs: in the round the signal reaches, its pool ends as a stopped one."""
+
+    def __init__(self, stub, monkeypatch):
+        super().__init__()
+        self.stub, self.monkeypatch = stub, monkeypatch
+
+    def launch(self, job_overrides, initial_job_idx):
+        try:
+            self.stub(job_overrides, "")
+        except SystemExit:  # the stub's signal: the jobs stopped, the pool (_run) ends the sweep
+            self.monkeypatch.setattr(gpus_launcher, "SweepStop", Signalled)
+            self._run([])
+        return []
+
+
+def stopped_race(tmp_path, launcher):
+    """A race of two stub jobs from seed 100 through ``launcher``, stopped in round 3; its exit code."""
+    sweeper = RaceSweeper()
+    sweeper.launcher = launcher(StubLaunch(tmp_path, lambda n, seed: 10.0 + n, stop_in_round=3))
+    record = new_record([["optimizer.lr=0"], ["optimizer.lr=1"]], 100, 0, RaceSettings(), "training", 1)
+    with pytest.raises(SystemExit) as stop:
+        run_race(sweeper.launch_batch, record, RaceSettings(), tmp_path, "training")
+    assert [r["round"] for r in read(tmp_path).rounds] == [0, 1, 2]  # the finished rounds are kept
+    return stop.value.code
+
+
+def test_a_signal_on_the_basic_launcher_ends_the_race_with_75_naming_the_round(tmp_path, capsys):
+    assert stopped_race(tmp_path, BasicLauncher) == EXIT_PREEMPTED
+    assert capsys.readouterr().err == (
+        "fastpipe: error: the race stopped during round 3 (seed 103); run the same command with sweep.resume=true "
+        "to continue it (the rounds that finished are kept, a stopped job continues from its checkpoint)\n")
+
+
+def test_a_signal_on_the_gpus_launcher_ends_the_race_with_75_and_its_line_names_the_round(tmp_path, capsys,
+                                                                                         monkeypatch):
+    assert stopped_race(tmp_path, lambda stub: GpusLanes(stub, monkeypatch)) == EXIT_PREEMPTED
+    assert capsys.readouterr().err == (
+        "fastpipe: error: stopped by SIGTERM: the race stopped during round 3 (seed 103); the running jobs stopped "
+        "(a job that had begun training checkpointed first); run the same command with sweep.resume=true to finish "
+        "the sweep\n")  # one line: the sweeper leaves it to the launcher's
