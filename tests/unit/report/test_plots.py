@@ -15,11 +15,12 @@ from plot_sweeps import race_sweep, target_sweep
 from fastpipe.report.jobs import load_jobs
 from fastpipe.report.plot_parts import ELIMINATED
 from fastpipe.report.plot_race import cells
+from fastpipe.report.plots import DPI as REPORT_DPI
 from fastpipe.report.plots import report_figure, write_plot
 from fastpipe.report.sweep import aggregate
 from fastpipe.sweeps import race
 
-DPI = 40  # the extents scale with the dpi; a small one keeps the test fast
+DPI = REPORT_DPI  # report.png's own: the extents, so whether a text fits, depend on the dpi (as fast as a small one)
 
 
 def figure(folder, spec, dpi=DPI):
@@ -76,14 +77,27 @@ def test_each_bar_is_the_time_to_target_its_label_states_and_colours_are_one_per
     assert sum(t.get_text().endswith("· best") for t in fig.axes[0].texts) == 1
 
 
-def test_a_throughput_sweep_draws_throughput_with_its_speed_up(tmp_path):
-    spec = target_sweep(tmp_path, 4, objective="throughput")
-    result, fig = figure(tmp_path, spec, dpi=110)  # report.png's own dpi: text widths depend on it
+@pytest.mark.parametrize("n", [4, 16, 40])
+def test_a_throughput_sweep_draws_throughput_with_its_speed_up(tmp_path, n):
+    spec = target_sweep(tmp_path, n, objective="throughput")
+    result, fig = figure(tmp_path, spec)
     assert texts_outside(fig) == []
-    drawn = bars(fig.axes[0])
-    for y, r in enumerate(result.rows[:3]):
-        assert drawn[y][0] == r["throughput"]
-    assert "samples/s" in fig.axes[0].get_xlabel()
+    ax = fig.axes[0]
+    assert len(ax.get_yticklabels()) == n and overlapping(ax.get_yticklabels()) == []
+    assert overlapping(list(ax.texts)) == [] and all(a.get_legend() is None for a in fig.axes)
+    drawn = bars(ax)
+    assert len({d[2] for d in drawn.values()}) == len(drawn) == n - 1  # one colour each; the failed job: no bar
+    for y, r in enumerate(result.rows):
+        if r["throughput"] is None:
+            assert y not in drawn and r["status"] == "failed"
+            continue
+        length, filled, _, width, edge = drawn[y]
+        label = next(t.get_text() for t in ax.texts if t.xycoords == "data" and round(t.xy[1]) == y)
+        assert filled and length == r["throughput"] and label.startswith(f"{length:,.1f}/s")  # the bar is the number
+        assert (edge == "#000000" and width > 2) == bool(r["best"])  # the winner alone is outlined
+    best = [round(t.xy[1]) for t in ax.texts if t.get_text().endswith("· best")]
+    assert best == [[r["job"] for r in result.rows].index(result.best["job"])]  # the winner's bar alone says best
+    assert "samples/s" in ax.get_xlabel()
 
 
 def test_the_race_panel_shows_every_seeds_time_misses_caps_and_greys_the_eliminated(tmp_path, monkeypatch):
