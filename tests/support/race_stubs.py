@@ -22,9 +22,9 @@ class StubLaunch:
     stopped by the cap before its time still reaches the target in the evaluation that ends it, 0.5 s past
     the cap (as fastpipe/train/loop.py records it: stopped by the target)."""
 
-    def __init__(self, sweep_dir, times, failing=(), stop_in_round=None, extra=None, late=False):
+    def __init__(self, sweep_dir, times, failing=(), stop_in_round=None, extra=None, late=False, clock=None):
         self.sweep_dir, self.times, self.failing, self.stop_in_round = sweep_dir, times, set(failing), stop_in_round
-        self.late = late
+        self.late, self.clock = late, clock  # clock: a WallClock each run advances by the seconds it trained
         self.extra = extra or (lambda num: {})  # more of job N's record (its lr_search, ...)
         self.trained = []  # (job, seed) of every run that trained (not skipped as finished)
 
@@ -48,15 +48,28 @@ class StubLaunch:
                 record = stub_record(cap + 0.5, True, "target")
             else:
                 record = stub_record(min(cap, 50.0), False, "time_budget" if cap < 50.0 else None)
+            if self.clock is not None:
+                self.clock.now += record.target["seconds"] if record.target else 1.0
             (self.sweep_dir / folder).mkdir(parents=True)
             results.write(self.sweep_dir / folder, record.set(**self.extra(num)))
 
 
+class WallClock:
+    """``time`` for fastpipe/sweeps/race_run.py (monkeypatched in): seconds pass only as the stub runs train,
+    one after another, so a race's wall time (``max_wall_s``) is known in advance."""
+
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def time(self):
+        return self.now
+
+
 def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, combos=None, extra=None, late=False,
-         **settings):
+         clock=None, **settings):
     """Race ``n`` stub configurations (``optimizer.lr=j``, or ``combos``) into ``tmp_path``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra, late)
+    launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra, late, clock)
     combos = combos or [[f"optimizer.lr={j}"] for j in range(n)]
     record = new_record(combos, 0, 0, RaceSettings(**settings), "training", 1)
     return run_race(launch, record, RaceSettings(**settings), tmp_path, "training", earlier=earlier), launch

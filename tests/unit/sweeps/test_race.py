@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from fastpipe.record import results
-from fastpipe.sweeps import race_stats
+from fastpipe.sweeps import race_run, race_stats
 from fastpipe.sweeps.race import RaceSettings, median_time, read
 from fastpipe.sweeps.race_stats import step_down
-from race_stubs import noisy, race
+from race_stubs import WallClock, noisy, race
 
 INF = math.inf
 
@@ -110,6 +110,25 @@ def test_a_failed_run_leaves_the_race_with_its_reason(tmp_path):
     record, launch = race(tmp_path, lambda n, seed: 10.0 + n + seed % 2, n=3, failing=[(2, 1)], max_rounds=6)
     assert record.eliminated["2"] == {"round": 1, "p": None, "reason": "failed: CUDA out of memory"}
     assert record.rounds[1]["failed"] == [2] and all(2 not in r["jobs"] for r in record.rounds[2:])
+
+
+def test_max_wall_s_is_checked_before_a_round_so_the_round_that_passes_it_finishes(tmp_path, monkeypatch):
+    clock = WallClock()  # the stub runs train one after another: rounds of 21, 23 and 21 s
+    monkeypatch.setattr(race_run, "time", clock)
+    record, launch = race(tmp_path, lambda n, seed: 10.0 + n + seed % 2, n=2, clock=clock, max_wall_s=50.0)
+    assert [r["round"] for r in record.rounds] == [0, 1, 2]  # 44 s before round 2 (it runs), 65 s after
+    assert record.wall_s() == pytest.approx(65.0) and record.settings["max_wall_s"] == 50.0
+    assert record.stopped_by == "max_wall_s" and record.winner is None and record.tie == [0, 1]
+    assert max(seed for _, seed in launch.trained) == 2
+
+
+def test_a_race_whose_every_job_failed_ends_with_no_winner_and_no_tie(tmp_path):
+    record, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=3, failing=[(0, 1), (1, 1), (2, 1)])
+    assert len(record.rounds) == 2 and record.rounds[1]["failed"] == [0, 1, 2]
+    assert record.stopped_by == "all_failed" and record.winner is None and record.tie is None
+    assert record.survivors == [] and sorted(record.eliminated) == ["0", "1", "2"]
+    assert all(e == {"round": 1, "p": None, "reason": "failed: CUDA out of memory"} for e in record.eliminated.values())
+    assert max(seed for _, seed in launch.trained) == 1 and read(tmp_path).stopped_by == "all_failed"
 
 
 def test_a_stopped_race_resumes_at_the_round_it_stopped_in_with_the_same_outcome(tmp_path):
