@@ -12,6 +12,7 @@ import yaml
 
 from conftest import CONF_DIR, REPO
 from fastpipe.config import Config, TrainConfig
+from fastpipe.config.meanings import meaning
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -49,6 +50,14 @@ def test_help_lists_every_real_choice_and_nothing_else(outputs):
     assert {g: chosen for g, (_, chosen) in listed.items() if chosen} == {**defaults, "precision": "amp"}
     config = yaml.safe_load(text.split("does not list) ==\n", 1)[1].split("\nBeside each key", 1)[0])
     assert config == yaml.safe_load(outputs["cfg"])  # the composed config, as --cfg job prints it
+
+
+def test_help_prints_each_keys_meaning_beside_it(outputs):
+    """The meanings reach the printed --help (the YAML reading above drops comments; config_help alone:
+    tests/unit/cli/test_help.py)."""
+    text = outputs["help"]
+    assert re.search(r"^  batch_size: 64 +# " + re.escape(meaning(TrainConfig, "batch_size")) + "$", text, re.M)
+    assert re.search(r"^seed: 0 +# each rank seeds Python, NumPy and torch with seed \+ rank$", text, re.M)
 
 
 def test_cfg_job_lists_settings_only(outputs):
