@@ -24,6 +24,19 @@ def _fate(r: dict) -> str:
     return f" (out after round {race['round']}, {p_text(race['p'])})" if race.get("state") == "out" else ""
 
 
+def _each(rows: List[dict]) -> str:
+    return "; ".join(f"{r['swept'][FACTOR]}x {_time(r)}{_fate(r)}" for r in rows)
+
+
+def _margin(own: dict, others: List[dict]) -> str:
+    """How much sooner the suggestion reached the target than the next factor (none when no other reached it)."""
+    reached = [r for r in others if r["time_to_target_s"]]
+    if not own["time_to_target_s"] or not reached:
+        return ""
+    nxt = min(reached, key=lambda r: r["time_to_target_s"])
+    return f", {nxt['time_to_target_s'] / own['time_to_target_s']:.2f}x sooner than the next ({nxt['swept'][FACTOR]}x)"
+
+
 def suggestion_lines(result) -> List[str]:
     """The header line on the suggestion against its multiples (``+sweep=lr``); none for other sweeps."""
     rows = [r for r in result.rows if r.get("lr_found") is not None]
@@ -33,17 +46,18 @@ def suggestion_lines(result) -> List[str]:
     if own is None:
         return []
     rule, rate = own.get("lr_rule") or "range test", own["lr_found"]
-    others = "; ".join(f"{r['swept'][FACTOR]}x {_time(r)}{_fate(r)}" for r in rows if r is not own)
+    others = [r for r in rows if r is not own]
     head = f"- learning rate: the range test's suggestion ({rule}, {rate:.3g})"
     if result.best is own:
-        return [f"{head} won: {_time(own)}; {others}"]
-    if own.get("tie"):
-        tied = [r for r in rows if r.get("tie") and r is not own]
-        return [f"{head} tied with {', '.join(r['swept'][FACTOR] + 'x' for r in tied)}: {_time(own)}; {others}: "
-                "either rate"]
+        return [f"{head} won: {_time(own)}{_margin(own, others)}; {_each(others)}"]
+    if own.get("tie"):  # the tied factors, then the rest: "either rate" is said of the tie alone
+        tied, rest = [r for r in others if r.get("tie")], [r for r in others if not r.get("tie")]
+        either = "either rate" if len(tied) == 1 else "any of these rates"
+        return [f"{head} tied with {', '.join(r['swept'][FACTOR] + 'x' for r in tied)}: {_time(own)}; {_each(tied)}: "
+                f"{either}" + (f"; {_each(rest)}" if rest else "")]
     best = result.best
     if best is None or best.get("lr_found") is None:
-        return [f"{head}: {_time(own)}{_fate(own)}; {others}; no winner"]
+        return [f"{head}: {_time(own)}{_fate(own)}; {_each(others)}; no winner"]
     sooner = (f", {own['time_to_target_s'] / best['time_to_target_s']:.2f}x sooner" if own["time_to_target_s"]
               and best["time_to_target_s"] else "")
     return [f"- learning rate: {best['swept'][FACTOR]}x the suggestion won ({best['lr_found']:.3g}, {_time(best)} "

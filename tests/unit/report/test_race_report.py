@@ -42,14 +42,39 @@ def test_a_separated_winner_is_named_and_saved(tmp_path):
     assert result.best["target_min"] <= time <= result.best["target_max"] and result.best["target_repeats"] == 5
 
 
-def test_the_lr_race_says_whether_the_range_tests_suggestion_won(tmp_path):
-    factors = ["1", "0.3", "3"]
-    search = lambda num: {"lr_search": {"rule": "valley", "suggestion": 0.002, "factor": float(factors[num])}}  # noqa: E731
-    race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 2 else 3.0 + n), n=3, extra=search,
-         combos=[[f"optimizer.lr_auto_factor={f}"] for f in factors])
-    result = write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr_auto_factor=1,0.3,3"],
+FACTORS = ["1", "0.3", "3"]  # +sweep=lr's optimizer.lr_auto_factor values, the suggestion itself first
+
+
+def lr_race(tmp_path, times):
+    """A +sweep=lr race of stub jobs (the range test suggested 0.002) and its report."""
+    def search(num):  # job N's lr_search: the same suggestion, its own factor
+        return {"lr_search": {"rule": "valley", "suggestion": 0.002, "factor": float(FACTORS[num])}}
+
+    race(tmp_path, times, n=3, extra=search, combos=[[f"optimizer.lr_auto_factor={f}"] for f in FACTORS])
+    result = write_report(tmp_path, SweepSpec(task_overrides=[f"optimizer.lr_auto_factor={','.join(FACTORS)}"],
                                               objective="time_to_target"))
-    md = (tmp_path / "report.md").read_text()
+    return result, (tmp_path / "report.md").read_text()
+
+
+def test_the_lr_race_says_whether_the_range_tests_suggestion_won(tmp_path):
+    result, md = lr_race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 2 else 3.0 + n))
     assert result.best["job"] == 2 and "| lr (found) |" in md and "| 0.006 |" in md
     assert "- learning rate: 3x the suggestion won (0.006, median 10." in md
     assert "commit optimizer.lr=0.006 or optimizer.lr_auto_factor=3" in md
+
+
+def test_the_lr_race_says_the_range_tests_suggestion_won_against_each_multiple(tmp_path):
+    result, md = lr_race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 0 else 3.0 + n))
+    assert result.best["job"] == 0 and "- winner: job 0, separated" in md
+    assert "- learning rate: the range test's suggestion (valley, 0.002) won: median 10.3 s, 1.39x sooner than the " \
+           "next (0.3x); 0.3x median 14.3 s (out after round 4, p = 0.031); 3x median 15.3 s (out after round 4, " \
+           "p < 0.001)\n" in md
+
+
+def test_the_lr_race_says_the_range_tests_suggestion_tied_and_with_which_multiple(tmp_path):
+    close = noisy(10.0)
+    result, md = lr_race(tmp_path, lambda n, seed: None if n == 1 else close(seed) + (0.3 if (n + seed) % 2 else 0.0))
+    assert result.best is None and sorted(result.confidence.tie) == [0, 2]
+    # "either rate" is said of the tie; the factor that left the race comes after it
+    assert "- learning rate: the range test's suggestion (valley, 0.002) tied with 3x: median 10.5 s; 3x median " \
+           "10.5 s: either rate; 0.3x not reached (out after round 4, p < 0.001)\n" in md
