@@ -5,9 +5,7 @@ import pytest
 from fastpipe.errors import EXIT_PREEMPTED
 from fastpipe.sweeps.race import RaceSettings, read
 from fastpipe.sweeps.race_run import new_record, run_race
-from hydra_plugins.fastpipe_sweeps import gpus_launcher
 from hydra_plugins.fastpipe_sweeps.race_sweeper import RaceSweeper
-from hydra_plugins.fastpipe_sweeps.stopping import SweepStop
 from race_stubs import StubLaunch
 
 
@@ -22,28 +20,30 @@ class BasicLauncher:
         return []
 
 
-class Signalled(SweepStop):
-    """The pool's stop once SIGTERM reached the sweep process (stopping.py's ``forward``)."""
+def gpus_lanes(stub, monkeypatch):
+    """hydra/launcher=gpus over stub jobs: in the round the signal reaches, its pool ends as a stopped one.
+    The classes are made here, not at import: Hydra's plugin scan (Plugins.instance(), which importing
+    fastpipe.__main__ starts) runs the plugin modules again, and grid.py's isinstance check must see the
+    GpusLauncher of now."""
+    from hydra_plugins.fastpipe_sweeps import gpus_launcher, stopping
 
-    def __init__(self):
-        super().__init__()
-        self.code, self.reason = EXIT_PREEMPTED, "stopped by SIGTERM"
+    class Signalled(stopping.SweepStop):
+        """The pool's stop once SIGTERM reached the sweep process (stopping.py's ``forward``)."""
 
+        def __init__(self):
+            super().__init__()
+            self.code, self.reason = EXIT_PREEMPTED, "stopped by SIGTERM"
 
-class GpusLanes(gpus_launcher.GpusLauncher):
-    """hydra/launcher=gpus over stub jobs: in the round the signal reaches, its pool ends as a stopped one."""
+    class GpusLanes(gpus_launcher.GpusLauncher):
+        def launch(self, job_overrides, initial_job_idx):
+            try:
+                stub(job_overrides, "")
+            except SystemExit:  # the stub's signal: the jobs stopped, the pool (_run) ends the sweep
+                monkeypatch.setattr(gpus_launcher, "SweepStop", Signalled)
+                self._run([])
+            return []
 
-    def __init__(self, stub, monkeypatch):
-        super().__init__()
-        self.stub, self.monkeypatch = stub, monkeypatch
-
-    def launch(self, job_overrides, initial_job_idx):
-        try:
-            self.stub(job_overrides, "")
-        except SystemExit:  # the stub's signal: the jobs stopped, the pool (_run) ends the sweep
-            self.monkeypatch.setattr(gpus_launcher, "SweepStop", Signalled)
-            self._run([])
-        return []
+    return GpusLanes()
 
 
 def stopped_race(tmp_path, launcher):
@@ -66,7 +66,7 @@ def test_a_signal_on_the_basic_launcher_ends_the_race_with_75_naming_the_round(t
 
 def test_a_signal_on_the_gpus_launcher_ends_the_race_with_75_and_its_line_names_the_round(tmp_path, capsys,
                                                                                          monkeypatch):
-    assert stopped_race(tmp_path, lambda stub: GpusLanes(stub, monkeypatch)) == EXIT_PREEMPTED
+    assert stopped_race(tmp_path, lambda stub: gpus_lanes(stub, monkeypatch)) == EXIT_PREEMPTED
     assert capsys.readouterr().err == (
         "fastpipe: error: stopped by SIGTERM: the race stopped during round 3 (seed 103); the running jobs stopped "
         "(a job that had begun training checkpointed first); run the same command with sweep.resume=true to finish "
