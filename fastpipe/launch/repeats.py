@@ -144,15 +144,16 @@ def _median_dict(dicts: List[Optional[dict]]) -> Optional[dict]:
     return out
 
 
-def combined_record(runs: List[dict], names: List[str], n: int) -> RunRecord:
-    """One RunRecord for N runs of one job (repeats, or a race's rounds): medians, the max peak memory, a
-    ``repeats`` record; a failed run's record when one failed."""
+def combined_record(runs: List[dict], names: List[str], n: int, raced: bool = False) -> RunRecord:
+    """One RunRecord for N runs of one job (repeats, or a race's rounds: ``raced``): medians, the max peak
+    memory, a ``repeats`` record; a failed run's record when one failed, its reason naming that run."""
     throughputs = [m.get("throughput") for m in runs]
     repeats = {"n": n, "dirs": names, "throughput": throughputs, "min": None, "max": None, "spread": None}
     failed = next((i for i, m in enumerate(runs) if m.get("status") != "ok"), None)
     if failed is not None:  # the job's record is the failed repeat's, its reason naming the repeat
         record = RunRecord.from_dict(runs[failed])
-        return record.fail(f"repeat {failed + 1} of {n}: {record.reason}", record.status, repeats=repeats)
+        which = f"in {names[failed]}/" if raced else f"repeat {failed + 1} of {n}"  # a race's round-K folder
+        return record.fail(f"{which}: {record.reason}", record.status, repeats=repeats)
     measured = [t for t in throughputs if t is not None]
     centre = statistics.median(measured) if measured else None
     # The representative repeat (closest to the median) supplies step times, steps and env.

@@ -110,6 +110,8 @@ def test_a_failed_run_leaves_the_race_with_its_reason(tmp_path):
     record, launch = race(tmp_path, lambda n, seed: 10.0 + n + seed % 2, n=3, failing=[(2, 1)], max_rounds=6)
     assert record.eliminated["2"] == {"round": 1, "p": None, "reason": "failed: CUDA out of memory"}
     assert record.rounds[1]["failed"] == [2] and all(2 not in r["jobs"] for r in record.rounds[2:])
+    combined = results.read(tmp_path / "2")  # the report's row: the round that failed, not a "repeat"
+    assert combined["status"] == "failed" and combined["reason"] == "in round-1/: CUDA out of memory"
 
 
 def test_max_wall_s_is_checked_before_a_round_so_the_round_that_passes_it_finishes(tmp_path, monkeypatch):
