@@ -13,7 +13,7 @@ for seed in 0 1 2 3; do
     FASTPIPE_CACHE=$cache python -m fastpipe seed=$seed runtime.progress=false hydra.run.dir="$cache/run-$seed"
   else
     FASTPIPE_CACHE=$cache python -m fastpipe seed=$seed runtime.progress=false hydra.run.dir="$cache/run-$seed" \
-      | grep -E "throughput|held-out"
+      | grep -E "^  (throughput|held-out) "
   fi
   echo "seed=$seed wall_s=$(echo "$(date +%s.%N) - $start" | bc)"
 done
