@@ -48,7 +48,7 @@ def summary_text(r: RunRecord) -> str:
         lines.append(f"  weights      the EMA's (train.ema_decay); the raw weights: "
                      f"{held_out_text(r.val_metrics_raw, primary)}")
     if r.best:
-        lines.append(f"  best         step {r.best['step']}: {primary} {r.best['value']:.4g}"
+        lines.append(f"  best         step {r.best['step']}: {held_out_text({primary: r.best['value']}, None)}"
                      + ("   (stopped early: no gain for train.early_stop_patience evaluations)" if r.stopped_early
                         else ""))
     if r.target:

@@ -142,6 +142,8 @@ def test_a_trained_runs_record_has_every_key_typed_and_round_trips(tmp_path):
     text = summary_text(again)
     assert text.startswith("fastpipe run summary") and "accuracy" in text and "(primary)" in text
     assert "the EMA's (train.ema_decay); the raw weights: accuracy" in text
+    best = next(line for line in text.splitlines() if line.startswith("  best "))
+    assert best.endswith(" %")  # in the held-out line's own unit, not a bare fraction
 
 
 # ------------------------------------------------------------------ every path that ends a run
