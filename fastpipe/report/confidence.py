@@ -88,7 +88,8 @@ def _throughput_verdict(rows: List[dict], best: Optional[dict], max_spread: floa
         return Confidence("unstable", [
             f"- noise: UNSTABLE: job {best['job']}'s {n} repeats spread {100 * spread(best):.0f} % (max - min over the "
             f"median; report.max_spread={max_spread:g}): its throughput is not measured well enough to rank, so no "
-            "winner is named (longer runs or more measure windows steady it)"], [best["job"]] + overlapping, unstable)
+            "winner is named (longer runs or more measure windows steady it)"],
+            [best["job"]] + overlapping if overlapping else [], unstable)  # "(tie)" only beside another job
     if overlapping:
         return Confidence("tie", [
             f"- tie: jobs {', '.join(map(str, [best['job']] + overlapping))}: their repeats overlap (job "

@@ -38,6 +38,9 @@ def test_repeats_spread_wider_than_max_spread_are_unstable_and_crown_nobody(tmp_
     assert result.best is None and result.confidence.kind == "unstable" and result.candidate["job"] == 0
     assert "UNSTABLE: job 0's 3 repeats spread 122 %" in md and "21,296.0 (10,000.0-36,000.0, n=3) UNSTABLE" in md
     assert not (folder / "best.yaml").exists()
+    alone = write_report(sweep(tmp_path / "alone", repeated(2_800.0, 2_600.0, 3_150.0), repeated(2_100.0, 2_000.0, 2_500.0)))
+    assert alone.confidence.kind == "unstable" and alone.confidence.tie == []  # no "(tie)" without a job it overlaps
+    assert "(tie)" not in (tmp_path / "alone" / "report.md").read_text()
     assert report_main([str(folder), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fastpipe.report: error: --save-best: no winner to save: job 0's repeated throughputs spread")
