@@ -4,11 +4,11 @@
 # REPEATS times (default 3: the report names a winner only where the repeats do not overlap). The sweep
 # folder's report.md, report.csv, report.png and best.yaml (if a winner was named) are copied into DEST (default: a new
 # benchmarks/results/ladder/cpu-DATE-COMMIT/; the job folders are not kept). From the repository root:
-#   bash benchmarks/ladder.sh [SWEEP_DIR] [DEST]
+#   bash benchmarks/ladder.sh [SWEEP_DIR] [DEST] [OVERRIDE...]   (e.g. train.epochs=10: longer runs, steadier)
 set -euo pipefail
 out=${1:-outputs/multirun/ladder}
 dest=${2:-$(bash "$(dirname "$0")/lib/result_dir.sh" ladder cpu)}
-python -m fastpipe -m +sweep=ladder runtime.progress=false "report.repeats=${REPEATS:-3}" "hydra.sweep.dir=$out"
+python -m fastpipe -m +sweep=ladder runtime.progress=false "report.repeats=${REPEATS:-3}" "hydra.sweep.dir=$out" "${@:3}"
 mkdir -p "$dest"
 cp "$out"/report.md "$out"/report.csv "$out"/report.png "$dest"/
 if [ -f "$out"/best.yaml ]; then cp "$out"/best.yaml "$dest"/; fi  # none when the report names no winner
