@@ -4,12 +4,13 @@ child's death with its parent, words for the child's exit code, and one Ctrl-C t
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from fastpipe.errors import EXIT_CODE
 from fastpipe.signals import STOP_SIGNALS, handlers
@@ -52,6 +53,25 @@ def started_blocked(start: Callable[[], int]):
         return start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def fork_pool(workers: int, initializer: Optional[Callable] = None, initargs: tuple = ()):
+    """A fork ``multiprocessing.Pool`` for start-up work (generating, packing) whose workers end at its
+    ``terminate()`` whatever the parent does with stop signals, and die with the parent. A forked
+    worker keeps its parent's handlers until it resets them: a SIGTERM from ``terminate()`` landing
+    before that was handled, not fatal, and the pool's join waited for ever. So the workers are forked
+    with the stop signals blocked and unblock them only once they are back at their defaults."""
+    context = multiprocessing.get_context("fork")
+    return started_blocked(lambda: context.Pool(workers, _pool_worker, (os.getpid(), initializer, initargs)))
+
+
+def _pool_worker(parent: int, initializer: Optional[Callable], initargs: tuple) -> None:
+    from fastpipe.signals import pool_worker_signals
+
+    pool_worker_signals()
+    die_with_parent(parent)  # an orphan must not go on writing files another process now owns
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def exit_reason(code: int) -> str:

@@ -145,20 +145,14 @@ def _write(tmp: Path, expected: dict, size: Tuple[int, int], seed: int, progress
 PROCESSES_FROM = 2048  # images: a set this large is drawn by processes (numpy's noise holds the GIL)
 
 
-def _init_pool_worker(parent: int) -> None:
-    from fastpipe.processes import die_with_parent
-
-    signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
-    die_with_parent(parent)
-
-
 @contextmanager
 def _pool(threads: int, count: int):
     """An unordered map over ``threads`` workers: forked processes for large sets, threads otherwise."""
     if threads > 1 and count >= PROCESSES_FROM and "fork" in multiprocessing.get_all_start_methods():
         # a stop signal raises between images (signals.check), never inside the pool's fork or locks
-        with signals.deferred(), multiprocessing.get_context("fork").Pool(threads, _init_pool_worker,
-                                                                          (os.getpid(),)) as pool:
+        from fastpipe.processes import fork_pool
+
+        with signals.deferred(), fork_pool(threads) as pool:
             yield lambda fn, items: signals.pool_results(pool.imap_unordered(fn, items))
         return
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-shapes") as pool:

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from fastpipe import signals
+from fastpipe.processes import fork_pool
 from fastpipe.data.pack.job import ImagesJob
 from fastpipe.errors import DataError
 
@@ -75,12 +76,8 @@ class _Worker:
 _WORKER: Optional[_Worker] = None  # in each pool process
 
 
-def _init_worker(job: ImagesJob, order: np.ndarray, parent: int) -> None:
+def _init_worker(job: ImagesJob, order: np.ndarray) -> None:
     global _WORKER
-    from fastpipe.processes import die_with_parent
-
-    signals.pool_worker_signals()  # the pool's terminate() ends it, whatever the parent held
-    die_with_parent(parent)  # an orphan must not go on writing a file another builder now resumes
     _WORKER = _Worker(job, order)
 
 
@@ -99,7 +96,7 @@ class Pool:
     def __init__(self, job: ImagesJob, order: np.ndarray, workers: int) -> None:
         self.pool, self.local = None, None
         if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
-            self.pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (job, order, os.getpid()))
+            self.pool = fork_pool(workers, _init_worker, (job, order))
         else:
             self.local = _Worker(job, order)
 
