@@ -72,8 +72,8 @@ def combine(sweep_dir: Path, record: RaceRecord, num: int) -> None:
     runs = [as_raced(results.read(job_dir / name), num in r.get("capped", ())) for r, name in zip(rounds, names)]
     known = [(m, name) for m, name in zip(runs, names) if m is not None]
     if known:
-        results.write(job_dir, combined_record([m for m, _ in known], [name for _, name in known], len(known),
-                                                     raced=True))
+        combined = combined_record([m for m, _ in known], [name for _, name in known], len(known), raced=True)
+        results.write(job_dir, combined)
 
 
 def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_dir: Path, clock: str,
