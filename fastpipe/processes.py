@@ -60,9 +60,15 @@ def fork_pool(workers: int, initializer: Optional[Callable] = None, initargs: tu
     ``terminate()`` whatever the parent does with stop signals, and die with the parent. A forked
     worker keeps its parent's handlers until it resets them: a SIGTERM from ``terminate()`` landing
     before that was handled, not fatal, and the pool's join waited for ever. So the workers are forked
-    with the stop signals blocked and unblock them only once they are back at their defaults."""
+    with the stop signals blocked and unblock them only once they are back at their defaults. The block
+    is the calling thread's (any thread): a fork copies the mask of the thread that forks, and the
+    pool's own threads, started here, copy it too (its later replacement workers fork from them)."""
     context = multiprocessing.get_context("fork")
-    return started_blocked(lambda: context.Pool(workers, _pool_worker, (os.getpid(), initializer, initargs)))
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return context.Pool(workers, _pool_worker, (os.getpid(), initializer, initargs))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _pool_worker(parent: int, initializer: Optional[Callable], initargs: tuple) -> None:

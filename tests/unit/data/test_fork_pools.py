@@ -1,9 +1,9 @@
-"""The fork pools that generate and pack datasets while a run starts: their workers end on the
-pool's terminate() whatever signals the parent held, and a stop signal that also killed the workers
-(Slurm signals the whole process group) still stops the run instead of leaving it waiting."""
+"""The fork pools that generate and pack datasets while a run starts (fastpipe.processes.fork_pool):
+their workers end on the pool's terminate() whatever signals the parent held or handled, also when the
+SIGTERM lands before a worker has reset the handlers it inherited, and a stop signal that also killed
+the workers (Slurm signals the whole process group) still stops the run instead of leaving it waiting."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fastpipe import signals
+from fastpipe import processes, signals
 from fastpipe.errors import Preempted
 
 
@@ -22,7 +22,7 @@ def _nap(seconds: float) -> float:
 
 def test_workers_end_on_terminate_even_when_the_parent_holds_the_stop_signals():
     held = signal.pthread_sigmask(signal.SIG_BLOCK, signals.STOP_SIGNALS)  # as a trainer starting up does
-    pool = multiprocessing.get_context("fork").Pool(2, signals.pool_worker_signals)
+    pool = processes.fork_pool(2)
     try:
         assert sorted(pool.imap_unordered(abs, range(-8, 0))) == list(range(1, 9))
         pool.terminate()
@@ -36,8 +36,46 @@ def test_workers_end_on_terminate_even_when_the_parent_holds_the_stop_signals():
             worker.kill()
 
 
+def _terminate_ends_the_workers(pool) -> None:
+    workers = list(pool._pool)
+    ended = threading.Event()
+
+    def terminate():
+        pool.terminate()
+        pool.join()
+        ended.set()
+
+    threading.Thread(target=terminate, daemon=True).start()
+    try:
+        assert ended.wait(20), "terminate() left a worker alive and the pool's join waiting"
+    finally:
+        for worker in workers:  # never a hung worker left behind (kill() does nothing once one is reaped)
+            worker.kill()
+
+
+def _slow_reset(reset=signals.pool_worker_signals):
+    time.sleep(1.0)  # the window between a worker's fork and its handlers' reset, made wide
+    reset()
+
+
+def test_a_terminate_landing_before_the_workers_reset_their_handlers_still_ends_them(monkeypatch):
+    # a parent that handles SIGTERM (a job's stop handler) passes the handler on to each forked worker;
+    # a SIGTERM handled there instead of killing it left the pool's join waiting for ever (a CI hang)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    monkeypatch.setattr(signals, "pool_worker_signals", _slow_reset)
+    try:
+        _terminate_ends_the_workers(processes.fork_pool(2))
+        made = []  # and a pool started from another thread (the block is the forking thread's)
+        thread = threading.Thread(target=lambda: made.append(processes.fork_pool(2)))
+        thread.start()
+        thread.join(20)
+        _terminate_ends_the_workers(made[0])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_stop_signal_that_killed_the_workers_is_acted_on_while_waiting_for_their_results():
-    pool = multiprocessing.get_context("fork").Pool(2, signals.pool_worker_signals)
+    pool = processes.fork_pool(2)
     try:
         with signals.stop_on_signals(), pytest.raises(Preempted, match="^stopped by SIGTERM while starting up"):
             with signals.deferred():
