@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe.errors import ConfigError
 from fastpipe.record import results
 from fastpipe.record.overrides import measured_overrides, override_key
+from fastpipe.report.columns import num
 
 
 @dataclass
@@ -158,7 +159,7 @@ def target_halving_jobs(sweep_dir: Path, record) -> List[Job]:
             values = dropped.get("values") or {}
             note = (f"dropped in round {dropped['round']} at {dropped['budget_s']:,.1f} s of training: best primary metric "
                     + beaten(values.get(str(num)), dropped.get("cutoff"), dropped.get("kept") or [], values, ".4g",
-                             "below", "worst"))
+                             "worse than", "worst"))  # "below" would read backwards for a loss
         jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, pruned_round=dropped["round"],
                         probe=metrics, note=note))
     return jobs
@@ -171,13 +172,9 @@ def beaten(value, cutoff, kept: List[int], values: Dict[str, Optional[float]], f
     if value == cutoff:
         last = next((j for j in reversed(kept) if values.get(str(j)) == cutoff), None)
         who = "" if last is None else f"job {last}, "
-        return (f"{_text(value, fmt)}{unit}, tied with the {end} of the {len(kept)} kept ({who}{_text(cutoff, fmt)}); "
+        return (f"{num(value, fmt)}{unit}, tied with the {end} of the {len(kept)} kept ({who}{num(cutoff, fmt)}); "
                 "ties go to the lower job number")
-    a, b = _text(value, fmt), _text(cutoff, fmt)
+    a, b = num(value, fmt), num(cutoff, fmt)
     if a == b:  # apart, yet the same when printed short: print both in full
-        a, b = _text(value, ".10g"), _text(cutoff, ".10g")
+        a, b = num(value, ".10g"), num(cutoff, ".10g")
     return f"{a}{unit}, {worse} the {len(kept)} kept ({end} kept {b})"
-
-
-def _text(x: Optional[float], fmt: str) -> str:
-    return "n/a" if x is None else format(x, fmt)

@@ -157,7 +157,7 @@ def test_a_pruned_job_tied_with_the_last_kept_is_called_tied_not_below(tmp_path)
     notes = {j.num: j.note for j in halving_jobs(tmp_path, record)}
     assert notes[3] == ("dropped in round 1 at 2.0 s of training: best primary metric 0.8, tied with the worst of the 2 "
                         "kept (job 2, 0.8); ties go to the lower job number")
-    assert notes[4] == "dropped in round 1 at 2.0 s of training: best primary metric 0.75, below the 2 kept (worst kept 0.8)"
+    assert notes[4] == "dropped in round 1 at 2.0 s of training: best primary metric 0.75, worse than the 2 kept (worst kept 0.8)"
     from fastpipe.report.jobs import beaten
 
     near = beaten(0.79999, 0.8, [1, 2], {"1": 0.9, "2": 0.8}, ".4g", "below", "worst")
