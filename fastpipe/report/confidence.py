@@ -62,8 +62,8 @@ def _unstable_lines(rows: List[dict], unstable: List[int], max_spread: float) ->
     spreads = {r["job"]: spread(r) for r in rows}
     jobs = ", ".join(f"{j} ({100 * spreads[j]:.0f} %)" for j in unstable)
     return [f"- unstable: job{'s' if len(unstable) > 1 else ''} {jobs}: repeats spread (max - min over the median) "
-            f"more than report.max_spread={max_spread:g}, too wide to rank by (longer runs or a quieter machine narrow it)"
-]
+            f"more than report.max_spread={max_spread:g}: their samples/s are rough (longer runs or a quieter "
+            "machine narrow them)"]
 
 
 def _throughput_verdict(rows: List[dict], best: Optional[dict], max_spread: float, unstable: List[int]) -> Confidence:
