@@ -23,8 +23,9 @@ def target_text(t: dict) -> str:
     sign = ">=" if t.get("higher_is_better", True) else "<="
     if t.get("reached"):
         return (f"{t['metric']} {sign} {t['value']:g} reached at step {t['steps']} in {t['seconds']:.2f} s of training "
-                f"({t['seconds_end_to_end']:.2f} s end to end), {t['samples']:,} samples: {t['reached_value']:.4g}")
-    best = "n/a" if t.get("best_value") is None else f"{t['best_value']:.4g}"
+                f"({t['seconds_end_to_end']:.2f} s end to end), {t['samples']:,} samples: "
+                + held_out_text({t["metric"]: t["reached_value"]}, None))  # the held-out line's unit
+    best = "n/a" if t.get("best_value") is None else held_out_text({t["metric"]: t["best_value"]}, None)
     return f"{t['metric']} {sign} {t['value']:g} NOT reached in {t['seconds']:.2f} s ({t['steps']} steps): best {best}"
 
 

@@ -269,3 +269,14 @@ def test_a_dropped_keys_note_is_printed_once_with_the_summarys_warnings(tmp_path
     out, err = capfd.readouterr()
     assert m["warnings"] == [note] and note not in err and out.count(note) == 1
     assert f"  warning      {note}" in (tmp_path / "summary.txt").read_text()
+
+
+def test_the_target_line_gives_the_metric_in_the_held_out_lines_unit():
+    from fastpipe.record.summary import target_text
+
+    t = {"metric": "accuracy", "value": 0.95, "higher_is_better": True, "reached": True, "steps": 40, "seconds": 7.5,
+         "seconds_end_to_end": 9.0, "samples": 2560, "reached_value": 0.9512, "best_value": 0.9512}
+    assert target_text(t).endswith("2,560 samples: accuracy 95.12 %")
+    missed = dict(t, reached=False, best_value=0.931)
+    assert target_text(missed) == "accuracy >= 0.95 NOT reached in 7.50 s (40 steps): best accuracy 93.10 %"
+    assert target_text(dict(t, metric="loss", value=2.0, reached_value=1.98)).endswith("samples: loss 1.98")
