@@ -4,7 +4,9 @@
 # REPEATS times (default 3: the report names a winner only where the repeats do not overlap). The sweep
 # folder's report.md, report.csv, report.png and best.yaml (if a winner was named) are copied into DEST (default: a new
 # benchmarks/results/ladder/cpu-DATE-COMMIT/; the job folders are not kept). From the repository root:
-#   bash benchmarks/ladder.sh [SWEEP_DIR] [DEST] [OVERRIDE...]   (e.g. train.epochs=10: longer runs, steadier)
+#   [REPEATS=N] bash benchmarks/ladder.sh [SWEEP_DIR] [DEST] [OVERRIDE...]
+#   overrides need SWEEP_DIR and DEST before them ("" = the default), e.g.
+#   bash benchmarks/ladder.sh /tmp/ladder "" train.epochs=10      (longer runs: steadier repeats)
 set -euo pipefail
 out=${1:-outputs/multirun/ladder}
 dest=${2:-$(bash "$(dirname "$0")/lib/result_dir.sh" ladder cpu)}
