@@ -48,9 +48,17 @@ def started_blocked(start: Callable[[], int]):
     # multiprocessing starts its resource tracker with the first process it spawns, and
     # unblocks SIGTERM after doing so: started first, it leaves the block below alone
     resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the trainer inherits the block
-    try:
+    with stop_signals_blocked():  # the trainer inherits the block
         return start()
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """The stop signals blocked in this thread inside the block (a process forked or spawned here
+    inherits the mask), the thread's mask as it was after."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
@@ -63,12 +71,8 @@ def fork_pool(workers: int, initializer: Optional[Callable] = None, initargs: tu
     with the stop signals blocked and unblock them only once they are back at their defaults. The block
     is the calling thread's (any thread): a fork copies the mask of the thread that forks, and the
     pool's own threads, started here, copy it too (its later replacement workers fork from them)."""
-    context = multiprocessing.get_context("fork")
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        return context.Pool(workers, _pool_worker, (os.getpid(), initializer, initargs))
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    with stop_signals_blocked():
+        return multiprocessing.get_context("fork").Pool(workers, _pool_worker, (os.getpid(), initializer, initargs))
 
 
 def _pool_worker(parent: int, initializer: Optional[Callable], initargs: tuple) -> None:
