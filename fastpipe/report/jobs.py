@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe.errors import ConfigError
 from fastpipe.record import results
 from fastpipe.record.overrides import measured_overrides, override_key
-from fastpipe.report.columns import num
+from fastpipe.report import columns
 
 
 @dataclass
@@ -169,12 +169,11 @@ def beaten(value, cutoff, kept: List[int], values: Dict[str, Optional[float]], f
            unit: str = "") -> str:
     """Why a measured combination was dropped: ``worse`` than the N kept, or tied with the last one kept,
     which is never "below" it: halving's select and judge break ties by job number."""
+    a, b = columns.num(value, fmt), columns.num(cutoff, fmt)
     if value == cutoff:
         last = next((j for j in reversed(kept) if values.get(str(j)) == cutoff), None)
         who = "" if last is None else f"job {last}, "
-        return (f"{num(value, fmt)}{unit}, tied with the {end} of the {len(kept)} kept ({who}{num(cutoff, fmt)}); "
-                "ties go to the lower job number")
-    a, b = num(value, fmt), num(cutoff, fmt)
+        return f"{a}{unit}, tied with the {end} of the {len(kept)} kept ({who}{b}); ties go to the lower job number"
     if a == b:  # apart, yet the same when printed short: print both in full
-        a, b = num(value, ".10g"), num(cutoff, ".10g")
+        a, b = columns.num(value, ".10g"), columns.num(cutoff, ".10g")
     return f"{a}{unit}, {worse} the {len(kept)} kept ({end} kept {b})"
