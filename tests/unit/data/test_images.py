@@ -38,3 +38,24 @@ def test_held_out_split_is_deterministic_and_disjoint(tmp_path):
     again = scan_image_folder(root, 0.25)
     assert first == again and not set(first[1]) & set(first[3])
     assert 0.15 < len(first[3]) / 200 < 0.35
+
+
+def test_the_held_out_hash_is_of_the_path_relative_to_the_root_however_the_root_is_written(tmp_path):
+    """The held-out rule hashes each file's path relative to the folder (so a split is the same on every
+    machine): the same files are held out for the folder named with a trailing slash or a ``.``, and they
+    are those whose relative path's CRC-32 falls under the fraction."""
+    import os
+    import zlib
+    from pathlib import Path
+
+    from fastpipe.data.folders import scan_image_folder
+    from fastpipe.data import shapes
+
+    root = shapes.generate(tmp_path / "d", 4, 200, (16, 16), seed=0)
+    split = scan_image_folder(root, 0.25)
+    for spelled in (Path(str(root) + "/"), Path(str(root) + "/."), Path(os.path.relpath(root))):
+        again = scan_image_folder(spelled, 0.25)
+        assert [os.path.relpath(f, spelled) for f in again[3]] == [os.path.relpath(f, root) for f in split[3]]
+    rel = [os.path.relpath(f, root) for f in split[1] + split[3]]
+    assert sorted(os.path.relpath(f, root) for f in split[3]) == sorted(
+        r for r in rel if zlib.crc32(r.encode()) % 10_000 < 2_500)
