@@ -2,6 +2,7 @@
 early stopping on the task's primary metric, and ``train.target`` (train/target.py)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Dict, Optional
 
@@ -9,6 +10,7 @@ import torch
 
 from fastpipe.config import TrainConfig
 from fastpipe.measure.clock import RunClock
+from fastpipe.runtime import autotuning_off
 from fastpipe.train.held_out import HeldOut
 from fastpipe.train.target import Target
 
@@ -30,11 +32,15 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
         return None
     was_training = model.training
     model.eval()
-    names, totals, count, device = None, None, 0, held.device
+    names, totals, count, device, full = None, None, 0, held.device, None
     batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
                                        else ((batch, True) for batch in batches)):
-        with held.precision.autocast():
+        size = batch_length(targets)
+        full = full or size
+        # the split's last, smaller batch is a shape met once per evaluation: cuDNN would autotune every
+        # convolution for it (seconds on a GPU) to run it a single time
+        with (autotuning_off() if size < full else contextlib.nullcontext()), held.precision.autocast():
             outputs = model(inputs)
             if not counted:
                 continue
@@ -43,7 +49,7 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
             names = list(sums)
             totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
         totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=device).detach().double() for n in names])
-        count += batch_length(targets)
+        count += size
     model.train(was_training)
     if totals is None:
         totals = torch.zeros(1, dtype=torch.float64, device=device)  # this rank had no batch
@@ -124,6 +130,12 @@ class Evaluator:
         return {"best": self.best and {"step": self.best["step"], "value": self.best["value"]},
                 "target": self.target and self.target.record(step, samples)}
 
+    @property
+    def screens_epoch_end(self) -> bool:
+        """An epoch's end is screened by the target's subset as an every-``eval_every`` evaluation is
+        (the whole split only on a hit), unless early stopping counts its whole-split evaluations."""
+        return self.target is not None and self.screen is not None and self.cfg.early_stop_patience is None
+
     def due(self, step: int) -> bool:
         return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0
 
@@ -131,16 +143,17 @@ class Evaluator:
     def weights(self) -> str:
         return "ema" if self.ema is not None else "raw"
 
-    def run(self, step: int, periodic: bool = False) -> Optional[Dict[str, float]]:
-        """Evaluate now (``periodic``: an every-``eval_every`` evaluation, which a target's subset may
-        screen); returns the metrics that count (the EMA's when there is one), None when none did."""
+    def run(self, step: int, screened: bool = False) -> Optional[Dict[str, float]]:
+        """Evaluate now (``screened``: a target's subset may screen it: every evaluation but the run's
+        last, ``screens_epoch_end``); returns the metrics that count (the EMA's when there is one), None
+        when none did."""
         with self.clock.part("eval"):
-            return self._run(step, periodic)
+            return self._run(step, screened)
 
-    def _run(self, step: int, periodic: bool) -> Optional[Dict[str, float]]:
+    def _run(self, step: int, screened: bool) -> Optional[Dict[str, float]]:
         primary = self.g.task.primary
         self.scalars = {}
-        if periodic and self.target is not None and self.screen is not None:
+        if screened and self.target is not None and self.screen is not None:
             screened = evaluate(self.screen, self.ema.module if self.ema is not None else self.g.model)
             value = (screened or {}).get(primary)
             self.scalars[f"val_subset/{primary}"] = value

@@ -104,16 +104,18 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             if ckpt.after_step(g, pos, nonfinite.streak, agree):  # SIGTERM/SIGUSR1: checkpointed, stop here
                 raise _so_far(ckpt.preempted(pos, g), evaluator, res.steps)
             if not res.stopped_by and evaluator.due(res.steps) and step_in_epoch < steps_per_epoch and res.steps < total:
-                if _evaluate(evaluator, meter, recorder, res.steps, periodic=True):
+                if _evaluate(evaluator, meter, recorder, res.steps, screened=True):
                     break  # the target or early stopping
                 synced(loss, norm)  # evaluating synced the host: the checks hold for windows cut short by it too
             if res.stopped_by:
                 break  # the time budget (the epoch's end, and the run's, evaluates anyway)
         _epoch_end(res, synced, loss, norm, meter, epoch_start, recorder)
         # Evaluated at this step already: a periodic evaluation before the budget stopped the epoch, or before
-        # the checkpoint this run resumed from at the epoch's end.
+        # the checkpoint this run resumed from at the epoch's end. The run's last evaluation is whole.
         evaluated = evaluator.evaluated_at == res.steps
-        stop = evaluator.stop or (not evaluated and _evaluate(evaluator, meter, recorder, res.steps))
+        last = bool(res.stopped_by) or res.steps >= total or epoch == cfg.epochs - 1
+        screened = evaluator.screens_epoch_end and not last
+        stop = evaluator.stop or (not evaluated and _evaluate(evaluator, meter, recorder, res.steps, screened))
         if stop or res.stopped_by or res.steps >= total:
             break
     bar.close()
@@ -134,10 +136,10 @@ def _nothing_to_train(ckpt: Checkpointer, start: Position, evaluator: Evaluator,
     return None
 
 
-def _evaluate(evaluator: Evaluator, meter, recorder, step: int, periodic: bool = False) -> bool:
+def _evaluate(evaluator: Evaluator, meter, recorder, step: int, screened: bool = False) -> bool:
     """Evaluate at ``step``, outside the timing windows, and record it; True when training should stop."""
     meter.close_window()
-    evaluator.run(step, periodic)
+    evaluator.run(step, screened)
     recorder.evaluation(step, evaluator.scalars)
     return evaluator.stop
 
@@ -209,7 +211,9 @@ def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out, direction: s
     overfit = (f"  overfit: the same first {cfg.overfit_batches} batches every epoch (held out too)"
                if cfg.overfit_batches else "")
     if cfg.target is not None:
-        screen = f" (screened on {cfg.target_eval_samples} held-out samples)" if cfg.target_eval_samples else ""
+        which = "the periodic evaluations" if cfg.early_stop_patience else "every evaluation but the last"
+        screen = (f" ({which} screened on {cfg.target_eval_samples} held-out samples)"
+                  if cfg.target_eval_samples else "")
         stop += f"  target {direction} {cfg.target:g}{screen}"
     if cfg.time_budget_s:
         stop += f"  time budget {cfg.time_budget_s:g} s"

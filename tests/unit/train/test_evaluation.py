@@ -85,3 +85,30 @@ def test_evaluation_in_lockstep_repeats_the_last_batch_uncounted_while_others_go
     with pytest.raises(ConfigError, match="no batch"):
         list(in_lockstep(_Ranks(2, 1, []), iter(["a"])))
     assert list(in_lockstep(_Ranks(2, 0, []), iter([]))) == []
+
+
+def test_the_splits_last_smaller_batch_is_evaluated_without_cudnn_autotuning():
+    """A held-out split's last batch is a shape met once per evaluation: autotuning every convolution for
+    it would cost seconds on a GPU, so it runs with cuDNN's benchmark mode off (and on again after)."""
+    from fastpipe.stages.precision import build_precision
+    from fastpipe.config import PrecisionConfig
+    from fastpipe.train.held_out import HeldOut
+
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            seen.append((x.shape[0], torch.backends.cudnn.benchmark))
+            return torch.nn.functional.one_hot(torch.zeros(x.shape[0], dtype=torch.long), 2).float()
+
+    batches = [(torch.zeros(4, 1), torch.zeros(4, dtype=torch.long)) for _ in range(2)]
+    batches.append((torch.zeros(3, 1), torch.zeros(3, dtype=torch.long)))
+    task = SimpleNamespace(metrics=lambda out, y: {"accuracy": (out.argmax(1) == y).float().sum()})
+    held = HeldOut(batches, task, build_precision(PrecisionConfig(name="fp32"), torch.device("cpu")), torch.device("cpu"))
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        metrics = evaluation.evaluate(held, Spy())
+    finally:
+        torch.backends.cudnn.benchmark = before
+    assert seen == [(4, True), (4, True), (3, False)] and metrics == {"accuracy": 1.0}
