@@ -38,8 +38,10 @@ from fastpipe.runtime import dist_from_env, full_errors, started_by_torchrun
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     """Entry point of the training process (spawned for the job, or started ahead: launch/warm.py): exit
     code 0 ok, EXIT_CODE bad input, 1 crash."""
+    from fastpipe.measure import setup
     from fastpipe.train.job import run_training
 
+    setup.imports_done()  # a process started ahead said so before its job came: that earlier time counts
     die_with_parent(parent)
     take_ctrl_c_once()
     try:

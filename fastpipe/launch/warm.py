@@ -133,6 +133,7 @@ def dismiss() -> None:
 
 def _wait_for_a_job(conn, parent: int, imports: Sequence[str]) -> None:
     """The waiting process: import, wait for the job, then run it as a freshly spawned one would."""
+    from fastpipe.measure import setup
     from fastpipe.processes import die_with_parent
 
     die_with_parent(parent)
@@ -142,6 +143,7 @@ def _wait_for_a_job(conn, parent: int, imports: Sequence[str]) -> None:
                 importlib.import_module(name)
             except Exception:  # the job's own import raises it again, where it is reported
                 pass
+        setup.imports_done()  # the job's set-up counts what comes after as its launch
         job = conn.recv()  # unpickling the entry point imports its module, sys.path as at the start
     except (EOFError, OSError):  # dismissed: no job came
         os._exit(0)

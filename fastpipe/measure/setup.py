@@ -7,8 +7,13 @@ trained run evaluated by ``fastpipe.evaluate``). Parts are exclusive: a part tim
 (the pack opened while the loader is built) counts only as itself, except inside a search, which
 owns everything it builds (its probes' models and loaders are the search's cost, not the run's).
 
-- ``imports``: the job's start to the trainer's first line: the processes' start, their imports,
-  composing and checking the config, starting the training process;
+- ``imports``: the job's start until the training process had imported torch and the stages
+  (``imports_done``): the processes' start and their imports;
+- ``launch``: from then to the trainer's first line: the Hydra process still composing and checking
+  the config and recording provenance, handing the job over. A sweep's job process, started ahead
+  while the job before it trained, has imported before its job starts: its set-up is all ``launch``.
+  Where no training process says when it imported (torch elastic's workers, a run in this process),
+  ``imports`` takes the whole span and ``launch`` is 0;
 - ``dataset_index``: the dataset callable (listing files, checking image headers, generating a
   built-in set the first time) and its split;
 - ``pack_open``: data=mmap's pack found (or packed, the first time), opened and verified;
@@ -27,20 +32,33 @@ import contextlib
 import time
 from typing import Dict, Iterator, List, Optional
 
-PARTS = ("imports", "dataset_index", "pack_open", "loader_start", "model_build", "first_batch_check",
+PARTS = ("imports", "launch", "dataset_index", "pack_open", "loader_start", "model_build", "first_batch_check",
          "batch_search", "lr_search", "compile_setup", "other")
+BEFORE_TRAINER = ("imports", "launch")  # measured from marks, not timed blocks
 SEARCHES = ("batch_search", "lr_search")  # what they build inside them counts as theirs
 _active: Optional["SetupParts"] = None
+_imported_at: Optional[float] = None  # when this process had imported what training needs (Unix time)
+
+
+def imports_done() -> None:
+    """This training process has imported what its training needs: the ``imports`` part ends here
+    (the first call counts: a process started ahead says so before its job comes)."""
+    global _imported_at
+    if _imported_at is None:
+        _imported_at = time.time()
 
 
 class SetupParts:
-    """The set-up parts of one launch (module docstring); ``entered_at``: the trainer's first line
-    (Unix time), ``started_at``: the job's start (``Config.started_at``)."""
+    """The set-up parts of one launch (module docstring); ``entered_at``: the trainer's first line,
+    ``started_at``: the job's start (``Config.started_at``), ``imported_at``: when the training process
+    had imported (``imports_done``; None: unknown); Unix times."""
 
-    def __init__(self, started_at: float, entered_at: Optional[float] = None) -> None:
+    def __init__(self, started_at: float, entered_at: Optional[float] = None,
+                 imported_at: Optional[float] = None) -> None:
         self.entered_at = time.time() if entered_at is None else entered_at
         self.started_at = started_at or self.entered_at  # none given (a run in a test's process): from here
-        self._spent: Dict[str, float] = {name: 0.0 for name in PARTS if name not in ("imports", "other")}
+        self.imported_at = imported_at if imported_at is not None else _imported_at
+        self._spent: Dict[str, float] = {name: 0.0 for name in PARTS if name not in BEFORE_TRAINER + ("other",)}
         self._stack: List[list] = []  # open parts: [name, start, time of parts inside it]
         self.closed = False
 
@@ -67,12 +85,21 @@ class SetupParts:
         """Training begins: what is timed from now on is not set-up."""
         self.closed = True
 
+    def _before_trainer(self) -> Dict[str, float]:
+        """``imports`` and ``launch``: the job's start to the trainer's first line, split where the
+        training process had imported (the whole span is ``imports`` when that is unknown)."""
+        before = max(0.0, self.entered_at - self.started_at)
+        if self.imported_at is None:
+            return {"imports": before, "launch": 0.0}
+        imports = min(before, max(0.0, self.imported_at - self.started_at))
+        return {"imports": imports, "launch": before - imports}
+
     def record(self, setup_s: Optional[float]) -> Optional[Dict[str, float]]:
         """metrics.json's ``setup_parts_s`` for a launch whose first step began ``setup_s`` seconds
         after the job's start (None: no step ran, no record); ``other`` makes the parts add up."""
         if setup_s is None:
             return None
-        parts = {"imports": max(0.0, self.entered_at - self.started_at), **self._spent}
+        parts = {**self._before_trainer(), **self._spent}
         parts["other"] = max(0.0, setup_s - sum(parts.values()))
         return {name: round(parts[name], 3) for name in PARTS}
 
