@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import os
 import sys
+
+if __name__ == "__main__":  # before the imports below: the training process imports torch meanwhile (launch/warm.py)
+    from fastpipe.launch import warm as _warm_first
+
+    _warm_first.prestart_if_training(sys.argv[1:])
+
 import time
 import traceback
 from pathlib import Path
