@@ -187,6 +187,8 @@ def start_up_table(rows: list) -> str:
             continue
         parts = r.get("setup_parts_s") or {}
         start = r["first_batch_s"] if r["kind"] == "hand" else (sum(parts.values()) if parts else None)
+        if r["kind"] == "hand" and r.get("imports_s") is not None:  # the hand loop's own two parts
+            parts = {"imports": r["imports_s"], "the rest": r["first_batch_s"] - r["imports_s"]}
         top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
         lines.append({"run": r["name"], "start": start, "ratio": start / hand if start and hand else None,
                       "largest": ", ".join(f"{k} {v:.1f}" for k, v in top) or None,
@@ -209,12 +211,14 @@ def jobs_table(rows: list) -> str:
         line = {"job": " ".join(o for o in r.get("overrides", []) if o.startswith(("compile=", "train.batch_size="))),
                 "to_target": t.get("seconds_end_to_end") if t.get("reached") else None,
                 "ratio": t["seconds_end_to_end"] / b["train"] if t.get("reached") and b.get("train") else None,
-                "reached": f"step {t.get('steps')}" if t.get("reached") else "no", "status": status_text(r)}
+                "reached": f"step {t.get('steps')}" if t.get("reached") else "no", "status": status_text(r),
+                "eval_share": b["eval"] / b["train"] if b.get("train") and b.get("eval") is not None else None}
         lines.append({**line, **{k: b.get(k) for k in PARTS}})
     if not lines:
         return ""
     columns = [("job", "job")] + [(k.replace("_s", ""), k, ".1f") for k in PARTS] + [
-        ("end to end to 90 % (s)", "to_target", ".1f"), ("that / train", "ratio", ".2f"), ("reached", "reached"),
+        ("eval / train", "eval_share", ".0%"), ("end to end to 90 % (s)", "to_target", ".1f"),
+        ("that / train", "ratio", ".2f"), ("reached", "reached"),
         ("status", "status")]
     return write_markdown_table(None, lines, columns, title="## The four jobs: time_breakdown_s (s)")
 
