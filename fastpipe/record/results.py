@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from fastpipe.files import atomic_write
+from fastpipe.files import atomic_write, temp_path
 from fastpipe.record.run_record import RunRecord, failed
 
 FILE = "metrics.json"
@@ -63,10 +63,32 @@ def begin(run_dir: Path, choices: Dict[str, str], overrides: Iterable[str], run_
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     old = run_dir / FILE
-    if old.exists():
-        os.replace(old, run_dir / PREVIOUS)
-    write(run_dir, failed("the run did not finish: its process died or is still running", choices, overrides,
-                          run_id=run_id, status="running"))
+    kept = old.exists() and _keep_aside(old, run_dir / PREVIOUS)
+    try:
+        write(run_dir, failed("the run did not finish: its process died or is still running", choices, overrides,
+                              run_id=run_id, status="running"))
+    except BaseException:
+        if kept:  # the earlier record must not stand as this run's: it is kept aside already
+            old.unlink(missing_ok=True)
+        raise
+
+
+def _keep_aside(old: Path, previous: Path) -> bool:
+    """``old`` also kept as ``previous``, while it stays in place until the new record replaces it (one
+    rename), so that whoever reads the folder meanwhile finds a record: a hard link, or a copy where
+    the file system has none. False when it could not be kept: then it moves aside, as before."""
+    tmp = temp_path(previous)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(old, tmp)
+    except OSError:
+        try:
+            atomic_write(tmp, old.read_bytes(), fsync=False)
+        except OSError:
+            os.replace(old, previous)
+            return False
+    os.replace(tmp, previous)
+    return True
 
 
 def refuse_finished(run_dir: Path, resume) -> None:

@@ -280,3 +280,34 @@ def test_the_target_line_gives_the_metric_in_the_held_out_lines_unit():
     missed = dict(t, reached=False, best_value=0.931)
     assert target_text(missed) == "accuracy >= 0.95 NOT reached in 7.50 s (40 steps): best accuracy 93.10 %"
     assert target_text(dict(t, metric="loss", value=2.0, reached_value=1.98)).endswith("samples: loss 1.98")
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_a_new_run_keeps_the_earlier_record_aside_and_the_folder_always_holds_one(links, tmp_path, monkeypatch):
+    """results.begin keeps the earlier record as metrics.previous.json while it stays in place until the
+    new one replaces it in one rename (a reader never finds the folder without a record; a file system
+    without hard links gets a copy); a new record that cannot be written leaves no stale one behind."""
+    import os
+
+    earlier = full_record().set(run_id="r0")
+    results.write(tmp_path, earlier)
+    if not links:
+        monkeypatch.setattr(os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "no hard links here")))
+    real = results.write_json_atomic
+    seen = []
+    monkeypatch.setattr(results, "write_json_atomic", lambda path, payload: (
+        seen.append(json.loads(path.read_text())["run_id"]), real(path, payload)))
+    results.begin(tmp_path, CHOICES, OVERRIDES, "r1")
+    assert seen == ["r0"]  # still in place as the new record was written over it
+    assert results.read(tmp_path)["status"] == "running" and results.read(tmp_path)["run_id"] == "r1"
+    assert json.loads((tmp_path / results.PREVIOUS).read_text())["run_id"] == "r0"
+
+    def full_disk(path, payload):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(results, "write_json_atomic", full_disk)
+    with pytest.raises(OSError):
+        results.begin(tmp_path, CHOICES, OVERRIDES, "r2")
+    assert results.read(tmp_path) is None  # r1's record is not left standing as r2's
+    assert json.loads((tmp_path / results.PREVIOUS).read_text())["run_id"] == "r1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [results.PREVIOUS]  # no temporary file left
