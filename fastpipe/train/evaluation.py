@@ -89,6 +89,13 @@ def in_lockstep(held: HeldOut, batches):
             yield batch, True
 
 
+def epoch_ends_screened(cfg: TrainConfig) -> bool:
+    """Whether a target's subset screens an epoch's end as it does an every-``eval_every`` evaluation
+    (the whole split only on a hit): yes, unless early stopping counts whole-split evaluations. The
+    run's last evaluation is whole either way."""
+    return cfg.early_stop_patience is None
+
+
 class Evaluator:
     """Evaluates at each epoch's end and every ``train.eval_every`` steps; keeps the best weights by the
     task's primary metric (``checkpoints/best.pt``, never rotated) and counts evaluations without
@@ -132,9 +139,8 @@ class Evaluator:
 
     @property
     def screens_epoch_end(self) -> bool:
-        """An epoch's end is screened by the target's subset as an every-``eval_every`` evaluation is
-        (the whole split only on a hit), unless early stopping counts its whole-split evaluations."""
-        return self.target is not None and self.screen is not None and self.cfg.early_stop_patience is None
+        """A target's subset screens this run's epoch ends (``epoch_ends_screened``)."""
+        return self.target is not None and self.screen is not None and epoch_ends_screened(self.cfg)
 
     def due(self, step: int) -> bool:
         return bool(self.cfg.eval_every) and step % self.cfg.eval_every == 0

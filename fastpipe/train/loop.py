@@ -15,7 +15,7 @@ from fastpipe.data.order import epoch_batches
 from fastpipe.config import TrainConfig
 from fastpipe.data.device import head
 from fastpipe.stages.profiling import NoProfiler
-from fastpipe.train.evaluation import Evaluator
+from fastpipe.train.evaluation import Evaluator, epoch_ends_screened
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch as epoch_steps, total_steps
 from fastpipe.train.host_checks import NonfiniteSteps, SyncedChecks
 from fastpipe.train.step import train_step
@@ -211,7 +211,7 @@ def describe_loop(cfg: TrainConfig, steps_per_epoch: int, held_out, direction: s
     overfit = (f"  overfit: the same first {cfg.overfit_batches} batches every epoch (held out too)"
                if cfg.overfit_batches else "")
     if cfg.target is not None:
-        which = "the periodic evaluations" if cfg.early_stop_patience else "every evaluation but the last"
+        which = "every evaluation but the last" if epoch_ends_screened(cfg) else "the periodic evaluations"
         screen = (f" ({which} screened on {cfg.target_eval_samples} held-out samples)"
                   if cfg.target_eval_samples else "")
         stop += f"  target {direction} {cfg.target:g}{screen}"
