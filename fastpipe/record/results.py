@@ -81,14 +81,16 @@ def _keep_aside(old: Path, previous: Path) -> bool:
     tmp.unlink(missing_ok=True)
     try:
         os.link(old, tmp)
+        os.replace(tmp, previous)
+        return True
     except OSError:
-        try:
-            atomic_write(tmp, old.read_bytes(), fsync=False)
-        except OSError:
-            os.replace(old, previous)
-            return False
-    os.replace(tmp, previous)
-    return True
+        tmp.unlink(missing_ok=True)
+    try:
+        atomic_write(previous, old.read_bytes(), fsync=False)
+        return True
+    except OSError:
+        os.replace(old, previous)
+        return False
 
 
 def refuse_finished(run_dir: Path, resume) -> None:
