@@ -1,0 +1,198 @@
+"""JPEG decoding beside a training step: data=mmap's loader variants under one compiled ResNet-50 step.
+
+One process builds the step once (ResNet-50, bf16 autocast, channels_last, torch.compile default,
+SGD), then trains it from each variant's loader in turn, in the order given (repeat a name to
+alternate). A variant is a pack (raw or jpeg) and loader settings; ``+pinned`` gathers each batch's
+JPEG files into pinned memory (one buffer, one view per file) instead of pageable memory; ``+switch`` sets a 0.2 ms GIL switch interval. Per
+variant: img/s over the measured steps (synchronised at both edges), data-wait (the loop's time in
+``next(loader)``), and the decode calls' mean wall time and count (JPEG variants), so a slower
+step can be told from a slower decode; ``alone:VARIANT`` takes the batches with no step. ``--profile NAME`` traces 5 steps of that variant
+(torch.profiler) and writes lib/trace_summary.py's summary to OUT/profile-NAME.txt.
+
+    python benchmarks/lib/decode_beside_step.py --raw R.fppack --jpeg J.fppack --out OUT \
+        --variants raw,jpeg,jpeg+pinned,raw,jpeg,jpeg+pinned -- dataset=shapes ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def pinned_gather(reader, local):
+    """The files of images ``local`` copied into one pinned buffer; one view per file."""
+    import torch
+
+    starts, ends = reader.offsets[local], reader.offsets[local + 1]
+    sizes = (ends - starts).tolist()
+    whole = torch.empty(sum(sizes), dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+    buf, pos = whole.numpy(), 0
+    for s, e in zip(starts, ends):
+        buf[pos:pos + e - s] = reader._map[s:e]
+        pos += e - s
+    return list(torch.split(whole, sizes))
+
+
+SWITCH_S = 0.0002  # +switch: the interpreter's GIL switch interval (default 5 ms)
+
+
+class Timed:
+    """Wraps a callable; keeps each call's wall seconds (thread-safe)."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.seconds, self.lock = fn, [], threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.seconds.append(time.perf_counter() - t)
+
+    def take(self) -> list:
+        with self.lock:
+            out, self.seconds = self.seconds, []
+        return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--raw", type=Path, required=True)
+    p.add_argument("--jpeg", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--variants", default="raw,jpeg,jpeg+pinned")
+    p.add_argument("--warmup", type=int, default=15)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--profile", default="", help="variants to trace 5 steps of, comma-separated")
+    p.add_argument("--eager", action="store_true", help="no torch.compile (a CPU check of the script)")
+    p.add_argument("--tag", default="", help="a word for this process's rows (e.g. its environment)")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+    import torch.nn.functional as F
+    import torchvision
+    from hydra import compose, initialize_config_dir
+
+    import fastpipe.data.pack.jpeg as jpeg_mod
+    import fastpipe.data.pack.source as source_mod
+    from fastpipe.config import register_configs, to_settings
+    from fastpipe.data import build_loader
+    from fastpipe.data.splits import build_dataset
+    from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores
+
+    register_configs()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.backends.cudnn.benchmark = True
+    plain_gather = source_mod.gather
+    decode_timer = Timed(jpeg_mod.Decoder.__call__)
+    jpeg_mod.Decoder.__call__ = lambda self, files: decode_timer(self, files)
+
+    def loader_for(variant: str):
+        pack, *opts = variant.split("+")
+        source_mod.gather = pinned_gather if "pinned" in opts else plain_gather
+        extra = [o for o in opts if "=" in o]  # e.g. data.num_threads=2
+        overrides = ["data=mmap", f"data.path={a.raw if pack == 'raw' else a.jpeg}", "data.verify=false",
+                     *a.overrides, *extra]
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        s = to_settings(cfg, {"data": "mmap"}, check=False)
+        runtime = Runtime(device, Dist(), cache_root(), cpu_cores())
+        splits = build_dataset(s.dataset, runtime, "dataset")
+        return build_loader(s.data, splits, runtime, s.train.batch_size, s.seed, True, device.type == "cuda"), splits
+
+    first, splits = loader_for("raw")
+    model = torchvision.models.resnet50(num_classes=len(splits.train.classes), zero_init_residual=True)
+    model = model.to(device, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
+    compiled = model if a.eager else torch.compile(model)
+
+    def step(x, y):
+        with torch.autocast(device.type, torch.bfloat16):
+            loss = F.cross_entropy(compiled(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def batches(loader):
+        epoch = 0
+        while True:
+            loader.set_epoch(epoch)
+            yield from loader
+            epoch += 1
+
+    rows = []
+    profiled = set(filter(None, a.profile.split(",")))
+    for i, name in enumerate(a.variants.split(",")):
+        alone = name.startswith("alone:")  # the loader alone: batches taken, no step
+        variant = name.removeprefix("alone:")
+        loader = first if i == 0 else loader_for(variant)[0]
+        it = batches(loader)
+        run = (lambda x, y: None) if alone else step
+        sys.setswitchinterval(SWITCH_S if "+switch" in variant else 0.005)  # +switch: the GIL handed over sooner
+        for _ in range(a.warmup):
+            run(*next(it))
+        decode_timer.take()
+        torch.cuda.synchronize() if device.type == "cuda" else None
+        t0, wait, n = time.perf_counter(), 0.0, 0
+        for _ in range(a.steps):
+            w = time.perf_counter()
+            x, y = next(it)
+            wait += time.perf_counter() - w
+            run(x, y)
+            n += len(x)
+        torch.cuda.synchronize() if device.type == "cuda" else None
+        seconds = time.perf_counter() - t0
+        decodes = decode_timer.take()
+        row = {"variant": name, "tag": a.tag, "img_per_s": n / seconds, "data_wait_frac": wait / seconds,
+               "step_ms": 1000 * seconds / a.steps, "decode_calls": len(decodes),
+               "decode_ms_mean": 1000 * statistics.fmean(decodes) if decodes else None,
+               "decode_ms_median": 1000 * statistics.median(decodes) if decodes else None}
+        if name in profiled:
+            row["profile"] = profile(a, name, it, step, device)
+            profiled.discard(name)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(a.out / "decode_beside_step.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        del it
+    print("variant | tag | img/s | data-wait % | step ms | decode ms (mean) | decodes")
+    for r in rows:
+        dm = f"{r['decode_ms_mean']:.1f}" if r["decode_ms_mean"] else "-"
+        print(f"{r['variant']} | {r['tag']} | {r['img_per_s']:,.0f} | {100 * r['data_wait_frac']:.1f} | "
+              f"{r['step_ms']:.1f} | {dm} | {r['decode_calls']}")
+    return 0
+
+
+def profile(a, variant, it, step, device) -> str:
+    """5 traced steps of ``variant`` (after 3 untraced); the summary's path."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile, schedule
+
+    from lib.trace_summary import load_events, summarize
+
+    name = variant.replace("+", "_").replace("=", "-")
+    trace = Path("/tmp") / f"decode-{name}-{a.tag or 'default'}.json"
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                       schedule=schedule(wait=1, warmup=2, active=5)) as prof:
+        for _ in range(8):
+            step(*next(it))
+            prof.step()
+    prof.export_chrome_trace(str(trace))
+    out = a.out / f"profile-{name}{'-' + a.tag if a.tag else ''}.txt"
+    out.write_text(summarize(load_events(trace)) + "\n")
+    return str(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
