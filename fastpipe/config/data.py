@@ -119,6 +119,10 @@ class MmapLoaderConfig(LoaderCommon):
     # auto = gpu when training on CUDA, else cpu. Raw packs have nothing to decode: the key changes nothing there.
     decoder: str = "auto"
     decode_threads: Any = "auto"  # data.decoder=cpu or dali: threads decoding (DALI's); auto = this process's cores
+    # data.decoder=cpu: worker processes decoding whole batches (no interpreter lock shared with the training
+    # loop); 0 = data.decode_threads threads inside the training process; auto = 0 when training on the CPU
+    # (the step needs the cores), else min(8, this process's cores - 4), at least 1.
+    decode_workers: Any = "auto"
     # data.decoder=dali on CUDA: share of the JPEGs given to the hardware JPEG decoder (the rest: nvJPEG on the
     # SMs with CPU Huffman decoding, which compete with the training step); 1.0 = all of them.
     hw_decoder_load: float = 1.0
@@ -145,6 +149,7 @@ class MmapLoaderConfig(LoaderCommon):
             raise ConfigError(f"data.quality={self.quality!r} must be an integer in 1..100")
         one_of("data.decoder", self.decoder, ("auto", "gpu", "cpu", "dali"))
         auto_or_int("data.decode_threads", self.decode_threads, minimum=1)
+        auto_or_int("data.decode_workers", self.decode_workers, minimum=0)
         check_share("data.hw_decoder_load", self.hw_decoder_load)
         auto_or_int("data.shuffle_buffer", self.shuffle_buffer, minimum=0)
 
@@ -159,6 +164,11 @@ class MmapLoaderConfig(LoaderCommon):
 
     def decoding_threads(self, cores: int) -> int:
         return max(1, cores) if self.decode_threads == "auto" else int(self.decode_threads)
+
+    def decoding_workers(self, device_type: str, cores: int) -> int:
+        if self.decode_workers != "auto":
+            return int(self.decode_workers)
+        return 0 if device_type == "cpu" else max(1, min(8, cores - 4))
 
     def reader_threads(self, cores: int) -> int:
         return max(1, min(4, cores)) if self.num_threads == "auto" else int(self.num_threads)

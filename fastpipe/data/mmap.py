@@ -2,8 +2,9 @@
 
 Where the batches come from:
 - image datasets (``ImageFiles``): an images pack (one file or shards; raw uint8 read with one
-  ``np.take`` per batch into pinned memory, or JPEG decoded per batch on the GPU or in CPU
-  threads, or by one DALI pipeline the reader threads feed, pack/dali_decode.py); random-resized-crop
+  ``np.take`` per batch into pinned memory, or JPEG decoded per batch on the GPU, in CPU threads
+  or worker processes (pack/workers.py), or by one DALI pipeline the reader threads feed,
+  pack/dali_decode.py); random-resized-crop
   + flip or a resize and the normalisation then run on the training device (augment.py);
 - datasets that are memory-mapped themselves and can read a batch at once (``read_batch``, e.g.
   ``dataset=tokens``): straight from their own map;
@@ -28,6 +29,7 @@ from fastpipe.data.pack.jpeg import StreamSafe
 from fastpipe.data.pack.records import RecordPack
 from fastpipe.data.pack.resolve import jpeg_decoder, open_own_shards, read_plan, resolve_pack
 from fastpipe.data.pack.source import PackFiles, PackImages
+from fastpipe.data.pack.workers import DecodingWorkers
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import ConfigError, no_full_batch
 from fastpipe.measure.setup import setup_part
@@ -109,8 +111,12 @@ class PackBatches:
         return [np.sort(mine[i * bs:(i + 1) * bs]) for i in range(count)]
 
     def __iter__(self):
-        batches = iter(self.epoch_batches())
+        batches = self.epoch_batches()
         self._skip = 0
+        if hasattr(self.source, "iterate"):  # a source reading in processes of its own
+            yield from self.source.iterate(batches)
+            return
+        batches = iter(batches)
         # Pinning in a fresh thread would touch the current device, GPU 0, unless told this rank's GPU.
         bind = dict(initializer=torch.cuda.set_device, initargs=(reader_gpu(self.device),)) \
             if self.pin and self.device.type == "cuda" else {}
@@ -144,9 +150,13 @@ def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Run
         decode = partial(dali_decoded, cfg=cfg, runtime=runtime, stored=packs.stored, path=packs.path, gpu=gpu)
         return PackFiles(packs), prepare, geometry, f"{words}  {describe_dali(cfg, runtime)}", decode
     decoder = jpeg_decoder(cfg, packs, runtime, pin)  # None for a raw pack: data.decoder changes nothing
+    workers = cfg.decoding_workers(device.type, runtime.cores_per_process)
+    if decoder is not None and decoder.where == "cpu" and workers:
+        source = DecodingWorkers(packs.path, packs.stored, workers, cfg.prefetch, pin, device)
+        return source, prepare, geometry, f"{words}  decoder=cpu ({workers} worker processes)", None
     if decoder is not None:
         prepare = StreamSafe(prepare) if decoder.where == "gpu" else prepare
-        words += f"  decoder={decoder.where}"
+        words += f"  decoder={decoder.where}" + (f" ({decoder.threads} threads)" if decoder.where == "cpu" else "")
     return PackImages(packs, decoder), prepare, geometry, words, None
 
 
@@ -196,7 +206,8 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
                        cfg.prefetch, pin, device, epochs=dataset if train else None, plan=plan)
     if train and len(host) == 0:
         raise no_full_batch(host._epoch_size(), batch_size, dist.world_size)
-    description = (f"mmap  {how}  threads={threads}  prefetch={cfg.prefetch}  pin_memory={pin}  "
+    readers = "" if hasattr(source, "iterate") else f"  threads={threads}"  # worker processes read for themselves
+    description = (f"mmap  {how}{readers}  prefetch={cfg.prefetch}  pin_memory={pin}  "
                    f"drop_last={host.drop_last}  verify={cfg.verify}  on {device.type}: {geometry}")
     return MmapLoader(host if decode is None else decode(host), prepare, host, description)
 

@@ -50,12 +50,13 @@ def gather(reader, local: np.ndarray) -> List[torch.Tensor]:
 
 class Decoder:
     """A batch of JPEG files -> uint8 N x 3 x H x W: on ``device`` through nvJPEG (``where="gpu"``), or
-    in ``threads`` CPU threads into (pinned) host memory."""
+    in ``threads`` CPU threads into (pinned) host memory (one thread: in the calling thread)."""
 
     def __init__(self, where: str, device: torch.device, shape, threads: int, pin: bool) -> None:
         self.where, self.device, self.shape, self.pin = where, device, tuple(shape), pin
-        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="fastpipe-jpeg") if where == "cpu" else None
         self.threads = max(1, threads)
+        self.pool = (ThreadPoolExecutor(self.threads, thread_name_prefix="fastpipe-jpeg")
+                     if where == "cpu" and self.threads > 1 else None)
         self._local = threading.local()
 
     def __call__(self, files: List[torch.Tensor]) -> torch.Tensor:
@@ -75,6 +76,9 @@ class Decoder:
             for i in range(*bounds):
                 out[i].copy_(decode_jpeg(files[i], mode=ImageReadMode.RGB))
 
+        if self.pool is None:
+            piece((0, len(files)))
+            return out
         step = -(-len(files) // self.threads)
         list(self.pool.map(piece, [(a, min(a + step, len(files))) for a in range(0, len(files), step)]))
         return out

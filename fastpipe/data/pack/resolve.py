@@ -118,7 +118,9 @@ def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: b
     if packs.codec != "jpeg":
         return None
     where = cfg.decoder_for(runtime.device.type)
-    decoder = Decoder(where, runtime.device, packs.stored, cfg.decoding_threads(runtime.cores_per_process), pin)
+    cores = runtime.cores_per_process
+    threads = 1 if where == "cpu" and cfg.decoding_workers(runtime.device.type, cores) else cfg.decoding_threads(cores)
+    decoder = Decoder(where, runtime.device, packs.stored, threads, pin)  # with workers: the check's alone
     try:
         decoder(gather(packs.any_reader(), np.arange(1)))
     except RuntimeError as exc:  # e.g. a torchvision built without nvJPEG

@@ -1,0 +1,69 @@
+"""A JPEG pack's batches decoded in worker processes (data.decoder=cpu with data.decode_workers > 0).
+
+Each worker opens the pack itself (nothing large is pickled, whatever the start method), gathers a
+whole batch's JPEG files and decodes them one after another with libjpeg-turbo (torchvision); the
+training process only receives the uint8 batches through shared memory and pins them
+(torch.utils.data.DataLoader: its workers, its pinning thread, its error reporting). Unlike decoding
+threads inside the training process, the workers share no interpreter lock with the loop that
+launches the training step's kernels.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+
+class _EpochBatches(Sampler):
+    """The index batches of the epoch being read, set before each epoch."""
+
+    def __init__(self) -> None:
+        self.batches: List[np.ndarray] = []
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class _DecodedBatches(Dataset):
+    """``dataset[sorted positions]`` -> (uint8 N x 3 x H x W, int64 labels), decoded in the calling process."""
+
+    def __init__(self, path: Path, shape) -> None:
+        self.path, self.shape = path, tuple(shape)
+        self._images = None  # opened in each worker on first use
+
+    def __getstate__(self):
+        return {"path": self.path, "shape": self.shape, "_images": None}
+
+    def __getitem__(self, idx: np.ndarray):
+        if self._images is None:
+            from fastpipe.data.pack.jpeg import Decoder
+            from fastpipe.data.pack.shards import PackSet
+            from fastpipe.data.pack.source import PackImages
+
+            torch.set_num_threads(1)  # one core a worker: the decode is serial, the batches run in parallel
+            decoder = Decoder("cpu", torch.device("cpu"), self.shape, threads=1, pin=False)
+            self._images = PackImages(PackSet(self.path), decoder)  # verified already, by the training process
+        return self._images.read_batch(idx)
+
+
+class DecodingWorkers:
+    """``iterate(batches)``: the batches of one epoch, in order, decoded by ``workers`` processes that
+    stay up across epochs; about ``prefetch`` batches (at least one a worker) decoded ahead."""
+
+    def __init__(self, path: Path, shape, workers: int, prefetch: int, pin: bool,
+                 device: Optional[torch.device] = None) -> None:
+        self.workers, self._order = workers, _EpochBatches()
+        pin_device = str(device) if pin and device is not None and device.type == "cuda" else ""
+        self.loader = DataLoader(_DecodedBatches(Path(path), shape), batch_size=None, sampler=self._order,
+                                 num_workers=workers, prefetch_factor=max(1, -(-prefetch // workers)),
+                                 persistent_workers=True, pin_memory=pin, pin_memory_device=pin_device)
+
+    def iterate(self, batches: List[np.ndarray]) -> Iterator[tuple]:
+        self._order.batches = list(batches)
+        return iter(self.loader)
