@@ -1,0 +1,78 @@
+"""data.decoder=cpu with data.decode_workers: a JPEG pack's batches decoded in worker processes are the
+batches the in-process threads decode (order, labels, pixels), epoch after epoch, after an epoch left
+early, from shards and for the held-out split; the setting's checks and its automatic value."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+from conftest import cpu_runtime, make_settings
+
+from fastpipe.cli.pack import main as pack_main
+from fastpipe.config import MmapLoaderConfig
+from fastpipe.data import build_loader, shapes
+from fastpipe.data.splits import build_dataset
+from fastpipe.errors import ConfigError
+
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """48 JPEGs of 40x30, 3 classes (38 train, 10 held out)."""
+    return shapes.generate(tmp_path_factory.mktemp("workers") / "images", 3, 48, (40, 30), seed=5)
+
+
+@pytest.fixture(scope="module")
+def packs(folder, tmp_path_factory):
+    """The folder as a one-file JPEG pack and as JPEG shards of one chunk of 8 images each."""
+    out, made = tmp_path_factory.mktemp("packs"), {}
+    for name, extra in (("file", []), ("shards", ["--shard-size", "10KB"])):
+        made[name] = out / name
+        assert pack_main([str(folder), str(made[name]), "--size", "32", "--codec", "jpeg", "--threads", "1",
+                          "--chunk-images", "8", "--no-progress", *extra]) == 0
+    return made
+
+
+def loader(folder, pack, workers, train=True):
+    s = make_settings(["data=mmap", f"data.path={pack}", "dataset=imagefolder", f"dataset.root={folder}",
+                       "dataset.image_size=24", "dataset.augment=false", "data.decoder=cpu",
+                       f"data.decode_workers={workers}", "data.decode_threads=2", "runtime.progress=false"])
+    runtime = dataclasses.replace(cpu_runtime(), device=torch.device("cpu"))
+    splits = build_dataset(s.dataset, runtime, "imagefolder")
+    return build_loader(s.data, splits, runtime, 8, s.seed, train, False)
+
+
+def epochs(data, plan):
+    """The batches of each epoch in ``plan`` ({epoch: batches to take, None = all})."""
+    out = []
+    for epoch, count in plan.items():
+        data.set_epoch(epoch)
+        out.append([(x.clone(), y.clone()) for x, y in itertools.islice(data, count)])
+    return out
+
+
+@pytest.mark.parametrize("pack", ["file", "shards"])
+def test_worker_processes_give_the_batches_the_threads_give(folder, packs, pack):
+    plan = {0: None, 1: 2, 2: None}  # epoch 1 left after two batches: epoch 2 still starts at its beginning
+    threads, workers = loader(folder, packs[pack], 0), loader(folder, packs[pack], 2)
+    assert "decoder=cpu (2 threads)" in threads.describe() and "threads=" in threads.describe()
+    assert "decoder=cpu (2 worker processes)" in workers.describe() and "  threads=" not in workers.describe()
+    for a, b in zip(epochs(threads, plan), epochs(workers, plan)):
+        assert len(a) == len(b) > 0
+        for (x, y), (u, v) in zip(a, b):
+            assert torch.equal(y, v) and torch.equal(x, u)  # the same libjpeg-turbo: the same pixels
+    held_out = [loader(folder, packs[pack], w, train=False) for w in (0, 2)]
+    a, b = ([(x, y) for x, y in h] for h in held_out)
+    assert len(a) == len(b) == 2 and all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(a, b))
+
+
+def test_decode_workers_is_checked_and_its_automatic_value_leaves_the_training_process_cores():
+    with pytest.raises(ConfigError, match="data.decode_workers"):
+        make_settings(["data=mmap", "data.decode_workers=-1"])
+    auto = MmapLoaderConfig()
+    assert auto.decoding_workers("cpu", 16) == 0  # a CPU run: the step needs the cores
+    assert [auto.decoding_workers("cuda", c) for c in (2, 5, 12, 16, 64)] == [1, 1, 8, 8, 8]
+    assert MmapLoaderConfig(decode_workers=3).decoding_workers("cpu", 16) == 3
