@@ -3,7 +3,9 @@
 One process builds the step once (ResNet-50, bf16 autocast, channels_last, torch.compile default,
 SGD), then trains it from each variant's loader in turn, in the order given (repeat a name to
 alternate). A variant is a pack (raw or jpeg) and loader settings; ``+pinned`` gathers each batch's
-JPEG files into pinned memory (one buffer, one view per file) instead of pageable memory; ``+switch`` sets a 0.2 ms GIL switch interval. Per
+JPEG files into pinned memory (one buffer, one view per file) instead of pageable memory; ``+switch`` sets a 0.2 ms GIL switch interval; ``+burn=N`` keeps N
+busy-looping processes running meanwhile (CPU load alone, no decoding), ``+burnaff`` binds them to the
+CPUs data.decode_affinity leaves to decode workers. Per
 variant: img/s over the measured steps (synchronised at both edges), data-wait (the loop's time in
 ``next(loader)``), and the decode calls' mean wall time and count (JPEG variants), so a slower
 step can be told from a slower decode; ``alone:VARIANT`` takes the batches with no step. ``--profile NAME`` traces 5 steps of that variant
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -42,6 +46,18 @@ def pinned_gather(reader, local):
 
 
 SWITCH_S = 0.0002  # +switch: the interpreter's GIL switch interval (default 5 ms)
+
+
+def burners(variant: str) -> list:
+    """The busy processes ``+burn=N`` asks for (bound to the decode workers' CPUs with ``+burnaff``)."""
+    count = next((int(o.split("=", 1)[1]) for o in variant.split("+") if o.startswith("burn=")), 0)
+    if not count:
+        return []
+    from fastpipe.data.pack.workers import worker_cpus
+
+    cpus = worker_cpus() if "+burnaff" in variant else None
+    code = (f"import os; os.sched_setaffinity(0, {cpus!r}); " if cpus else "") + "\nwhile True: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
 
 
 class Timed:
@@ -101,7 +117,7 @@ def main(argv=None) -> int:
     def loader_for(variant: str):
         pack, *opts = variant.split("+")
         source_mod.gather = pinned_gather if "pinned" in opts else plain_gather
-        extra = [o for o in opts if "=" in o]  # e.g. data.num_threads=2
+        extra = [o for o in opts if "=" in o and not o.startswith("burn=")]  # e.g. data.num_threads=2
         overrides = ["data=mmap", f"data.path={a.raw if pack == 'raw' else a.jpeg}", "data.verify=false",
                      *a.overrides, *extra]
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -138,6 +154,7 @@ def main(argv=None) -> int:
         variant = name.removeprefix("alone:")
         loader = first if i == 0 else loader_for(variant)[0]
         it = batches(loader)
+        busy = burners(variant)
         run = (lambda x, y: None) if alone else step
         sys.setswitchinterval(SWITCH_S if "+switch" in variant else 0.005)  # +switch: the GIL handed over sooner
         for _ in range(a.warmup):
@@ -154,6 +171,8 @@ def main(argv=None) -> int:
         torch.cuda.synchronize() if device.type == "cuda" else None
         seconds = time.perf_counter() - t0
         decodes = decode_timer.take()
+        for proc in busy:
+            proc.kill()
         row = {"variant": name, "tag": a.tag, "img_per_s": n / seconds, "data_wait_frac": wait / seconds,
                "step_ms": 1000 * seconds / a.steps, "decode_calls": len(decodes),
                "decode_ms_mean": 1000 * statistics.fmean(decodes) if decodes else None,

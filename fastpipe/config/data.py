@@ -123,6 +123,9 @@ class MmapLoaderConfig(LoaderCommon):
     # loop); 0 = data.decode_threads threads inside the training process; auto = 0 when training on the CPU
     # (the step needs the cores), else min(8, this process's cores - 4), at least 1.
     decode_workers: Any = "auto"
+    # data.decode_workers: keep the workers off this process's first 4 physical cores (SMT siblings included),
+    # so the training process's kernel-launching threads have them to themselves; false = where the OS puts them.
+    decode_affinity: bool = True
     # data.decoder=dali on CUDA: share of the JPEGs given to the hardware JPEG decoder (the rest: nvJPEG on the
     # SMs with CPU Huffman decoding, which compete with the training step); 1.0 = all of them.
     hw_decoder_load: float = 1.0

@@ -152,8 +152,8 @@ def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Run
     decoder = jpeg_decoder(cfg, packs, runtime, pin)  # None for a raw pack: data.decoder changes nothing
     workers = cfg.decoding_workers(device.type, runtime.cores_per_process)
     if decoder is not None and decoder.where == "cpu" and workers:
-        source = DecodingWorkers(packs.path, packs.stored, workers, cfg.prefetch, pin, device)
-        return source, prepare, geometry, f"{words}  decoder=cpu ({workers} worker processes)", None
+        source = DecodingWorkers(packs.path, packs.stored, workers, cfg.prefetch, pin, device, cfg.decode_affinity)
+        return source, prepare, geometry, f"{words}  {source.describe()}", None
     if decoder is not None:
         prepare = StreamSafe(prepare) if decoder.where == "gpu" else prepare
         words += f"  decoder={decoder.where}" + (f" ({decoder.threads} threads)" if decoder.where == "cpu" else "")

@@ -5,16 +5,61 @@ whole batch's JPEG files and decodes them one after another with libjpeg-turbo (
 training process only receives the uint8 batches through shared memory and pins them
 (torch.utils.data.DataLoader: its workers, its pinning thread, its error reporting). Unlike decoding
 threads inside the training process, the workers share no interpreter lock with the loop that
-launches the training step's kernels.
+launches the training step's kernels. With data.decode_affinity the workers also keep off the first
+TRAINING_CORES physical cores (SMT siblings included), which the training process's launching threads
+then have to themselves: a compiled step at batch 256 spends most of its GPU time launching kernels
+from the host, so a core shared with a decoder slows the step itself.
 """
 from __future__ import annotations
 
+import os
+from functools import partial
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Set
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+
+
+TRAINING_CORES = 4  # physical cores left to the training process by data.decode_affinity
+
+
+def _siblings(cpu: int) -> Set[int]:
+    """``cpu`` and its SMT siblings (one physical core), as Linux lists them."""
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return {cpu}
+    out = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+def worker_cpus(keep: int = TRAINING_CORES) -> Optional[List[int]]:
+    """The CPUs this process may use less its first ``keep`` physical cores; None where CPU affinity is
+    not available or nothing would be left."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    kept: Set[int] = set()
+    cores = 0
+    for cpu in allowed:
+        if cpu in kept:
+            continue
+        if cores == keep:
+            break
+        kept |= _siblings(cpu) & set(allowed)
+        cores += 1
+    rest = [cpu for cpu in allowed if cpu not in kept]
+    return rest or None
+
+
+def _bind(cpus: List[int], worker_id: int) -> None:
+    os.sched_setaffinity(0, cpus)
 
 
 class _EpochBatches(Sampler):
@@ -57,13 +102,29 @@ class DecodingWorkers:
     stay up across epochs; about ``prefetch`` batches (at least one a worker) decoded ahead."""
 
     def __init__(self, path: Path, shape, workers: int, prefetch: int, pin: bool,
-                 device: Optional[torch.device] = None) -> None:
+                 device: Optional[torch.device] = None, affinity: bool = False) -> None:
         self.workers, self._order = workers, _EpochBatches()
+        self.cpus = worker_cpus() if affinity else None
         pin_device = str(device) if pin and device is not None and device.type == "cuda" else ""
         self.loader = DataLoader(_DecodedBatches(Path(path), shape), batch_size=None, sampler=self._order,
                                  num_workers=workers, prefetch_factor=max(1, -(-prefetch // workers)),
-                                 persistent_workers=True, pin_memory=pin, pin_memory_device=pin_device)
+                                 persistent_workers=True, pin_memory=pin, pin_memory_device=pin_device,
+                                 worker_init_fn=partial(_bind, self.cpus) if self.cpus else None)
+
+    def describe(self) -> str:
+        where = f" on CPUs {_span(self.cpus)}" if self.cpus else ""
+        return f"decoder=cpu ({self.workers} worker processes{where})"
 
     def iterate(self, batches: List[np.ndarray]) -> Iterator[tuple]:
         self._order.batches = list(batches)
         return iter(self.loader)
+
+
+def _span(cpus: List[int]) -> str:
+    """[4, 5, 6, 7, 12, 13] -> '4-7,12-13'."""
+    runs, start = [], cpus[0]
+    for a, b in zip(cpus, cpus[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start}-{a}" if a != start else str(a))
+            start = b
+    return ",".join(runs)
