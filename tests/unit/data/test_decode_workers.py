@@ -76,3 +76,16 @@ def test_decode_workers_is_checked_and_its_automatic_value_leaves_the_training_p
     assert auto.decoding_workers("cpu", 16) == 0  # a CPU run: the step needs the cores
     assert [auto.decoding_workers("cuda", c) for c in (2, 5, 12, 16, 64)] == [1, 1, 8, 8, 8]
     assert MmapLoaderConfig(decode_workers=3).decoding_workers("cpu", 16) == 3
+
+
+def test_decode_affinity_leaves_whole_physical_cores_to_the_training_process(monkeypatch):
+    """16 CPUs, SMT siblings i and i + 8: the first 4 physical cores are CPUs 0-3 and 8-11."""
+    from fastpipe.data.pack import workers
+
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setattr(workers, "_siblings", lambda cpu: {cpu % 8, cpu % 8 + 8})
+    assert workers.worker_cpus() == [4, 5, 6, 7, 12, 13, 14, 15]
+    assert workers.worker_cpus(8) is None  # nothing left: the workers go where the OS puts them
+    assert workers._span([4, 5, 6, 7, 12, 13, 14, 15]) == "4-7,12-15" and workers._span([3]) == "3"
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {2, 3, 4, 10, 11, 12, 13})  # a container's share
+    assert workers.worker_cpus(2) == [4, 12, 13]
