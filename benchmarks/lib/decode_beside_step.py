@@ -2,14 +2,16 @@
 
 One process builds the step once (ResNet-50, bf16 autocast, channels_last, torch.compile default,
 SGD), then trains it from each variant's loader in turn, in the order given (repeat a name to
-alternate). A variant is a pack (raw or jpeg) and loader settings; ``+pinned`` gathers each batch's
-JPEG files into pinned memory (one buffer, one view per file) instead of pageable memory; ``+switch`` sets a 0.2 ms GIL switch interval; ``+burn=N`` keeps N
-busy-looping processes running meanwhile (CPU load alone, no decoding), ``+burnaff`` binds them to the
-CPUs data.decode_affinity leaves to decode workers. Per
-variant: img/s over the measured steps (synchronised at both edges), data-wait (the loop's time in
-``next(loader)``), and the decode calls' mean wall time and count (JPEG variants), so a slower
-step can be told from a slower decode; ``alone:VARIANT`` takes the batches with no step. ``--profile NAME`` traces 5 steps of that variant
-(torch.profiler) and writes lib/trace_summary.py's summary to OUT/profile-NAME.txt.
+alternate: the repeats give each variant's spread). A variant is a pack (``raw`` or ``jpeg``) and
+``+``-joined options: Hydra overrides of the loader (``+data.decoder=cpu+data.decode_workers=8``);
+``+pinned``: each batch's JPEG files gathered into pinned memory instead of pageable memory;
+``+switch``: a 0.2 ms GIL switch interval; ``+burn=N``: N busy-looping processes meanwhile (CPU load
+without decoding), ``+burnaff`` binds them to the CPUs data.decode_affinity leaves to decode workers;
+``alone:VARIANT``: the loader's batches taken with no step. Per variant, a JSON line in
+OUT/decode_beside_step.jsonl and a table row: img/s over the measured steps (synchronised at both
+edges), data-wait (the loop's time in ``next(loader)``), and the mean wall time and count of the
+decode calls made in this process (in-process decoders), so a slower step can be told from a slower
+decode. ``--eager`` leaves out torch.compile (a CPU check of the script).
 
     python benchmarks/lib/decode_beside_step.py --raw R.fppack --jpeg J.fppack --out OUT \
         --variants raw,jpeg,jpeg+pinned,raw,jpeg,jpeg+pinned -- dataset=shapes ...
@@ -28,7 +30,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def pinned_gather(reader, local):
@@ -88,7 +89,6 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="raw,jpeg,jpeg+pinned")
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--steps", type=int, default=80)
-    p.add_argument("--profile", default="", help="variants to trace 5 steps of, comma-separated")
     p.add_argument("--eager", action="store_true", help="no torch.compile (a CPU check of the script)")
     p.add_argument("--tag", default="", help="a word for this process's rows (e.g. its environment)")
     p.add_argument("overrides", nargs="*")
@@ -148,7 +148,6 @@ def main(argv=None) -> int:
             epoch += 1
 
     rows = []
-    profiled = set(filter(None, a.profile.split(",")))
     for i, name in enumerate(a.variants.split(",")):
         alone = name.startswith("alone:")  # the loader alone: batches taken, no step
         variant = name.removeprefix("alone:")
@@ -176,10 +175,8 @@ def main(argv=None) -> int:
         row = {"variant": name, "tag": a.tag, "img_per_s": n / seconds, "data_wait_frac": wait / seconds,
                "step_ms": 1000 * seconds / a.steps, "decode_calls": len(decodes),
                "decode_ms_mean": 1000 * statistics.fmean(decodes) if decodes else None,
-               "decode_ms_median": 1000 * statistics.median(decodes) if decodes else None}
-        if name in profiled:
-            row["profile"] = profile(a, name, it, step, device)
-            profiled.discard(name)
+               "decode_ms_median": 1000 * statistics.median(decodes) if decodes else None,
+               "loader": loader.describe()}
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(a.out / "decode_beside_step.jsonl", "a") as f:
@@ -192,25 +189,6 @@ def main(argv=None) -> int:
               f"{r['step_ms']:.1f} | {dm} | {r['decode_calls']}")
     return 0
 
-
-def profile(a, variant, it, step, device) -> str:
-    """5 traced steps of ``variant`` (after 3 untraced); the summary's path."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile as torch_profile, schedule
-
-    from lib.trace_summary import load_events, summarize
-
-    name = variant.replace("+", "_").replace("=", "-")
-    trace = Path("/tmp") / f"decode-{name}-{a.tag or 'default'}.json"
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                       schedule=schedule(wait=1, warmup=2, active=5)) as prof:
-        for _ in range(8):
-            step(*next(it))
-            prof.step()
-    prof.export_chrome_trace(str(trace))
-    out = a.out / f"profile-{name}{'-' + a.tag if a.tag else ''}.txt"
-    out.write_text(summarize(load_events(trace)) + "\n")
-    return str(out)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 from conftest import HAVE_DALI, REPO, load_benchmark_runner, needs_dali, run_side_by_side
 
 SMOKE_DECODERS = ("cpu", "dali") if HAVE_DALI else ("cpu",)  # data_formats.py's JPEG decoders in its smoke
+SMOKE_SHAPES = ["dataset=shapes", "dataset.source_size=[96,72]", "dataset.num_images=320", "dataset.image_size=32",
+                "dataset.augment=true", "train.batch_size=16"]  # data_formats.py --smoke's dataset
 
 
 def _check_overhead(out):
@@ -197,6 +200,7 @@ def smokes(tmp_path_factory):
                                           "data-formats")}
     for folder in out.values():
         folder.mkdir()
+    work = out["data-formats"] / "work"
     commands = {
         "phase1": (["bash", str(REPO / "benchmarks" / "h200_plan.sh"), "1"],
                    {"env": dict(os.environ, SMOKE="1", WORK=str(out["phase1"] / "work"),
@@ -208,9 +212,14 @@ def smokes(tmp_path_factory):
         "lm-handloop": script("lib/lm_handloop.py", "--device", "cpu", "--smoke"),
         "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
                       "--work", out["ttt"] / "work"),
-        "data-formats": script("data_formats.py", "--smoke", "--out", out["data-formats"] / "out", "--work",
-                               out["data-formats"] / "work", "--steps", "generate,pack,train,read,profile",
-                               "--decoders", ",".join(SMOKE_DECODERS)),
+        # then lib/decode_beside_step.py on the packs it made
+        "data-formats": (["bash", "-c", shlex.join(script(
+            "data_formats.py", "--smoke", "--out", out["data-formats"] / "out", "--work", out["data-formats"] / "work",
+            "--steps", "generate,pack,train,read,profile", "--decoders", ",".join(SMOKE_DECODERS))) + " && " + shlex.join(
+            script("lib/decode_beside_step.py", "--raw", work / "pack-raw.fppack", "--jpeg", work / "pack-jpeg.fppack",
+                   "--out", out["data-formats"] / "beside", "--eager", "--warmup", "1", "--steps", "2",
+                   "--variants", "raw,jpeg,jpeg+data.decode_workers=1+burn=1,alone:jpeg", "--", *SMOKE_SHAPES))],
+                         {"env": dict(os.environ, FASTPIPE_CACHE=str(work / "cache"))}),
     }
     if HAVE_DALI:
         commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
@@ -351,6 +360,20 @@ def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_de
         summary = (out / f"profile-jpeg-{d}.txt").read_text()
         assert f"codec=jpeg  decoder={d}" in summary and "5 profiled steps" in summary
         assert 0 < (out / f"profile-jpeg-{d}.pt.trace.json.gz").stat().st_size < 5_000_000
+
+
+def test_decode_beside_step_smoke_trains_each_loader_variant_in_one_process(smokes):
+    """lib/decode_beside_step.py on data_formats.py --smoke's packs: a row each, in the order given, the
+    in-process decoder's calls counted, the worker processes' loader named, the loader alone far faster."""
+    folder, proc = smokes["data-formats"]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (folder / "beside" / "decode_beside_step.jsonl").read_text().splitlines()]
+    assert [r["variant"] for r in rows] == ["raw", "jpeg", "jpeg+data.decode_workers=1+burn=1", "alone:jpeg"]
+    assert all(r["img_per_s"] > 0 and 0 <= r["data_wait_frac"] <= 1 for r in rows), rows
+    assert rows[0]["decode_calls"] == 0 and rows[1]["decode_calls"] > 0 and rows[3]["decode_calls"] > 0
+    assert "decoder=cpu (1 worker process" in rows[2]["loader"] and rows[2]["decode_calls"] == 0
+    assert rows[3]["img_per_s"] > 3 * rows[1]["img_per_s"]  # no step to wait for
+    assert "variant | tag | img/s" in proc.stdout
 
 
 def _rows(out) -> dict:

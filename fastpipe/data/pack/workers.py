@@ -113,7 +113,7 @@ class DecodingWorkers:
 
     def describe(self) -> str:
         where = f" on CPUs {_span(self.cpus)}" if self.cpus else ""
-        return f"decoder=cpu ({self.workers} worker processes{where})"
+        return f"decoder=cpu ({self.workers} worker process{'es' if self.workers != 1 else ''}{where})"
 
     def iterate(self, batches: List[np.ndarray]) -> Iterator[tuple]:
         self._order.batches = list(batches)
