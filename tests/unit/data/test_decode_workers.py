@@ -10,30 +10,12 @@ import pytest
 import torch
 from conftest import cpu_runtime, make_settings
 
-from fastpipe.cli.pack import main as pack_main
 from fastpipe.config import MmapLoaderConfig
-from fastpipe.data import build_loader, shapes
+from fastpipe.data import build_loader
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """48 JPEGs of 40x30, 3 classes (38 train, 10 held out)."""
-    return shapes.generate(tmp_path_factory.mktemp("workers") / "images", 3, 48, (40, 30), seed=5)
-
-
-@pytest.fixture(scope="module")
-def packs(folder, tmp_path_factory):
-    """The folder as a one-file JPEG pack and as JPEG shards of one chunk of 8 images each."""
-    out, made = tmp_path_factory.mktemp("packs"), {}
-    for name, extra in (("file", []), ("shards", ["--shard-size", "10KB"])):
-        made[name] = out / name
-        assert pack_main([str(folder), str(made[name]), "--size", "32", "--codec", "jpeg", "--threads", "1",
-                          "--chunk-images", "8", "--no-progress", *extra]) == 0
-    return made
 
 
 def loader(folder, pack, workers, train=True):
@@ -54,7 +36,7 @@ def epochs(data, plan):
     return out
 
 
-@pytest.mark.parametrize("pack", ["file", "shards"])
+@pytest.mark.parametrize("pack", ["jpeg", "jpeg-shards"])  # conftest.py's packs
 def test_worker_processes_give_the_batches_the_threads_give(folder, packs, pack):
     plan = {0: None, 1: 2, 2: None}  # epoch 1 left after two batches: epoch 2 still starts at its beginning
     threads, workers = loader(folder, packs[pack], 0), loader(folder, packs[pack], 2)

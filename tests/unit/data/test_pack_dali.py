@@ -10,8 +10,7 @@ import pytest
 import torch
 from conftest import cpu_runtime, make_settings, needs_dali, run_in_process
 
-from fastpipe.cli.pack import main as pack_main
-from fastpipe.data import build_loader, shapes
+from fastpipe.data import build_loader
 from fastpipe.data.pack.jpeg import encode
 from fastpipe.data.pack.reader import PackReader
 from fastpipe.data.pack.shards import PackSet
@@ -22,24 +21,6 @@ from fastpipe.runtime import Dist
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),  # torch on read-only numpy views
               pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")]
 GREY_LEVEL = 1 / (0.225 * 255)  # one grey level in normalised units (the largest ImageNet std)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    """48 JPEGs of 40x30, 3 classes (38 train, 10 held out)."""
-    return shapes.generate(tmp_path_factory.mktemp("dalipack") / "images", 3, 48, (40, 30), seed=7)
-
-
-@pytest.fixture(scope="module")
-def packs(folder, tmp_path_factory):
-    """The folder at 32x32: a JPEG file, the same as shards of one chunk of 8 images, and a raw file."""
-    out, made = tmp_path_factory.mktemp("out"), {}
-    for name, extra in (("jpeg", ["--codec", "jpeg"]), ("jpeg-shards", ["--codec", "jpeg", "--shard-size", "10KB"]),
-                        ("raw", [])):
-        made[name] = out / name
-        assert pack_main([str(folder), str(made[name]), "--size", "32", "--threads", "1", "--chunk-images", "8",
-                          "--no-progress", *extra]) == 0
-    return made
 
 
 def loader(folder, path, decoder, train=True, dist=Dist(), subset=None, extra=(), device="cpu"):
