@@ -1,5 +1,6 @@
 """What this machine and process are: versions and hardware for the run's record, the CUDA devices
-training would use, whether the CPU computes bf16 natively, when the process started. Reads the
+training would use, whether the CPU computes bf16 natively, when the process started, which CPUs
+are left beyond a process's first physical cores. Reads the
 machine (torch's probes, /proc), never the environment's settings (runtime.py does). torch is imported
 by the functions that use it: the Hydra process asks when it started before it imports torch."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Set
 
 _IMPORTED_AT = time.time()
 
@@ -80,3 +81,49 @@ def environment(device: Optional[torch.device], world_size: int) -> dict:
         env["device_name"] = torch.cuda.get_device_name(device)
         env["cudnn"] = torch.backends.cudnn.version()
     return env
+
+
+def smt_siblings(cpu: int) -> Set[int]:
+    """``cpu`` and its SMT siblings (one physical core), as Linux lists them; ``{cpu}`` elsewhere."""
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return {cpu}
+    out = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+def cpus_beyond(keep_cores: int, share: int = 1, part: int = 0) -> Optional[List[int]]:
+    """The CPUs this process may use less the first ``keep_cores`` physical cores among them (SMT
+    siblings included), cut into ``share`` equal parts (one a local rank) and part ``part`` of them;
+    None where CPU affinity is not available or nothing would be left."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    kept: Set[int] = set()
+    cores = 0
+    for cpu in allowed:
+        if cpu in kept:
+            continue
+        if cores == keep_cores:
+            break
+        kept |= smt_siblings(cpu) & set(allowed)
+        cores += 1
+    rest = [cpu for cpu in allowed if cpu not in kept]
+    size = len(rest) // max(1, share)
+    mine = rest[part * size:(part + 1) * size]
+    return mine or None
+
+
+def cpu_list_text(cpus: List[int]) -> str:
+    """[4, 5, 6, 7, 12, 13] -> '4-7,12-13' (Linux's cpulist format)."""
+    runs, start = [], cpus[0]
+    for a, b in zip(cpus, cpus[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start}-{a}" if a != start else str(a))
+            start = b
+    return ",".join(runs)

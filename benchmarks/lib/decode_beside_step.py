@@ -4,7 +4,8 @@ One process builds the step once (ResNet-50, bf16 autocast, channels_last, torch
 SGD), then trains it from each variant's loader in turn, in the order given (repeat a name to
 alternate: the repeats give each variant's spread). A variant is a pack (``raw`` or ``jpeg``) and
 ``+``-joined options: Hydra overrides of the loader (``+data.decoder=cpu+data.decode_workers=8``);
-``+pinned``: each batch's JPEG files gathered into pinned memory instead of pageable memory;
+``+pinned``: each batch's JPEG files gathered into pinned memory instead of pageable memory (the
+in-process decoders only);
 ``+switch``: a 0.2 ms GIL switch interval; ``+burn=N``: N busy-looping processes meanwhile (CPU load
 without decoding), ``+burnaff`` binds them to the CPUs data.decode_affinity leaves to decode workers;
 ``alone:VARIANT``: the loader's batches taken with no step. Per variant, a JSON line in
@@ -54,9 +55,10 @@ def burners(variant: str) -> list:
     count = next((int(o.split("=", 1)[1]) for o in variant.split("+") if o.startswith("burn=")), 0)
     if not count:
         return []
-    from fastpipe.data.pack.workers import worker_cpus
+    from fastpipe.config.data import TRAINING_CORES
+    from fastpipe.machine import cpus_beyond
 
-    cpus = worker_cpus() if "+burnaff" in variant else None
+    cpus = cpus_beyond(TRAINING_CORES) if "+burnaff" in variant else None
     code = (f"import os; os.sched_setaffinity(0, {cpus!r}); " if cpus else "") + "\nwhile True: pass"
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
 
@@ -154,24 +156,27 @@ def main(argv=None) -> int:
         loader = first if i == 0 else loader_for(variant)[0]
         it = batches(loader)
         busy = burners(variant)
-        run = (lambda x, y: None) if alone else step
-        sys.setswitchinterval(SWITCH_S if "+switch" in variant else 0.005)  # +switch: the GIL handed over sooner
-        for _ in range(a.warmup):
-            run(*next(it))
-        decode_timer.take()
-        torch.cuda.synchronize() if device.type == "cuda" else None
-        t0, wait, n = time.perf_counter(), 0.0, 0
-        for _ in range(a.steps):
-            w = time.perf_counter()
-            x, y = next(it)
-            wait += time.perf_counter() - w
-            run(x, y)
-            n += len(x)
-        torch.cuda.synchronize() if device.type == "cuda" else None
-        seconds = time.perf_counter() - t0
-        decodes = decode_timer.take()
-        for proc in busy:
-            proc.kill()
+        try:
+            run = (lambda x, y: None) if alone else step
+            sys.setswitchinterval(SWITCH_S if "+switch" in variant else 0.005)  # +switch: the GIL handed over sooner
+            for _ in range(a.warmup):
+                run(*next(it))
+            decode_timer.take()
+            torch.cuda.synchronize() if device.type == "cuda" else None
+            t0, wait, n = time.perf_counter(), 0.0, 0
+            for _ in range(a.steps):
+                w = time.perf_counter()
+                x, y = next(it)
+                wait += time.perf_counter() - w
+                run(x, y)
+                n += len(x)
+            torch.cuda.synchronize() if device.type == "cuda" else None
+            seconds = time.perf_counter() - t0
+            decodes = decode_timer.take()
+        finally:  # a variant that fails leaves no busy process behind
+            for proc in busy:
+                proc.kill()
+                proc.wait()
         row = {"variant": name, "tag": a.tag, "img_per_s": n / seconds, "data_wait_frac": wait / seconds,
                "step_ms": 1000 * seconds / a.steps, "decode_calls": len(decodes),
                "decode_ms_mean": 1000 * statistics.fmean(decodes) if decodes else None,

@@ -20,6 +20,7 @@ def _pin(setting, device_type: str) -> bool:
 
 
 MAX_RESIZE_SIZES = 4  # each size is one more compiled graph (compile.dynamic=false)
+TRAINING_CORES = 4  # physical cores a training process keeps beside data.decode_workers (data.decode_affinity)
 
 
 def resize_schedule(value) -> Optional[List[tuple]]:
@@ -118,13 +119,14 @@ class MmapLoaderConfig(LoaderCommon):
     # hardware JPEG decoder on CUDA, its CPU decoder otherwise, data.prefetch batches ahead; needs fastpipe[dali]);
     # auto = gpu when training on CUDA, else cpu. Raw packs have nothing to decode: the key changes nothing there.
     decoder: str = "auto"
-    decode_threads: Any = "auto"  # data.decoder=cpu or dali: threads decoding (DALI's); auto = this process's cores
+    # data.decoder=dali, or cpu with data.decode_workers=0: threads decoding (DALI's); auto = this process's cores
+    decode_threads: Any = "auto"
     # data.decoder=cpu: worker processes decoding whole batches (no interpreter lock shared with the training
     # loop); 0 = data.decode_threads threads inside the training process; auto = 0 when training on the CPU
-    # (the step needs the cores), else min(8, this process's cores - 4), at least 1.
+    # (the step needs the cores) or with fewer than 6 cores a process, else min(8, its cores - 4).
     decode_workers: Any = "auto"
-    # data.decode_workers: keep the workers off this process's first 4 physical cores (SMT siblings included),
-    # so the training process's kernel-launching threads have them to themselves; false = where the OS puts them.
+    # data.decode_workers: run the workers beside each local rank's first 4 physical cores (SMT siblings
+    # included), not on them, each rank's workers on CPUs of their own; false = where the OS puts them.
     decode_affinity: bool = True
     # data.decoder=dali on CUDA: share of the JPEGs given to the hardware JPEG decoder (the rest: nvJPEG on the
     # SMs with CPU Huffman decoding, which compete with the training step); 1.0 = all of them.
@@ -171,7 +173,7 @@ class MmapLoaderConfig(LoaderCommon):
     def decoding_workers(self, device_type: str, cores: int) -> int:
         if self.decode_workers != "auto":
             return int(self.decode_workers)
-        return 0 if device_type == "cpu" else max(1, min(8, cores - 4))
+        return 0 if device_type == "cpu" or cores < TRAINING_CORES + 2 else min(8, cores - TRAINING_CORES)
 
     def reader_threads(self, cores: int) -> int:
         return max(1, min(4, cores)) if self.num_threads == "auto" else int(self.num_threads)

@@ -12,6 +12,7 @@ Where the batches come from:
 """
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -31,7 +32,7 @@ from fastpipe.data.pack.resolve import jpeg_decoder, open_own_shards, read_plan,
 from fastpipe.data.pack.source import PackFiles, PackImages
 from fastpipe.data.pack.workers import DecodingWorkers
 from fastpipe.data.splits import DataSplits
-from fastpipe.errors import ConfigError, no_full_batch
+from fastpipe.errors import ConfigError, FastpipeWarning, no_full_batch
 from fastpipe.measure.setup import setup_part
 from fastpipe.runtime import Runtime
 
@@ -54,7 +55,8 @@ class DatasetSource:
 
 
 class PackBatches:
-    """Host side: this rank's batches out of ``source``, read ahead by threads.
+    """Host side: this rank's batches out of ``source``, read ahead by threads (or by the source's own
+    processes, a source with ``iterate``: data.decode_workers).
 
     ``indices`` are the split's positions in the source. Training epochs are a permutation of them
     drawn from (seed, epoch), or the dataset's own ``epoch_indices``; ranks take every
@@ -136,7 +138,7 @@ class PackBatches:
 
 
 def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Runtime, pin: bool, train: bool,
-                  channels_last: bool, seed: int):
+                  channels_last: bool, seed: int, batch_size: int):
     """An images pack's (source, device preparation, its geometry, words for the description, the decoding
     stage around the host's reads or None): JPEGs decoded by data.decoder's choice, augmented per dataset.augment."""
     device, size = runtime.device, splits.train.image_size
@@ -149,15 +151,26 @@ def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Run
         gpu = reader_gpu(device) if device.type == "cuda" else None
         decode = partial(dali_decoded, cfg=cfg, runtime=runtime, stored=packs.stored, path=packs.path, gpu=gpu)
         return PackFiles(packs), prepare, geometry, f"{words}  {describe_dali(cfg, runtime)}", decode
-    decoder = jpeg_decoder(cfg, packs, runtime, pin)  # None for a raw pack: data.decoder changes nothing
-    workers = cfg.decoding_workers(device.type, runtime.cores_per_process)
-    if decoder is not None and decoder.where == "cpu" and workers:
-        source = DecodingWorkers(packs.path, packs.stored, workers, cfg.prefetch, pin, device, cfg.decode_affinity)
+    cores = runtime.cores_per_process
+    workers = cfg.decoding_workers(device.type, cores) if cfg.decoder_for(device.type) == "cpu" else 0
+    # None for a raw pack: data.decoder changes nothing. With workers, this one only tries the first image.
+    decoder = jpeg_decoder(cfg, packs, runtime, pin, 1 if workers else cfg.decoding_threads(cores))
+    if decoder is not None and workers:
+        _warn_unused_threads(cfg, workers)
+        source = DecodingWorkers(packs, workers, batch_size, cfg.prefetch, pin, seed, cfg.decode_affinity, runtime.dist)
         return source, prepare, geometry, f"{words}  {source.describe()}", None
     if decoder is not None:
         prepare = StreamSafe(prepare) if decoder.where == "gpu" else prepare
         words += f"  decoder={decoder.where}" + (f" ({decoder.threads} threads)" if decoder.where == "cpu" else "")
     return PackImages(packs, decoder), prepare, geometry, words, None
+
+
+def _warn_unused_threads(cfg: MmapLoaderConfig, workers: int) -> None:
+    """``data.decode_threads`` set for the CPU decoder while worker processes decode: it would do nothing unsaid."""
+    if cfg.decode_threads != "auto":
+        warnings.warn(f"data.decode_threads={cfg.decode_threads} does nothing here: the JPEGs are decoded in worker "
+                      f"processes (data.decode_workers={workers}); set data.decode_workers=0 to decode in threads",
+                      FastpipeWarning)
 
 
 def _pick(indices: np.ndarray, subset) -> np.ndarray:
@@ -194,7 +207,7 @@ def build_mmap_loader(cfg: MmapLoaderConfig, splits: DataSplits, runtime: Runtim
         indices, how = _pick(packs.indices(TRAIN if train else VAL), subset), f"pack={packs.path} ({found})  {verified}"
         if splits.is_images:
             source, prepare, geometry, words, decode = _image_stages(cfg, packs, splits, runtime, pin, train,
-                                                                     channels_last, seed)
+                                                                     channels_last, seed, batch_size)
             how += words
         else:
             source, prepare, geometry = RecordPack(packs.reader(0)), MovePrep(device), "as stored"

@@ -10,7 +10,8 @@ and ``python -m fastpipe.pack``.
 - ``records.py``: records packs, any dataset of fixed-shape samples; ``jpeg.py``: the JPEG codec;
 - ``shards.py``: sharded packs and their index; ``lanes.py``: which samples each rank reads;
 - ``cache.py``: a dataset packed once into fastpipe's cache; ``resolve.py``: data=mmap's pack
-  (data.path or the cache) checked against the dataset; ``source.py``: an images pack as batches.
+  (data.path or the cache) checked against the dataset; ``source.py``: an images pack as batches;
+  ``workers.py``: a JPEG pack's batches decoded in worker processes.
 
 Nothing is imported here: each module is imported where it is used.
 """

@@ -113,17 +113,23 @@ def _warn_unused_quality(cfg: MmapLoaderConfig, splits: DataSplits) -> None:
                       f"jpeg pack, and this run reads {reads}; drop data.quality, or add data.codec=jpeg", FastpipeWarning)
 
 
-def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: bool) -> Optional[Decoder]:
-    """None for raw packs; for JPEG the decoder data.decoder picks, tried once on the pack's first image."""
+def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: bool,
+                 threads: int) -> Optional[Decoder]:
+    """None for raw packs; for JPEG the decoder data.decoder picks (``threads``: the CPU decoder's), tried
+    once on the pack's first image."""
     if packs.codec != "jpeg":
         return None
     where = cfg.decoder_for(runtime.device.type)
-    cores = runtime.cores_per_process
-    threads = 1 if where == "cpu" and cfg.decoding_workers(runtime.device.type, cores) else cfg.decoding_threads(cores)
-    decoder = Decoder(where, runtime.device, packs.stored, threads, pin)  # with workers: the check's alone
+    decoder = Decoder(where, runtime.device, packs.stored, threads, pin)
+    first = gather(packs.any_reader(), np.arange(1))
     try:
-        decoder(gather(packs.any_reader(), np.arange(1)))
-    except RuntimeError as exc:  # e.g. a torchvision built without nvJPEG
+        decoder(first)
+    except RuntimeError as exc:  # a torchvision built without nvJPEG, or a damaged pack
+        try:
+            Decoder("cpu", runtime.device, packs.stored, 1, False)(first)
+        except RuntimeError:
+            raise DataError(f"pack {packs.path}: its first JPEG does not decode ({str(exc).splitlines()[0][:200]}); "
+                            "check the pack with data.verify=true, or repack it") from exc
         raise EnvironmentProblem(f"data.decoder={where} cannot decode the pack's JPEGs on {runtime.device} "
                                  f"({str(exc).splitlines()[0]}); use data.decoder=cpu") from exc
     return decoder

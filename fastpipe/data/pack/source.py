@@ -9,6 +9,7 @@ import torch
 
 from fastpipe.data.pack.jpeg import Decoder, gather
 from fastpipe.data.pack.shards import PackSet
+from fastpipe.errors import DataError
 
 
 class PackImages:
@@ -36,7 +37,14 @@ class PackImages:
             images = images.permute(0, 3, 1, 2)
         else:
             files = [f for reader, local, _ in self.packs.runs(idx) for f in gather(reader, local)]
-            images = self.decoder(files)
+            try:
+                images = self.decoder(files)
+            except torch.OutOfMemoryError:
+                raise
+            except RuntimeError as exc:  # a JPEG that does not decode: name the pack, not the codec's line
+                raise DataError(f"pack {self.path}: a JPEG among images {idx[0]}..{idx[-1]} does not decode "
+                                f"({(str(exc).strip().splitlines() or [''])[-1][:200]}); check the pack with "
+                                "data.verify=true, or repack it") from exc
         return images, labels.pin_memory() if pin else labels
 
 

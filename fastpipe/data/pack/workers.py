@@ -2,64 +2,42 @@
 
 Each worker opens the pack itself (nothing large is pickled, whatever the start method), gathers a
 whole batch's JPEG files and decodes them one after another with libjpeg-turbo (torchvision); the
-training process only receives the uint8 batches through shared memory and pins them
+training process receives the uint8 batches through shared memory and pins them
 (torch.utils.data.DataLoader: its workers, its pinning thread, its error reporting). Unlike decoding
 threads inside the training process, the workers share no interpreter lock with the loop that
-launches the training step's kernels. With data.decode_affinity the workers also keep off the first
-TRAINING_CORES physical cores (SMT siblings included), which the training process's launching threads
-then have to themselves: a compiled step at batch 256 spends most of its GPU time launching kernels
-from the host, so a core shared with a decoder slows the step itself.
+launches the training step's kernels. With data.decode_affinity they run beside the first
+TRAINING_CORES physical cores of each local rank, not on them (docs/data.md says what was measured).
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 from functools import partial
 from pathlib import Path
-from typing import Iterator, List, Optional, Set
+from typing import Iterator, List, Optional
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from fastpipe.config.data import TRAINING_CORES
+from fastpipe.data.pack.jpeg import Decoder
+from fastpipe.data.pack.shards import PackSet, index_of
+from fastpipe.data.pack.source import PackImages
+from fastpipe.errors import DataError, EnvironmentProblem
+from fastpipe.machine import cpu_list_text, cpus_beyond
 
-TRAINING_CORES = 4  # physical cores left to the training process by data.decode_affinity
-
-
-def _siblings(cpu: int) -> Set[int]:
-    """``cpu`` and its SMT siblings (one physical core), as Linux lists them."""
-    try:
-        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
-    except OSError:
-        return {cpu}
-    out = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        out.update(range(int(first), int(last or first) + 1))
-    return out
-
-
-def worker_cpus(keep: int = TRAINING_CORES) -> Optional[List[int]]:
-    """The CPUs this process may use less its first ``keep`` physical cores; None where CPU affinity is
-    not available or nothing would be left."""
-    try:
-        allowed = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-    kept: Set[int] = set()
-    cores = 0
-    for cpu in allowed:
-        if cpu in kept:
-            continue
-        if cores == keep:
-            break
-        kept |= _siblings(cpu) & set(allowed)
-        cores += 1
-    rest = [cpu for cpu in allowed if cpu not in kept]
-    return rest or None
+SHM = Path("/dev/shm")  # where torch's workers hand their batches over (Linux)
 
 
 def _bind(cpus: List[int], worker_id: int) -> None:
     os.sched_setaffinity(0, cpus)
+
+
+def _identity(path: Path) -> tuple:
+    """What tells this version of the pack (its file, or a sharded pack's index) from a later one."""
+    st = (index_of(path) or path).stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class _EpochBatches(Sampler):
@@ -76,22 +54,21 @@ class _EpochBatches(Sampler):
 
 
 class _DecodedBatches(Dataset):
-    """``dataset[sorted positions]`` -> (uint8 N x 3 x H x W, int64 labels), decoded in the calling process."""
+    """``dataset[sorted positions]`` -> (uint8 N x 3 x H x W, int64 labels), decoded in the calling process
+    from the pack the training process opened (``identity``: a pack replaced since is refused)."""
 
-    def __init__(self, path: Path, shape) -> None:
-        self.path, self.shape = path, tuple(shape)
+    def __init__(self, path: Path, shape, identity: tuple) -> None:
+        self.path, self.shape, self.identity = path, tuple(shape), identity
         self._images = None  # opened in each worker on first use
 
     def __getstate__(self):
-        return {"path": self.path, "shape": self.shape, "_images": None}
+        return {**self.__dict__, "_images": None}
 
     def __getitem__(self, idx: np.ndarray):
         if self._images is None:
-            from fastpipe.data.pack.jpeg import Decoder
-            from fastpipe.data.pack.shards import PackSet
-            from fastpipe.data.pack.source import PackImages
-
-            torch.set_num_threads(1)  # one core a worker: the decode is serial, the batches run in parallel
+            if _identity(self.path) != self.identity:
+                raise DataError(f"pack {self.path} was replaced after this run opened it; run again (nothing "
+                                "should write a pack that a run reads)")
             decoder = Decoder("cpu", torch.device("cpu"), self.shape, threads=1, pin=False)
             self._images = PackImages(PackSet(self.path), decoder)  # verified already, by the training process
         return self._images.read_batch(idx)
@@ -99,20 +76,26 @@ class _DecodedBatches(Dataset):
 
 class DecodingWorkers:
     """``iterate(batches)``: the batches of one epoch, in order, decoded by ``workers`` processes that
-    stay up across epochs; about ``prefetch`` batches (at least one a worker) decoded ahead."""
+    stay up across epochs; ``prefetch`` batches (at least one a worker) decoded ahead."""
 
-    def __init__(self, path: Path, shape, workers: int, prefetch: int, pin: bool,
-                 device: Optional[torch.device] = None, affinity: bool = False) -> None:
+    def __init__(self, packs: PackSet, workers: int, batch_size: int, prefetch: int, pin: bool,
+                 seed: int, affinity: bool, dist) -> None:
         self.workers, self._order = workers, _EpochBatches()
-        self.cpus = worker_cpus() if affinity else None
-        pin_device = str(device) if pin and device is not None and device.type == "cuda" else ""
-        self.loader = DataLoader(_DecodedBatches(Path(path), shape), batch_size=None, sampler=self._order,
-                                 num_workers=workers, prefetch_factor=max(1, -(-prefetch // workers)),
-                                 persistent_workers=True, pin_memory=pin, pin_memory_device=pin_device,
+        self.cpus = cpus_beyond(TRAINING_CORES * dist.local_world_size, dist.local_world_size,
+                                dist.local_rank) if affinity else None
+        ahead = max(1, -(-prefetch // workers))
+        _check_shared_memory(workers * ahead + 2, batch_size * 3 * packs.stored[0] * packs.stored[1])
+        # The training process is itself spawned, so its default start method is spawn, which re-imports
+        # torch and fastpipe in every worker. The workers never touch CUDA: fork is safe.
+        context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+        self.loader = DataLoader(_DecodedBatches(packs.path, packs.stored, _identity(packs.path)), batch_size=None,
+                                 sampler=self._order, num_workers=workers, prefetch_factor=ahead,
+                                 persistent_workers=True, pin_memory=pin, multiprocessing_context=context,
+                                 generator=torch.Generator().manual_seed(seed),  # not the global RNG's draws
                                  worker_init_fn=partial(_bind, self.cpus) if self.cpus else None)
 
     def describe(self) -> str:
-        where = f" on CPUs {_span(self.cpus)}" if self.cpus else ""
+        where = f" on CPUs {cpu_list_text(self.cpus)}" if self.cpus else ""
         return f"decoder=cpu ({self.workers} worker process{'es' if self.workers != 1 else ''}{where})"
 
     def iterate(self, batches: List[np.ndarray]) -> Iterator[tuple]:
@@ -120,11 +103,16 @@ class DecodingWorkers:
         return iter(self.loader)
 
 
-def _span(cpus: List[int]) -> str:
-    """[4, 5, 6, 7, 12, 13] -> '4-7,12-13'."""
-    runs, start = [], cpus[0]
-    for a, b in zip(cpus, cpus[1:] + [None]):
-        if b != a + 1:
-            runs.append(f"{start}-{a}" if a != start else str(a))
-            start = b
-    return ",".join(runs)
+def _check_shared_memory(batches: int, batch_bytes: int) -> None:
+    """Refuse in one line what would end in a worker's bus error: batches in flight that /dev/shm (a
+    container's is 64 MB unless told otherwise) cannot hold."""
+    try:
+        st = os.statvfs(SHM)
+    except OSError:
+        return  # no /dev/shm: torch shares through files elsewhere
+    need, size = batches * batch_bytes, st.f_blocks * st.f_frsize
+    if need > size:
+        raise EnvironmentProblem(f"data.decode_workers keeps about {need / 2**20:,.0f} MB of decoded batches in "
+                                 f"{SHM}, which holds {size / 2**20:,.0f} MB: give the container more (docker run "
+                                 "--shm-size), or lower data.prefetch or data.decode_workers (0: threads, no "
+                                 "shared memory)")

@@ -1,27 +1,36 @@
 """data.decoder=cpu with data.decode_workers: a JPEG pack's batches decoded in worker processes are the
 batches the in-process threads decode (order, labels, pixels), epoch after epoch, after an epoch left
-early, from shards and for the held-out split; the setting's checks and its automatic value."""
+early, from shards and for the held-out split; a damaged or replaced pack in one line; the settings'
+checks, their automatic values and the CPUs data.decode_affinity gives the workers."""
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import re
+import shutil
 
+import numpy as np
 import pytest
 import torch
 from conftest import cpu_runtime, make_settings
 
 from fastpipe.config import MmapLoaderConfig
 from fastpipe.data import build_loader
+from fastpipe.data.pack import workers
+from fastpipe.data.pack.format import TRAIN
+from fastpipe.data.pack.reader import PackReader
 from fastpipe.data.splits import build_dataset
-from fastpipe.errors import ConfigError
+from fastpipe.errors import ConfigError, DataError, EnvironmentProblem, FastpipeWarning
+from fastpipe.train.failures import fixable_text
 
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
 
-def loader(folder, pack, workers, train=True):
+def loader(folder, pack, workers, train=True, threads="auto"):
     s = make_settings(["data=mmap", f"data.path={pack}", "dataset=imagefolder", f"dataset.root={folder}",
-                       "dataset.image_size=24", "dataset.augment=false", "data.decoder=cpu",
-                       f"data.decode_workers={workers}", "data.decode_threads=2", "runtime.progress=false"])
+                       "dataset.image_size=24", "dataset.augment=false", "data.decoder=cpu", "data.verify=false",
+                       f"data.decode_workers={workers}", f"data.decode_threads={threads}", "runtime.progress=false"])
     runtime = dataclasses.replace(cpu_runtime(), device=torch.device("cpu"))
     splits = build_dataset(s.dataset, runtime, "imagefolder")
     return build_loader(s.data, splits, runtime, 8, s.seed, train, False)
@@ -39,16 +48,63 @@ def epochs(data, plan):
 @pytest.mark.parametrize("pack", ["jpeg", "jpeg-shards"])  # conftest.py's packs
 def test_worker_processes_give_the_batches_the_threads_give(folder, packs, pack):
     plan = {0: None, 1: 2, 2: None}  # epoch 1 left after two batches: epoch 2 still starts at its beginning
-    threads, workers = loader(folder, packs[pack], 0), loader(folder, packs[pack], 2)
+    threads, workers = loader(folder, packs[pack], 0, threads=2), loader(folder, packs[pack], 2)
     assert "decoder=cpu (2 threads)" in threads.describe() and "threads=" in threads.describe()
-    assert "decoder=cpu (2 worker processes)" in workers.describe() and "  threads=" not in workers.describe()
+    assert "decoder=cpu (2 worker processes" in workers.describe() and "  threads=" not in workers.describe()
+    rng = torch.get_rng_state()
     for a, b in zip(epochs(threads, plan), epochs(workers, plan)):
         assert len(a) == len(b) > 0
         for (x, y), (u, v) in zip(a, b):
             assert torch.equal(y, v) and torch.equal(x, u)  # the same libjpeg-turbo: the same pixels
+    assert torch.equal(rng, torch.get_rng_state())  # the workers' seeds are not drawn from the global RNG
     held_out = [loader(folder, packs[pack], w, train=False) for w in (0, 2)]
     a, b = ([(x, y) for x, y in h] for h in held_out)
     assert len(a) == len(b) == 2 and all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(a, b))
+
+
+def test_a_damaged_or_replaced_pack_is_one_line_from_a_worker_too(folder, packs, tmp_path):
+    """A JPEG whose first bytes are gone (read with data.verify=false), decoded by a worker and by the
+    threads; then a pack replaced after the run opened it."""
+    damaged = tmp_path / "damaged.fppack"
+    shutil.copy(packs["jpeg"], damaged)
+    reader = PackReader(damaged)
+    second = int(np.flatnonzero(reader.split == TRAIN)[1])  # a training image, not the one tried at the start
+    with open(damaged, "r+b") as f:
+        f.seek(reader.data_offset + int(reader.offsets[second]))
+        f.write(b"\0\0")  # no SOI marker: not a JPEG any more
+    for workers in (0, 1):
+        with pytest.raises(DataError) as caught:
+            list(loader(folder, damaged, workers))
+        assert re.fullmatch(rf"pack {damaged}: a JPEG among images \d+\.\.\d+ does not decode \(.+\); check the pack "
+                            r"with data.verify=true, or repack it", fixable_text(caught.value)), str(caught.value)
+    with open(damaged, "r+b") as f:  # the first image too: refused when the loader is built
+        f.seek(reader.data_offset)
+        f.write(b"\0\0")
+    with pytest.raises(DataError, match=rf"^pack {damaged}: its first JPEG does not decode \(.+\); check the pack "
+                                        r"with data.verify=true, or repack it$"):
+        loader(folder, damaged, 0)
+    data = loader(folder, packs["jpeg-shards"], 1)
+    index = packs["jpeg-shards"] / "index.json"
+    stamp = index.stat()
+    os.utime(index, ns=(1, 1))
+    try:
+        with pytest.raises(DataError) as caught:
+            next(iter(data))
+    finally:  # the module's packs stay as they were for the next tests
+        os.utime(index, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert fixable_text(caught.value) == (f"pack {packs['jpeg-shards']} was replaced after this run opened it; run "
+                                          "again (nothing should write a pack that a run reads)")
+
+
+def test_unused_decode_threads_are_a_warning_and_shared_memory_too_small_is_refused(folder, packs, monkeypatch):
+    with pytest.warns(FastpipeWarning, match=r"data.decode_threads=3 does nothing here: the JPEGs are decoded in "
+                                              r"worker processes \(data.decode_workers=1\); set data.decode_workers=0"):
+        loader(folder, packs["jpeg"], 1, threads=3)
+    monkeypatch.setattr(workers.os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 16384, 0, 0, 0, 0, 0, 0, 255)))
+    with pytest.raises(EnvironmentProblem, match=r"^data.decode_workers keeps about 100 MB of decoded batches in "
+                                                 r"/dev/shm, which holds 64 MB: give the container more"):
+        workers._check_shared_memory(100, 2**20)
+    workers._check_shared_memory(10, 2**20)  # 10 MB: fits
 
 
 def test_decode_workers_is_checked_and_its_automatic_value_leaves_the_training_process_cores():
@@ -56,18 +112,19 @@ def test_decode_workers_is_checked_and_its_automatic_value_leaves_the_training_p
         make_settings(["data=mmap", "data.decode_workers=-1"])
     auto = MmapLoaderConfig()
     assert auto.decoding_workers("cpu", 16) == 0  # a CPU run: the step needs the cores
-    assert [auto.decoding_workers("cuda", c) for c in (2, 5, 12, 16, 64)] == [1, 1, 8, 8, 8]
+    assert [auto.decoding_workers("cuda", c) for c in (2, 5, 6, 12, 16, 64)] == [0, 0, 2, 8, 8, 8]
     assert MmapLoaderConfig(decode_workers=3).decoding_workers("cpu", 16) == 3
 
 
-def test_decode_affinity_leaves_whole_physical_cores_to_the_training_process(monkeypatch):
-    """16 CPUs, SMT siblings i and i + 8: the first 4 physical cores are CPUs 0-3 and 8-11."""
-    from fastpipe.data.pack import workers
+def test_decode_affinity_leaves_whole_physical_cores_to_each_training_process(monkeypatch):
+    """32 CPUs, SMT siblings i and i + 16: a process's first 4 physical cores are CPUs 0-3 and 16-19."""
+    from fastpipe import machine
 
-    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(16)))
-    monkeypatch.setattr(workers, "_siblings", lambda cpu: {cpu % 8, cpu % 8 + 8})
-    assert workers.worker_cpus() == [4, 5, 6, 7, 12, 13, 14, 15]
-    assert workers.worker_cpus(8) is None  # nothing left: the workers go where the OS puts them
-    assert workers._span([4, 5, 6, 7, 12, 13, 14, 15]) == "4-7,12-15" and workers._span([3]) == "3"
-    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {2, 3, 4, 10, 11, 12, 13})  # a container's share
-    assert workers.worker_cpus(2) == [4, 12, 13]
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: set(range(32)))
+    monkeypatch.setattr(machine, "smt_siblings", lambda cpu: {cpu % 16, cpu % 16 + 16})
+    assert machine.cpus_beyond(4) == [*range(4, 16), *range(20, 32)]
+    assert machine.cpus_beyond(8, 2, 0) == list(range(8, 16)) and machine.cpus_beyond(8, 2, 1) == list(range(24, 32))
+    assert machine.cpus_beyond(16) is None  # nothing left: the workers go where the OS puts them
+    assert machine.cpu_list_text([4, 5, 6, 7, 12, 13, 14, 15]) == "4-7,12-15" and machine.cpu_list_text([3]) == "3"
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {2, 3, 4, 18, 19, 20, 21})  # a container's share
+    assert machine.cpus_beyond(2) == [4, 20, 21]
