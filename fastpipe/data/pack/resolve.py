@@ -17,7 +17,7 @@ from fastpipe.data.pack.cache import ensure_cached_pack, stored_shape
 from fastpipe.data.pack.format import TRAIN, VAL
 from fastpipe.data.pack.jpeg import Decoder, gather
 from fastpipe.data.pack.lanes import LanePlan
-from fastpipe.data.pack.shards import PackSet, index_of
+from fastpipe.data.pack.shards import PackSet, index_of, pack_version
 from fastpipe.data.splits import DataSplits
 from fastpipe.errors import ConfigError, DataError, EnvironmentProblem, FastpipeWarning
 from fastpipe.runtime import Runtime
@@ -43,10 +43,10 @@ def open_pack(path, verify: bool, threads: int = 1, cache_root: Optional[Path] =
     (the pack, how it was verified). A sharded pack's shards are opened, and verified, when first needed."""
     path = Path(path)
     try:
-        st = (index_of(path) or path).stat()
+        version = pack_version(path)
     except FileNotFoundError:
         return PackSet(path), ""  # raises its DataError naming the file
-    return _open(str(path), verify, threads, (st.st_ino, st.st_size, st.st_mtime_ns), cache_root)
+    return _open(str(path), verify, threads, version, cache_root)
 
 
 def _check_images(packs: PackSet, splits: DataSplits) -> None:

@@ -57,6 +57,13 @@ def index_of(path: Path) -> Optional[Path]:
     return path if path.suffix == ".json" else None
 
 
+def pack_version(path: Path) -> tuple:
+    """What tells this version of a pack (its file, or a sharded pack's index) from a later one written
+    at the same path: (inode, size, modification time). Raises FileNotFoundError for a missing pack."""
+    st = (index_of(path) or Path(path)).stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def read_index(path: Path) -> dict:
     try:
         index = json.loads(path.read_text())

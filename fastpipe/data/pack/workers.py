@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from fastpipe.config.data import TRAINING_CORES
 from fastpipe.data.pack.jpeg import Decoder
-from fastpipe.data.pack.shards import PackSet, index_of
+from fastpipe.data.pack.shards import PackSet, pack_version
 from fastpipe.data.pack.source import PackImages
 from fastpipe.errors import DataError, EnvironmentProblem
 from fastpipe.machine import cpu_list_text, cpus_beyond
@@ -32,12 +32,6 @@ SHM = Path("/dev/shm")  # where torch's workers hand their batches over (Linux)
 
 def _bind(cpus: List[int], worker_id: int) -> None:
     os.sched_setaffinity(0, cpus)
-
-
-def _identity(path: Path) -> tuple:
-    """What tells this version of the pack (its file, or a sharded pack's index) from a later one."""
-    st = (index_of(path) or path).stat()
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class _EpochBatches(Sampler):
@@ -66,7 +60,7 @@ class _DecodedBatches(Dataset):
 
     def __getitem__(self, idx: np.ndarray):
         if self._images is None:
-            if _identity(self.path) != self.identity:
+            if pack_version(self.path) != self.identity:
                 raise DataError(f"pack {self.path} was replaced after this run opened it; run again (nothing "
                                 "should write a pack that a run reads)")
             decoder = Decoder("cpu", torch.device("cpu"), self.shape, threads=1, pin=False)
@@ -88,7 +82,7 @@ class DecodingWorkers:
         # The training process is itself spawned, so its default start method is spawn, which re-imports
         # torch and fastpipe in every worker. The workers never touch CUDA: fork is safe.
         context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-        self.loader = DataLoader(_DecodedBatches(packs.path, packs.stored, _identity(packs.path)), batch_size=None,
+        self.loader = DataLoader(_DecodedBatches(packs.path, packs.stored, pack_version(packs.path)), batch_size=None,
                                  sampler=self._order, num_workers=workers, prefetch_factor=ahead,
                                  persistent_workers=True, pin_memory=pin, multiprocessing_context=context,
                                  generator=torch.Generator().manual_seed(seed),  # not the global RNG's draws

@@ -19,6 +19,7 @@ from fastpipe.data import build_loader
 from fastpipe.data.pack import workers
 from fastpipe.data.pack.format import TRAIN
 from fastpipe.data.pack.reader import PackReader
+from fastpipe.data.pack.shards import pack_version
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError, DataError, EnvironmentProblem, FastpipeWarning
 
@@ -76,7 +77,7 @@ def test_a_damaged_or_replaced_pack_is_one_line_from_a_worker_too(folder, packs,
     with pytest.raises(DataError, match=line):
         list(loader(folder, damaged, 0))
     shape = (reader.height, reader.width)
-    in_a_worker = workers._DecodedBatches(damaged, shape, workers._identity(damaged))
+    in_a_worker = workers._DecodedBatches(damaged, shape, pack_version(damaged))
     with pytest.raises(DataError, match=line):
         in_a_worker[train[:8]]
     os.utime(damaged, ns=(1, 1))
