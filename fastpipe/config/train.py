@@ -58,9 +58,8 @@ class TrainConfig:
     # evaluation only screens, as train.target_eval_samples does: one that reaches the target is
     # confirmed on the whole split at once, and only that one counts.
     eval_batches: Optional[int] = None
-    # Held-out samples per process per evaluation batch, or auto: twice train.batch_size (an evaluation
-    # keeps no activations for a backward pass, so twice the samples need less memory than a training
-    # step), train.batch_size itself under launcher=fsdp or when train.batch_size=auto filled memory.
+    # Held-out samples per process per evaluation batch, or auto: train.batch_size (the training step's
+    # shapes: its autotuned convolutions are reused, and its memory is known to fit).
     eval_batch_size: Any = "auto"
     # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
     # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.

@@ -29,7 +29,7 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("dataset", g.dataset.describe()),
         ("loader", f"data={g.train_loader.describe()}  batch_size={train.batch_size}/process"
                    + (f" {search.describe()}" if search is not None else "")
-                   + (f"  eval_batch_size={eval_batch_size(train, g.sharded)}" if g.eval_loader is not None else "")),
+                   + (f"  eval_batch_size={eval_batch_size(train)}" if g.eval_loader is not None else "")),
         ("task", describe_task(g.task)),
         ("model", f"{describe_model(settings.model, g.model)}  built on {g.parallel.built_on} in "
                   f"{g.parallel.build_s:.1f} s"),

@@ -189,7 +189,7 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
         train_loader = build_loader(loader_cfg, splits, runtime, train.batch_size, settings.seed, train=True,
                                     channels_last=parallel.channels_last)
         eval_loader, target_loader = (None, None) if probe else held_out_loaders(
-            settings, splits, runtime, loader_cfg, parallel.channels_last, launcher.shards)
+            settings, splits, runtime, loader_cfg, parallel.channels_last)
     if not probe and len(train_loader) < train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} exceeds the {len(train_loader)} "
                           "batches of an epoch; lower it or train.batch_size")

@@ -33,24 +33,23 @@ class HeldOut:
     lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
 
 
-def eval_batch_size(train: TrainConfig, sharded: bool = False) -> int:
-    """``train.eval_batch_size`` per process: a number as given; auto = twice the training batch (an
-    evaluation keeps no activations for a backward pass, so twice the samples take less memory than a
-    training step), the training batch itself under a sharded model (launcher=fsdp)."""
+def eval_batch_size(train: TrainConfig) -> int:
+    """``train.eval_batch_size`` per process: a number as given; auto = the training batch. An
+    evaluation at the training step's shapes reuses what the step already paid for: cuDNN's autotuned
+    convolutions (a new batch shape autotunes every convolution again, seconds on a GPU at a run's
+    first evaluation) and the memory the step showed to fit."""
     if train.eval_batch_size != "auto":
         return int(train.eval_batch_size)
-    if sharded or not isinstance(train.batch_size, int):  # an unresolved train.batch_size=auto: passed on as it is
-        return train.batch_size
-    return 2 * train.batch_size
+    return train.batch_size  # an unresolved train.batch_size=auto is passed on as it is
 
 
 def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loader_cfg: LoaderConfig,
-                     channels_last: bool, sharded: bool) -> tuple:
+                     channels_last: bool) -> tuple:
     """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
     screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
     exposes its labels (data/subset.py), the same samples at every evaluation."""
     train = settings.train
-    args = (loader_cfg, splits, runtime, eval_batch_size(train, sharded), settings.seed)
+    args = (loader_cfg, splits, runtime, eval_batch_size(train), settings.seed)
     loader = build_loader(*args, train=False, channels_last=channels_last)
     if train.target_eval_samples is None or loader is None:
         return loader, None

@@ -1,7 +1,6 @@
 """One training job inside a worker process: runtime -> graph -> loop -> metrics and files."""
 from __future__ import annotations
 
-import dataclasses
 import sys
 import warnings
 from pathlib import Path
@@ -158,10 +157,7 @@ def _with_found_batch_size(settings: Config, runtime, splits) -> tuple:
     if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)
-    found = training_graph.with_batch_size(settings, search.chosen)
-    if search.goal == "memory" and found.train.eval_batch_size == "auto":  # memory is full: evaluate at that size
-        found.train = dataclasses.replace(found.train, eval_batch_size=search.chosen)
-    return found, search
+    return training_graph.with_batch_size(settings, search.chosen), search
 
 
 def _require_primary(g, result, settings: Config) -> None:

@@ -162,3 +162,14 @@ def test_each_probe_is_said_as_it_goes_and_the_time_budget_bounds_the_search(mon
     # spent at once: no doubling or bisecting, but halving goes on until a size fits
     assert [p.batch_size for p in spent.probes] == [32, 64] and spent.chosen == 32 and spent.cut_short
     assert "stopped by train.batch_size_search_s=1e-09" in spent.describe()
+
+
+def test_eval_batch_size_auto_is_the_training_batch_and_a_number_is_taken_as_given():
+    """auto evaluates at the training step's shapes (its autotuned convolutions, its memory)."""
+    import dataclasses
+
+    from fastpipe.train.held_out import eval_batch_size
+
+    train = make_settings(TINY).train
+    assert eval_batch_size(dataclasses.replace(train, batch_size=48)) == 48
+    assert eval_batch_size(dataclasses.replace(train, batch_size=48, eval_batch_size=96)) == 96
