@@ -6,16 +6,19 @@ one checkpoint to the next (pinned on CUDA, so the copies are asynchronous and o
 next step's updates on the same stream) and records an event; the writer thread waits for that
 event, then writes the file exactly as checkpoint/files.py does (temporary file, fsync, sidecar with
 size and SHA-256, rename) and rotates old ones. The weights files (best.pt, last.pt) are written the
-same way, without rotation, and never become the checkpoint a resume starts from. A new write waits
-for the previous one; a stop signal, the end of the run and a failure wait for the write in flight,
-so every guarantee of a synchronous save holds when the run ends.
+same way, without rotation, and never become the checkpoint a resume starts from. Writes run one at
+a time, in the order they were submitted. Each kind of file (step checkpoints, best.pt, last.pt) has
+buffers of its own, so a snapshot waits only for a write still reading its own kind's buffers: the
+run's last.pt is snapshotted at once while the best.pt its target evaluation started is still being
+written. A stop signal, the end of the run and a failure wait for every write in flight, so every
+guarantee of a synchronous save holds when the run ends.
 """
 from __future__ import annotations
 
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
@@ -68,22 +71,29 @@ def _layout(tensor: torch.Tensor) -> tuple:
 
 
 class BackgroundWriter:
-    """One checkpoint write at a time, off the training thread; errors surface at the next ``wait``."""
+    """Checkpoint writes off the training thread, one at a time in order; errors surface at the next ``wait``."""
 
     def __init__(self, folder: Path, keep: int, on_written: Optional[Callable[[int, Path], None]] = None) -> None:
         self.folder, self.keep, self.on_written = folder, keep, on_written  # on_written(step, path) once complete
-        self.snapshot = HostSnapshot()
-        self._thread: Optional[threading.Thread] = None
+        self.snapshots: Dict[str, HostSnapshot] = {}  # one per kind of file: "step", "best", "last"
+        self._reading: Dict[str, threading.Thread] = {}  # the newest write reading each kind's buffers
+        self._thread: Optional[threading.Thread] = None  # the newest write; it starts after the one before
         self._error: Optional[BaseException] = None
         self.written: Optional[Path] = None  # the newest complete checkpoint this writer wrote
         self.write_s = []  # seconds each write took in the background
 
     def submit(self, state: dict, name: Optional[str] = None, copy: bool = True) -> None:
-        """Snapshot ``state`` now and write it in the background (after the previous write): a step
+        """Snapshot ``state`` now and write it in the background (after the writes before it): a step
         checkpoint, or with ``name`` a weights file ``NAME.pt``. ``copy=False``: ``state`` is already a
         private host copy (FSDP's gathered weights), written as it is."""
-        self.wait()
-        host = self.snapshot.take(state) if copy else state
+        kind = name or "step"
+        if copy:
+            reading = self._reading.get(kind)
+            if reading is not None:  # its buffers are still being written from
+                reading.join()
+            host = self.snapshots.setdefault(kind, HostSnapshot()).take(state)
+        else:
+            host = state
         done = torch.cuda.Event() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         if done is not None:
             done.record()  # the copies are queued on this stream: the writer waits for them, not the trainer
@@ -93,18 +103,21 @@ class BackgroundWriter:
                 done.synchronize()
             return write_checkpoint(self.folder, host, name=name)
 
-        self.run(write, step_checkpoint=name is None)
+        self._reading[kind] = self.run(write, step_checkpoint=name is None)
 
-    def run(self, publish: Callable[[], Path], step_checkpoint: bool = True) -> None:
+    def run(self, publish: Callable[[], Path], step_checkpoint: bool = True) -> threading.Thread:
         """Run ``publish`` (which makes one file complete and returns its path) in the background, after
-        the previous one; a step checkpoint's (the sharded ones' publication too: checkpoint/dcp.py)
-        then rotates and becomes ``written``."""
-        self.wait()
-        self._thread = threading.Thread(target=self._write, args=(publish, step_checkpoint), name="fastpipe-checkpoint",
-                                        daemon=False)
+        the writes before it; a step checkpoint's (the sharded ones' publication too: checkpoint/dcp.py)
+        then rotates and becomes ``written``. Returns the write's thread."""
+        self._thread = threading.Thread(target=self._write, args=(publish, step_checkpoint, self._thread),
+                                        name="fastpipe-checkpoint", daemon=False)
         self._thread.start()
+        return self._thread
 
-    def _write(self, publish: Callable[[], Path], step_checkpoint: bool) -> None:
+    def _write(self, publish: Callable[[], Path], step_checkpoint: bool,
+               before: Optional[threading.Thread]) -> None:
+        if before is not None:  # one write at a time, in order: rotation never races a later file
+            before.join()
         start = time.perf_counter()
         try:
             path = publish()
@@ -116,16 +129,18 @@ class BackgroundWriter:
                 match = NAME.match(Path(path).name)
                 self.on_written(int(match.group(1)) if match else 0, Path(path))
         except BaseException as exc:  # e.g. a full disk: raised on the training thread at the next wait
-            self._error = exc
+            if self._error is None:  # the first one: a later write usually fails for the same reason
+                self._error = exc
         finally:
             if step_checkpoint:  # checkpoint_stall_s's write_median: the step checkpoints'
                 self.write_s.append(time.perf_counter() - start)
 
     def wait(self) -> None:
-        """Until the write in flight is complete; raises its error, if it had one."""
+        """Until every write in flight is complete; raises the first error one had, if any."""
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join()  # the newest: it ran after all the others
             self._thread = None
+            self._reading.clear()
         if self._error is not None:
             error, self._error = self._error, None
             raise error

@@ -51,25 +51,37 @@ def test_a_complete_checkpoint_without_a_sidecar_is_used_with_a_warning(tmp_path
                       "loads, so it is used without its SHA-256 check"]
 
 
-def test_best_pt_is_written_off_the_training_thread(tmp_path, monkeypatch):
+def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monkeypatch):
+    """Neither stalls the step, and last.pt, snapshotted just after best.pt (a run stopped by its
+    target), waits neither for best.pt's write: each kind of file has buffers of its own."""
     from fastpipe.checkpoint import writer
     from fastpipe.checkpoint.policy import Checkpointer
     from fastpipe.train import graph
 
     settings = make_settings(TINY)
     g = graph.build(settings, cpu_runtime())
-    slow = writer.write_checkpoint
+    slow, order = writer.write_checkpoint, []
 
-    def slow_write(*args, **kwargs):  # a slow disk: one second per file
+    def slow_write(folder, state, name=None):  # a slow disk: one second per file
         time.sleep(1.0)
-        return slow(*args, **kwargs)
+        order.append(name)
+        return slow(folder, state, name=name)
 
     monkeypatch.setattr(writer, "write_checkpoint", slow_write)
     ckpt = Checkpointer(settings.train, tmp_path)
     begun = time.perf_counter()
-    path = ckpt.save_weights(g, "best", 4, metric={"accuracy": 0.5})
+    best = ckpt.save_weights(g, "best", 4, metric={"accuracy": 0.5})
+    with torch.no_grad():  # the model moves on before last.pt: best.pt must keep step 4's weights
+        for p in g.model.parameters():
+            p.add_(1.0)
+    last = ckpt.save_weights(g, "last", 6, metric={"accuracy": 0.25})
     stalled = time.perf_counter() - begun
-    assert stalled < 0.5 and not path.exists()  # the training thread went on while the file was written
+    assert stalled < 0.5 and not best.exists() and not last.exists()  # the training thread went on
     ckpt.settle()
-    assert path.is_file() and verify(path) is None and torch.load(path, weights_only=True)["step"] == 4
+    assert order == ["best", "last"]  # one write at a time, in order
+    assert verify(best) is None and verify(last) is None
+    kept, moved = (torch.load(path, weights_only=True) for path in (best, last))
+    assert (kept["step"], moved["step"]) == (4, 6)
+    name = next(name for name, _ in g.model.named_parameters())
+    assert torch.equal(moved["model"][name], kept["model"][name] + 1.0)
     assert ckpt.latest is None  # a weights file is never the checkpoint a resume starts from
