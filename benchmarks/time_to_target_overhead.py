@@ -8,13 +8,17 @@ finds no data prepares it first):
    its process's start to its first batch on the GPU (torchvision ImageFolder + DataLoader with W
    workers, ResNet-50 built on the GPU: `hand` below) and fastpipe's start-up (its job's start to the
    start of its first step: the sum of metrics.json's `setup_parts_s`) for ResNet-50 amp compile=off
-   with data=mmap and with data=default (W workers); then train.batch_size=auto for ResNet-50
-   synthetic amp compile=off, its probes as it printed them;
+   with data=mmap and with data=default (W workers); then `--sampled` more of each (hand loop,
+   data=mmap, data=default) under lib/sampler (every Python process's stacks every 10 ms: not counted
+   in the table, whose runs are not sampled), each written as `timeline-<kind>.txt`; then
+   train.batch_size=auto for ResNet-50 synthetic amp compile=off, its probes as it printed them;
 2. the four jobs of that script's grid without its resize axis (compile off/default x batch
    256/512, SGD lr 0.1 scaled linearly, amp, data=mmap) to 90 % held-out accuracy with
    `train.eval_every=25 train.target_eval_samples=2048`, as one sweep with an empty Inductor cache:
    each job's `time_breakdown_s` (setup, compile, train, eval, checkpoint, wall) and its end-to-end
-   time to target over its `time_breakdown_s.train`.
+   time to target over its `time_breakdown_s.train`; then the compile=off batch-256 job alone twice,
+   with `train.eval_batch_size` at the training batch (auto) and at twice it, alternating: what a
+   second batch shape costs the evaluations (`--eval-pairs`).
 
 Every run is a fresh process through lib/runner.py; each phase writes, as each run ends, `$OUT/pN/`:
 `ttt_overhead.md` (its tables, printed last), `ttt_overhead.jsonl` (a row per run),
@@ -41,6 +45,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from lib.sampler.timeline import timeline
 from lib.runner import (Deadline, add_common_args, append_jsonl, run_fastpipe, run_json, skipped, status_text,
                         write_markdown_table)
 
@@ -62,6 +67,7 @@ SMOKE_RECIPE = ["model=tiny_cnn", "optimizer=sgd", "optimizer.lr=0.1", "train.lr
 SMOKE_TARGET = ["report.objective=time_to_target", "train.target=0.3", "train.eval_every=4",
                 "train.target_eval_samples=32", "train.max_steps=40"]
 PARTS = ("setup", "compile", "train", "eval", "checkpoint", "wall_s")
+SAMPLER = Path(__file__).resolve().parent / "lib" / "sampler"
 
 
 def parse_args(argv=None):
@@ -72,11 +78,13 @@ def parse_args(argv=None):
     p.add_argument("--work", type=Path, default=Path("/tmp/fp-ttt"), help="the dataset, its pack and run folders")
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="DataLoader workers of both")
     p.add_argument("--repeats", type=int, default=2, help="start-up measurements of each kind")
+    p.add_argument("--sampled", type=int, default=1, help="sampled start-ups of each kind, after the measured ones")
+    p.add_argument("--eval-pairs", type=int, default=1, help="phase 2: eval_batch_size auto / twice pairs")
     p.add_argument("--smoke", action="store_true", help="this CPU, tiny_cnn on 400 32-px images: checks the script")
     add_common_args(p, timeout_s=540)
     a = p.parse_args(argv)
     if a.smoke:
-        a.workers, a.repeats = 1, 1
+        a.workers, a.repeats, a.eval_pairs = 1, 1, 1
     return a
 
 
@@ -93,6 +101,7 @@ class Phase:
         os.environ.update(self.env)  # lib/runner.py passes this process's environment on
 
     def fastpipe(self, kind: str, overrides: list, run_dir: Path, deadline: Deadline, cap: float, **kw) -> dict:
+        shutil.rmtree(run_dir, ignore_errors=True)  # a folder of its own: fastpipe never runs over a finished one
         why = deadline.skip_reason(kind)
         row = skipped(why) if why else run_fastpipe(overrides, run_dir, deadline.timeout(cap), self.log, **kw)
         deadline.record(kind, row.get("wall_s"))
@@ -140,19 +149,38 @@ def hand_command(a, root: str) -> list:
 
 
 def start_up(ph: Phase, deadline: Deadline, root: str) -> None:
-    """The hand loop's first batch and fastpipe's start-up, alternating, --repeats times each."""
+    """The hand loop's first batch and fastpipe's start-up, alternating, --repeats times each; then
+    --sampled more of each under the stack sampler, each one's timeline written beside the tables."""
     a = ph.a
     base = data_args(a) + (SMOKE_RECIPE if a.smoke else RECIPE) + ["compile=off", "train.max_steps=3"]
     base += ["train.batch_size=16"] if a.smoke else ["train.batch_size=256"]
-    for r in range(a.repeats):
-        why = deadline.skip_reason("hand")
-        hand = skipped(why) if why else run_json(hand_command(a, root), deadline.timeout(300), ph.log)
-        deadline.record("hand", hand.get("wall_s"))
-        ph.add(dict(hand, name=f"hand loop, first batch #{r + 1}", kind="hand"))
-        for data in ("mmap", "default"):
-            extra = [f"data={data}"] + ([f"data.num_workers={a.workers}"] if data == "default" else [])
-            m = ph.fastpipe(f"start-{data}", base + extra, a.work / f"start-{data}-{r}", deadline, 300)
-            ph.add(dict(m, name=f"fastpipe data={data} #{r + 1}", kind=f"start-{data}"))
+    for r in range(a.repeats + a.sampled):
+        sampled = r >= a.repeats
+        tag = f"-sampled-{r - a.repeats}" if sampled else f"-{r}"
+        for kind in ("hand", "mmap", "default"):
+            samples = ph.out / f"samples-{kind}{tag}"
+            env = sampler_env(samples) if sampled else None
+            if kind == "hand":
+                why = deadline.skip_reason("hand")
+                row = skipped(why) if why else run_json(hand_command(a, root), deadline.timeout(300), ph.log, env=env)
+                deadline.record("hand", row.get("wall_s"))
+                row = dict(row, name=f"hand loop, first batch{' (sampled)' if sampled else ''} #{r + 1}", kind="hand")
+            else:
+                extra = [f"data={kind}"] + ([f"data.num_workers={a.workers}"] if kind == "default" else [])
+                row = ph.fastpipe(f"start-{kind}", base + extra, a.work / f"start-{kind}{tag}", deadline, 300, env=env)
+                row = dict(row, name=f"fastpipe data={kind}{' (sampled)' if sampled else ''} #{r + 1}",
+                           kind=f"start-{kind}")
+            if sampled:
+                (ph.out / f"timeline-{kind}{tag}.txt").write_text(timeline(samples))
+                shutil.rmtree(samples, ignore_errors=True)
+                row["kind"] = "sampled"
+            ph.add(row)
+
+
+def sampler_env(folder: Path) -> dict:
+    """The environment that samples every Python process a command starts (lib/sampler/sitecustomize.py)."""
+    path = os.pathsep.join(p for p in (str(SAMPLER), os.environ.get("PYTHONPATH")) if p)
+    return {"FASTPIPE_SAMPLE_DIR": str(folder), "PYTHONPATH": path}
 
 
 def batch_search(ph: Phase, deadline: Deadline) -> None:
@@ -170,12 +198,28 @@ def jobs(ph: Phase, deadline: Deadline) -> None:
     recipe = SMOKE_RECIPE + SMOKE_TARGET + ["compile=off", "train.batch_size=16,32"] if a.smoke else \
         RECIPE + TARGET + GRID
     cache = a.work / f"inductor-{int(time.time())}"  # empty: every compiled job pays its compilation
-    shutil.rmtree(a.work / "jobs", ignore_errors=True)  # a sweep folder of its own: no earlier job is read
     row = ph.fastpipe("jobs", data_args(a) + recipe + ["data=mmap"], a.work / "jobs", deadline, 3600,
                       multirun=True, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
     ph.add(dict(row, name="the four jobs to 90 %", kind="jobs"))
     for i, job in enumerate(row.get("job_metrics") or []):
         ph.add(dict(job, name=f"job {i}", kind="job"))
+    eval_pairs(ph, deadline)
+
+
+def eval_pairs(ph: Phase, deadline: Deadline) -> None:
+    """The compile=off job at the smaller batch alone, its evaluations at the training batch (auto)
+    and at twice it, alternating --eval-pairs times."""
+    a = ph.a
+    recipe = (SMOKE_RECIPE + SMOKE_TARGET + ["train.batch_size=16"] if a.smoke else
+              RECIPE + TARGET + ["train.batch_size=256"])
+    batch = 16 if a.smoke else 256
+    for r in range(a.eval_pairs):
+        for size in ("auto", str(2 * batch)):
+            run_dir = a.work / f"eval-{size}-{r}"
+            m = ph.fastpipe(f"eval-{size}", data_args(a) + recipe + ["compile=off", "data=mmap",
+                                                                      f"train.eval_batch_size={size}"], run_dir,
+                            deadline, 300)
+            ph.add(dict(m, name=f"train.eval_batch_size={size} #{r + 1}", kind="eval-pair"))
 
 
 def start_up_table(rows: list) -> str:
@@ -223,6 +267,25 @@ def jobs_table(rows: list) -> str:
     return write_markdown_table(None, lines, columns, title="## The four jobs: time_breakdown_s (s)")
 
 
+def eval_table(rows: list) -> str:
+    lines = []
+    for r in rows:
+        if r.get("kind") != "eval-pair":
+            continue
+        t, b = r.get("target") or {}, r.get("time_breakdown_s") or {}
+        curve = t.get("curve") or []
+        lines.append({"run": r["name"], "eval": b.get("eval"), "train": b.get("train"), "evals": len(curve),
+                      "share": b["eval"] / b["train"] if b.get("train") and b.get("eval") is not None else None,
+                      "each": b["eval"] / len(curve) if curve and b.get("eval") is not None else None,
+                      "reached": f"step {t.get('steps')}" if t.get("reached") else "no", "status": status_text(r)})
+    if not lines:
+        return ""
+    return write_markdown_table(None, lines, [
+        ("run", "run"), ("evaluations", "evals"), ("eval (s)", "eval", ".2f"), ("per evaluation (s)", "each", ".3f"),
+        ("train (s)", "train", ".1f"), ("eval / train", "share", ".1%"), ("reached", "reached"), ("status", "status")],
+        title="## The compile=off job at the smaller batch alone: evaluations at the training batch and at twice it")
+
+
 def search_table(rows: list) -> str:
     r = next((r for r in rows if r.get("kind") == "search"), None)
     if r is None:
@@ -236,7 +299,8 @@ def search_table(rows: list) -> str:
 
 
 def write_tables(ph: Phase) -> str:
-    text = "\n".join(t for t in (start_up_table(ph.rows), search_table(ph.rows), jobs_table(ph.rows)) if t)
+    text = "\n".join(t for t in (start_up_table(ph.rows), search_table(ph.rows), jobs_table(ph.rows),
+                                  eval_table(ph.rows)) if t)
     (ph.out / "ttt_overhead.md").write_text(text)
     return text
 

@@ -309,9 +309,13 @@ def test_time_to_target_overhead_smoke(smokes):
     rows against the hand loop's first batch, the batch search's probes, each job's breakdown and ratio."""
     folder, proc = smokes["ttt"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for phase in ("p1", "p2"):
-        assert sorted(p.name for p in (folder / "out" / phase).iterdir()) == [
-            "runs.tgz", "ttt_overhead.jsonl", "ttt_overhead.log", "ttt_overhead.md"]
+    files = ["runs.tgz", "ttt_overhead.jsonl", "ttt_overhead.log", "ttt_overhead.md"]
+    timelines = [f"timeline-{kind}-sampled-0.txt" for kind in ("default", "hand", "mmap")]
+    assert sorted(p.name for p in (folder / "out" / "p1").iterdir()) == sorted(files + timelines)
+    assert sorted(p.name for p in (folder / "out" / "p2").iterdir()) == files
+    trainer = (folder / "out" / "p1" / "timeline-mmap-sampled-0.txt").read_text()
+    assert "-c --multiprocessing-fork" in trainer and "import fastpipe.train.job" in trainer  # the training process
+    assert trainer.count("## pid ") >= 2  # and the Hydra process
     start = _table_rows(folder / "out" / "p1" / "ttt_overhead.md")
     assert start["hand loop, first batch #1"][1:3] != ["—", "—"] and start["hand loop, first batch #1"][-1] == "ok"
     for data in ("mmap", "default"):
@@ -323,6 +327,10 @@ def test_time_to_target_overhead_smoke(smokes):
         row = jobs[f"compile=off train.batch_size={batch}"]
         assert row[-1] == "ok" and float(row[6]) > 0, row  # wall
         assert row[9] == "no" or float(row[8]) > 0, row  # reached: its end-to-end time over train
+    pairs = _table_rows(folder / "out" / "p2" / "ttt_overhead.md")
+    for size in ("auto", "32"):
+        row = pairs[f"train.eval_batch_size={size} #1"]
+        assert row[-1] == "ok" and int(row[1]) > 0 and float(row[2]) > 0, row
     assert "== " not in proc.stdout and "## The four jobs" in proc.stdout  # the tables, printed last
 
 
