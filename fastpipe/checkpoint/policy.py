@@ -63,6 +63,7 @@ class Checkpointer:
         self.steps_per_epoch = 0
         self.position: Optional[Position] = None  # the loop's latest, for an interrupted run's record
         self.clock = clock or RunClock()  # the run's clock: saves, waits and weights files are its checkpoint part
+        self._weights: Optional[tuple] = None  # (step, host copy) of the newest weights file written
 
     @property
     def latest(self) -> Optional[Path]:
@@ -157,10 +158,10 @@ class Checkpointer:
                again: bool = False) -> None:
         """The final checkpoint, when checkpointing is on (or ``always``: a time-budget stop, to resume
         from) and the last step has none yet (or ``again``: the one it has predates the evaluation that
-        stopped the run); then every write is complete before the run reports."""
+        stopped the run). Its write, and a best.pt still being written, go on while the run writes
+        last.pt and counts its FLOPs: the run settles before it reports (train/job.py)."""
         if (self.every or always) and pos is not None and (pos.step != self.last_step or always or again):
             self.save(g, pos, streak)
-        self.settle(g=g)
 
     def save(self, g, pos: Position, streak: Optional[torch.Tensor] = None) -> Optional[Path]:
         """Start a checkpoint (every rank takes part; rank 0 snapshots and writes in the background);
@@ -203,10 +204,17 @@ class Checkpointer:
         if not self.dist.is_main and not g.sharded:
             return None
         with self.clock.part("checkpoint"):
+            if self._weights is not None and self._weights[0] == step and self.writer is not None:
+                # the weights of a file just written at this step (last.pt after the best.pt of the
+                # evaluation that stopped the run): its host copy again, with no second snapshot
+                host = {**self._weights[1], "which": which, "metric": metric}
+                self.writer.submit(host, name=which, copy=False)
+                return self.folder / f"{which}.pt"
             weights = weights_of(g, which, step, self.facts, ema, metric)
             if self.writer is None:
                 return None
-            self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered copy is its own
+            host = self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered copy is its own
+            self._weights = (step, host)
             return self.folder / f"{which}.pt"
 
     def preempted(self, pos: Position, g=None) -> Preempted:

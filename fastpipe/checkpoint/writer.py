@@ -7,11 +7,10 @@ next step's updates on the same stream) and records an event; the writer thread 
 event, then writes the file exactly as checkpoint/files.py does (temporary file, fsync, sidecar with
 size and SHA-256, rename) and rotates old ones. The weights files (best.pt, last.pt) are written the
 same way, without rotation, and never become the checkpoint a resume starts from. Writes run one at
-a time, in the order they were submitted. Each kind of file (step checkpoints, best.pt, last.pt) has
-buffers of its own, so a snapshot waits only for a write still reading its own kind's buffers: the
-run's last.pt is snapshotted at once while the best.pt its target evaluation started is still being
-written. A stop signal, the end of the run and a failure wait for every write in flight, so every
-guarantee of a synchronous save holds when the run ends.
+a time, in the order they were submitted. Step checkpoints and weights files have buffers of their
+own (pinning host memory costs time, so there are only these two sets), and a snapshot waits only
+for a write still reading its own set. A stop signal, the end of the run and a failure wait for
+every write in flight, so every guarantee of a synchronous save holds when the run ends.
 """
 from __future__ import annotations
 
@@ -75,18 +74,19 @@ class BackgroundWriter:
 
     def __init__(self, folder: Path, keep: int, on_written: Optional[Callable[[int, Path], None]] = None) -> None:
         self.folder, self.keep, self.on_written = folder, keep, on_written  # on_written(step, path) once complete
-        self.snapshots: Dict[str, HostSnapshot] = {}  # one per kind of file: "step", "best", "last"
+        self.snapshots: Dict[str, HostSnapshot] = {}  # one per kind of file: "step", "weights"
         self._reading: Dict[str, threading.Thread] = {}  # the newest write reading each kind's buffers
         self._thread: Optional[threading.Thread] = None  # the newest write; it starts after the one before
         self._error: Optional[BaseException] = None
         self.written: Optional[Path] = None  # the newest complete checkpoint this writer wrote
         self.write_s = []  # seconds each write took in the background
 
-    def submit(self, state: dict, name: Optional[str] = None, copy: bool = True) -> None:
+    def submit(self, state: dict, name: Optional[str] = None, copy: bool = True) -> dict:
         """Snapshot ``state`` now and write it in the background (after the writes before it): a step
         checkpoint, or with ``name`` a weights file ``NAME.pt``. ``copy=False``: ``state`` is already a
-        private host copy (FSDP's gathered weights), written as it is."""
-        kind = name or "step"
+        private host copy (FSDP's gathered weights, a snapshot written before), written as it is.
+        Returns the host copy written (valid until the next snapshot of its kind)."""
+        kind = "step" if name is None else "weights"
         if copy:
             reading = self._reading.get(kind)
             if reading is not None:  # its buffers are still being written from
@@ -104,6 +104,7 @@ class BackgroundWriter:
             return write_checkpoint(self.folder, host, name=name)
 
         self._reading[kind] = self.run(write, step_checkpoint=name is None)
+        return host
 
     def run(self, publish: Callable[[], Path], step_checkpoint: bool = True) -> threading.Thread:
         """Run ``publish`` (which makes one file complete and returns its path) in the background, after

@@ -178,6 +178,7 @@ def _finish(res: LoopResult, g: TrainingGraph, cfg: TrainConfig, evaluator: Eval
     meter.run_clock.stop()
     res.target = target and target.record(res.steps, evaluator.samples(res.steps))
     if nonfinite.too_many(cfg, trained):
+        ckpt.settle(g=g)  # the newest good checkpoint, once written, is the one the error names
         raise nonfinite.error(cfg, res.steps, ckpt.latest)
     return res
 

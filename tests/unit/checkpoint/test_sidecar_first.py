@@ -52,8 +52,9 @@ def test_a_complete_checkpoint_without_a_sidecar_is_used_with_a_warning(tmp_path
 
 
 def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monkeypatch):
-    """Neither stalls the step, and last.pt, snapshotted just after best.pt (a run stopped by its
-    target), waits neither for best.pt's write: each kind of file has buffers of its own."""
+    """Neither stalls the step. A run stopped by its target writes last.pt just after the best.pt of
+    that evaluation, at the same step: last.pt is that host copy again, with no wait for best.pt's
+    write and no second snapshot. A later last.pt holds the weights as they are then."""
     from fastpipe.checkpoint import writer
     from fastpipe.checkpoint.policy import Checkpointer
     from fastpipe.train import graph
@@ -71,17 +72,22 @@ def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monke
     ckpt = Checkpointer(settings.train, tmp_path)
     begun = time.perf_counter()
     best = ckpt.save_weights(g, "best", 4, metric={"accuracy": 0.5})
-    with torch.no_grad():  # the model moves on before last.pt: best.pt must keep step 4's weights
-        for p in g.model.parameters():
-            p.add_(1.0)
-    last = ckpt.save_weights(g, "last", 6, metric={"accuracy": 0.25})
+    last = ckpt.save_weights(g, "last", 4, metric={"accuracy": 0.5})
     stalled = time.perf_counter() - begun
     assert stalled < 0.5 and not best.exists() and not last.exists()  # the training thread went on
     ckpt.settle()
     assert order == ["best", "last"]  # one write at a time, in order
     assert verify(best) is None and verify(last) is None
-    kept, moved = (torch.load(path, weights_only=True) for path in (best, last))
-    assert (kept["step"], moved["step"]) == (4, 6)
+    kept, same = (torch.load(path, weights_only=True) for path in (best, last))
+    assert (kept["which"], same["which"], kept["step"], same["step"]) == ("best", "last", 4, 4)
     name = next(name for name, _ in g.model.named_parameters())
-    assert torch.equal(moved["model"][name], kept["model"][name] + 1.0)
+    assert torch.equal(same["model"][name], kept["model"][name])
+    with torch.no_grad():  # training goes on: a later last.pt has the new weights, best.pt the old
+        for p in g.model.parameters():
+            p.add_(1.0)
+    ckpt.save_weights(g, "last", 6, metric={"accuracy": 0.25})
+    ckpt.settle()
+    moved = torch.load(last, weights_only=True)
+    assert moved["step"] == 6 and torch.equal(moved["model"][name], kept["model"][name] + 1.0)
+    assert torch.equal(torch.load(best, weights_only=True)["model"][name], kept["model"][name])
     assert ckpt.latest is None  # a weights file is never the checkpoint a resume starts from
