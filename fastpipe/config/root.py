@@ -79,6 +79,7 @@ class Config:
         self.choices: Dict[str, str] = {}
         self.run_id: str = ""  # set by each launch: a record says which run wrote it
         self.dropped_keys: List[str] = []  # notes on keys of another group choice, dropped (config/keys.py)
+        self.launch_notes: List[str] = []  # what launching the job has to say (launch/launcher.py)
         self.context = RunContext()  # the job's place, params and code, for its record and trackers (config/context.py)
         self.started_at: float = 0.0  # when this job started (Unix time): the end-to-end clock's start
         if self.report.objective == "time_to_target" and self.train.target is None:
@@ -87,8 +88,9 @@ class Config:
 
     @property
     def notes(self) -> List[str]:
-        """Everything converting the config has to say (warned about, never fatal): the keys dropped."""
-        return list(self.dropped_keys)
+        """Everything converting and launching the job has to say (warned about, never fatal): the keys
+        dropped, a training process started ahead that could not be used."""
+        return list(self.dropped_keys) + list(self.launch_notes)
 
     def check(self) -> None:
         """The checks that import the project's callables: each ``_target_`` and its keys, and the

@@ -104,8 +104,13 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
     Ctrl-C waits for its record."""
     from fastpipe.launch import warm
 
+    waiting, why = warm.take()
+    if why is not None:
+        settings = copy.copy(settings)
+        settings.launch_notes = [*settings.launch_notes, f"the training process started ahead was not used ({why}; "
+                                 "torch reads such variables as it imports): a fresh one was spawned, its imports on "
+                                 "the set-up clock"]
     with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
-        waiting = warm.take()
         if waiting is not None:
             process = waiting.process
 

@@ -9,9 +9,13 @@ launcher the waiting process, which then runs the job exactly as a process spawn
 same entry point, stop signals blocked from its start (processes.py), killed with the Hydra process.
 
 It is not used when the Hydra process's environment has changed since it started in a variable
-torch or the loaders read as they import (``CUDA_*``, ``TORCH*``, ``OMP_*``...): a fresh process
-is spawned then. Other changes (a tracker's settings) reach it with the job, as do ``sys.path``
-entries added since (the working folder, for a project's modules).
+torch or the loaders read as they import (``CUDA_*``, ``TORCH*``, ``OMP_*``...), unless the waiting
+process's own imports left that variable with the same value: the Hydra process imports torch too
+(to check a project's callables), and torch's imports set variables of their own
+(``TORCHINDUCTOR_CACHE_DIR``, for one), which would otherwise refuse every process started ahead.
+A refused process is replaced by a freshly spawned one, and the run's warnings say why. Other
+changes (a tracker's settings) reach it with the job, as do ``sys.path`` entries added since (the
+working folder, for a project's modules).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import importlib
 import multiprocessing
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 WARM_IMPORTS = ("fastpipe.train.job", "torchvision")  # what every image run imports before its first step
 READ_AT_IMPORT = ("CUDA", "TORCH", "PYTORCH", "NCCL", "NVIDIA", "TRITON", "OMP_", "MKL", "KMP_", "LD_", "PYTHON",
@@ -33,13 +37,28 @@ class WarmProcess:
     def __init__(self, process, conn, env: dict) -> None:
         self.process, self.conn, self.env = process, conn, env
 
-    def fits(self) -> bool:
-        """Alive, and started with the environment this job runs in (the variables read at import)."""
+    def unfit(self) -> Optional[str]:
+        """None when it can run this job: alive, and in the environment the job runs in as far as the
+        variables read at import go (each one changed here since it started has the value its own
+        imports left it); else why not."""
         if not self.process.is_alive():
-            return False
-        now = dict(os.environ)
-        changed = {k for k in set(now) | set(self.env) if now.get(k) != self.env.get(k)}
-        return not any(k.upper().startswith(READ_AT_IMPORT) for k in changed)
+            return "it had ended"
+        changed = sorted(k for k in set(os.environ) | set(self.env)
+                         if read_at_import(k) and os.environ.get(k) != self.env.get(k))
+        if not changed:
+            return None
+        theirs = self._imported_env()  # the rare case: wait for its imports to say what they left
+        if theirs is None:
+            return "it ended while importing"
+        differ = [k for k in changed if os.environ.get(k) != theirs.get(k)]
+        return f"{', '.join(differ)} changed since it started" if differ else None
+
+    def _imported_env(self) -> Optional[Dict[str, str]]:
+        """The variables read at import, as the process's own imports left them (sent once imported)."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
 
     def hand_over(self, target: Callable, *args) -> int:
         """Give it its job: it calls ``target(*args)`` (the entry point a spawned process would have
@@ -82,6 +101,12 @@ def prestart(imports: Sequence[str] = WARM_IMPORTS) -> None:
     _ready = WarmProcess(process, ours, dict(os.environ))
 
 
+def read_at_import(name: str) -> bool:
+    """Whether torch, the loaders or the interpreter read the environment variable ``name`` as they
+    start or import."""
+    return name.upper().startswith(READ_AT_IMPORT)
+
+
 NO_RUN = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--version", "--shell-completion", "-sc")
 NO_FRESH_PROCESS = ("launcher=ddp", "launcher=fsdp", "launcher.fresh_process=false")
 OTHER_PROCESSES = "hydra/launcher="  # a sweep launcher running each job in a process of its own
@@ -111,16 +136,18 @@ def prestart_for(launcher_cfg, sweep: bool) -> None:
     prestart()
 
 
-def take() -> Optional[WarmProcess]:
-    """The waiting process, if it can run this job (``fits``); else None (a fresh one is spawned)."""
+def take() -> Tuple[Optional[WarmProcess], Optional[str]]:
+    """(the waiting process, None) if it can run this job (``unfit``); else (None, why not, or None
+    when none was waiting): a fresh one is spawned."""
     global _ready
     warm, _ready = _ready, None
     if warm is None:
-        return None
-    if warm.fits():
-        return warm
+        return None, None
+    why = warm.unfit()
+    if why is None:
+        return warm, None
     warm.dismiss()
-    return None
+    return None, why
 
 
 def dismiss() -> None:
@@ -144,6 +171,10 @@ def _wait_for_a_job(conn, parent: int, imports: Sequence[str]) -> None:
             except Exception:  # the job's own import raises it again, where it is reported
                 pass
         setup.imports_done()  # the job's set-up counts what comes after as its launch
+        try:
+            conn.send({k: v for k, v in os.environ.items() if read_at_import(k)})  # what the imports left (unfit)
+        except OSError:  # the job was handed over and the pipe closed before this: it is read below all the same
+            pass
         job = conn.recv()  # unpickling the entry point imports its module, sys.path as at the start
     except (EOFError, OSError):  # dismissed: no job came
         os._exit(0)

@@ -39,7 +39,7 @@ def test_the_spawn_payload_stays_small_whatever_the_settings_carry(tmp_path, mon
         Process = Recorded
 
     # the freshly spawned path: a process another test left waiting (launch/warm.py) must not be handed this job
-    monkeypatch.setattr(warm, "take", lambda: None)
+    monkeypatch.setattr(warm, "take", lambda: (None, None))
     monkeypatch.setattr(warm, "keep_one_ready", False)
     monkeypatch.setattr(launcher.multiprocessing, "get_context", lambda method: Context)
     monkeypatch.setattr(launcher, "collect", lambda run_dir, code, s: {"status": "ok"})

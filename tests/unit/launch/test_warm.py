@@ -10,8 +10,8 @@ from fastpipe.launch import warm
 def test_a_waiting_process_runs_the_job_it_is_handed_with_the_environment_of_the_hand_over(tmp_path, monkeypatch):
     warm.prestart(imports=())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracker")  # a tracker's setting: not read at import
-    waiting = warm.take()
-    assert waiting is not None and warm.take() is None  # handed out once
+    waiting, why = warm.take()
+    assert waiting is not None and why is None and warm.take() == (None, None)  # handed out once
     made = tmp_path / "made" / os.environ["MLFLOW_TRACKING_URI"].replace(":", "").replace("/", "")
     pid = waiting.hand_over(os.makedirs, str(made))
     waiting.process.join(timeout=60)
@@ -22,11 +22,28 @@ def test_a_process_started_under_another_torch_environment_is_not_used(monkeypat
     warm.prestart(imports=())
     monkeypatch.setenv("TORCH_LOGS", "dynamo")  # torch reads it as it imports
     process = warm._ready.process
-    assert warm.take() is None and not process.is_alive()  # dismissed: ended (or killed while it started)
+    assert warm.take() == (None, "TORCH_LOGS changed since it started") and not process.is_alive()  # dismissed
     warm.prestart(imports=("fastpipe.train.job",))  # seconds of imports: a refused command does not wait for them
     process = warm._ready.process
     warm.dismiss()
     assert not process.is_alive() and process.exitcode in (0, -9)
+
+
+def test_a_variable_its_own_imports_set_alike_does_not_refuse_it(tmp_path, monkeypatch):
+    """The Hydra process imports torch too, and torch's imports set variables of their own
+    (TORCHINDUCTOR_CACHE_DIR): the waiting process, whose imports set the same, still runs the job;
+    another value refuses it, naming the variable."""
+    (tmp_path / "sets_at_import.py").write_text('import os\nos.environ["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/cache-a"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    for value, why in (("/tmp/cache-a", None), ("/tmp/cache-b", "TORCHINDUCTOR_CACHE_DIR changed since it started")):
+        warm.prestart(imports=("sets_at_import",))
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", value)  # as this process's own imports would
+        waiting, said = warm.take()
+        assert said == why and (waiting is None) == (why is not None)
+        if waiting is not None:
+            waiting.dismiss()
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
 
 
 def test_a_launcher_no_choice_registers_starts_nothing_and_ends_the_waiting_one():
