@@ -31,7 +31,7 @@ A run's files are committed under results/time-to-target-overhead/<machine>-<dat
         python3 benchmarks/time_to_target_overhead.py --phase 1 --out $OUT --deadline 540
     python3 benchmarks/time_to_target_overhead.py --phase all --out /tmp/ttt --smoke
 
-`--phase search` runs phase 1's batch search alone (writes `$OUT/psearch/`): a call of about two minutes.
+`--no-search` leaves it out of phase 1; `--phase search` runs phase 1's batch search alone (writes `$OUT/psearch/`): a call of about two minutes.
 """
 from __future__ import annotations
 
@@ -80,6 +80,7 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=2, help="start-up measurements of each kind")
     p.add_argument("--sampled", type=int, default=1, help="sampled start-ups of each kind, after the measured ones")
     p.add_argument("--eval-pairs", type=int, default=1, help="phase 2: eval_batch_size auto / twice pairs")
+    p.add_argument("--no-search", action="store_true", help="phase 1 without its batch search")
     p.add_argument("--smoke", action="store_true", help="this CPU, tiny_cnn on 400 32-px images: checks the script")
     add_common_args(p, timeout_s=540)
     a = p.parse_args(argv)
@@ -314,7 +315,8 @@ def run_phase(a, number: str) -> None:
     root = prepare(ph, deadline)
     if number == "1":
         start_up(ph, deadline, root)
-        batch_search(ph, deadline)
+        if not a.no_search:
+            batch_search(ph, deadline)
     else:
         jobs(ph, deadline)
     print(write_tables(ph), flush=True)
