@@ -102,7 +102,6 @@ class Phase:
         os.environ.update(self.env)  # lib/runner.py passes this process's environment on
 
     def fastpipe(self, kind: str, overrides: list, run_dir: Path, deadline: Deadline, cap: float, **kw) -> dict:
-        shutil.rmtree(run_dir, ignore_errors=True)  # a folder of its own: fastpipe never runs over a finished one
         why = deadline.skip_reason(kind)
         row = skipped(why) if why else run_fastpipe(overrides, run_dir, deadline.timeout(cap), self.log, **kw)
         deadline.record(kind, row.get("wall_s"))
@@ -199,6 +198,7 @@ def jobs(ph: Phase, deadline: Deadline) -> None:
     recipe = SMOKE_RECIPE + SMOKE_TARGET + ["compile=off", "train.batch_size=16,32"] if a.smoke else \
         RECIPE + TARGET + GRID
     cache = a.work / f"inductor-{int(time.time())}"  # empty: every compiled job pays its compilation
+    shutil.rmtree(a.work / "jobs", ignore_errors=True)  # a sweep folder of its own: no earlier job is read
     row = ph.fastpipe("jobs", data_args(a) + recipe + ["data=mmap"], a.work / "jobs", deadline, 3600,
                       multirun=True, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
     ph.add(dict(row, name="the four jobs to 90 %", kind="jobs"))

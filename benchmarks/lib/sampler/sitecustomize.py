@@ -8,8 +8,10 @@ seconds, the machine's busy and iowait CPU seconds (/proc/stat), the outermost a
 the innermost frame of fastpipe's (or the benchmark's) own code, and the innermost frame. A gap
 between two samples is time the sampled thread held the interpreter lock in native code.
 lib/sampler/timeline.py turns the files into a timeline. Forked children (DataLoader workers) are
-not sampled.
+not sampled. The sampler stops as the interpreter begins to exit (a daemon thread still reading other
+threads' frames during finalisation would abort the process).
 """
+import atexit
 import os
 import sys
 import threading
@@ -61,12 +63,15 @@ def _where(frame) -> tuple:
     return outer_import, inner_import, own, inner
 
 
+_STOP = threading.Event()
+
+
 def _sample(path: str, interval: float) -> None:
     me = threading.get_ident()
     main = threading.main_thread().ident
     with open(path, "a", buffering=1) as out:
         out.write(f"#\t{os.getpid()}\t{os.getppid()}\t{time.time():.6f}\t{' '.join(sys.argv)[:300]}\n")
-        while True:
+        while not _STOP.is_set():
             frames = sys._current_frames()
             now, cpu = time.time(), sum(os.times()[:2])
             busy, iowait = _machine_cpu()
@@ -83,11 +88,18 @@ def _sample(path: str, interval: float) -> None:
                 out.write(f"{now:.4f}\t{thread}\t{own_cpu:.2f}\t{cpu:.3f}\t{busy:.2f}\t{iowait:.2f}\t" + "\t".join(
                     str(w) for w in where) + "\n")
             del frames
-            time.sleep(interval)
+            _STOP.wait(interval)
+
+
+def _stop(thread: threading.Thread) -> None:
+    _STOP.set()
+    thread.join(timeout=1.0)
 
 
 if _DIR:
     os.makedirs(_DIR, exist_ok=True)
-    threading.Thread(target=_sample, args=(os.path.join(_DIR, f"{os.getpid()}.tsv"),
-                                           float(os.environ.get("FASTPIPE_SAMPLE_INTERVAL", "0.01"))),
-                     name="fastpipe-sampler", daemon=True).start()
+    _thread = threading.Thread(target=_sample, args=(os.path.join(_DIR, f"{os.getpid()}.tsv"),
+                                                     float(os.environ.get("FASTPIPE_SAMPLE_INTERVAL", "0.01"))),
+                               name="fastpipe-sampler", daemon=True)
+    _thread.start()
+    atexit.register(_stop, _thread)
