@@ -204,14 +204,17 @@ class Checkpointer:
         if not self.dist.is_main and not g.sharded:
             return None
         with self.clock.part("checkpoint"):
-            if self._weights is not None and self._weights[0] == step and self.writer is not None:
+            if self._weights is not None and self._weights[0] == step:
                 # the weights of a file just written at this step (last.pt after the best.pt of the
-                # evaluation that stopped the run): its host copy again, with no second snapshot
-                host = {**self._weights[1], "which": which, "metric": metric}
-                self.writer.submit(host, name=which, copy=False)
+                # evaluation that stopped the run): its host copy again, with no second snapshot. Every
+                # rank here decides alike, so no rank enters FSDP's gather of the weights alone.
+                if self.writer is None:
+                    return None
+                self.writer.submit_again({**self._weights[1], "which": which, "metric": metric}, which)
                 return self.folder / f"{which}.pt"
             weights = weights_of(g, which, step, self.facts, ema, metric)
             if self.writer is None:
+                self._weights = (step, None)
                 return None
             host = self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered copy is its own
             self._weights = (step, host)

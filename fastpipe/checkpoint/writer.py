@@ -70,7 +70,8 @@ def _layout(tensor: torch.Tensor) -> tuple:
 
 
 class BackgroundWriter:
-    """Checkpoint writes off the training thread, one at a time in order; errors surface at the next ``wait``."""
+    """Checkpoint writes off the training thread, one at a time in order; a failed write's error surfaces
+    at the next checkpoint or ``wait``."""
 
     def __init__(self, folder: Path, keep: int, on_written: Optional[Callable[[int, Path], None]] = None) -> None:
         self.folder, self.keep, self.on_written = folder, keep, on_written  # on_written(step, path) once complete
@@ -84,16 +85,25 @@ class BackgroundWriter:
     def submit(self, state: dict, name: Optional[str] = None, copy: bool = True) -> dict:
         """Snapshot ``state`` now and write it in the background (after the writes before it): a step
         checkpoint, or with ``name`` a weights file ``NAME.pt``. ``copy=False``: ``state`` is already a
-        private host copy (FSDP's gathered weights, a snapshot written before), written as it is.
-        Returns the host copy written (valid until the next snapshot of its kind)."""
+        private host copy (FSDP's gathered weights), written as it is. Either waits for the write of
+        its kind before it: one still reads the buffers a snapshot reuses, and a private copy is held
+        in memory until written. Returns the host copy (valid until the next snapshot of its kind)."""
+        self._raise_failed()
         kind = "step" if name is None else "weights"
-        if copy:
-            reading = self._reading.get(kind)
-            if reading is not None:  # its buffers are still being written from
-                reading.join()
-            host = self.snapshots.setdefault(kind, HostSnapshot()).take(state)
-        else:
-            host = state
+        reading = self._reading.get(kind)
+        if reading is not None:
+            reading.join()
+        host = self.snapshots.setdefault(kind, HostSnapshot()).take(state) if copy else state
+        self._queue(host, name, kind)
+        return host
+
+    def submit_again(self, host: dict, name: str) -> None:
+        """Write ``host``, a weights host copy ``submit`` returned (its snapshot not yet replaced), as
+        ``NAME.pt`` too: no snapshot and no wait (last.pt at the step of the best.pt just written)."""
+        self._raise_failed()
+        self._queue(host, name, "weights")
+
+    def _queue(self, host: dict, name: Optional[str], kind: str) -> None:
         done = torch.cuda.Event() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         if done is not None:
             done.record()  # the copies are queued on this stream: the writer waits for them, not the trainer
@@ -104,16 +114,23 @@ class BackgroundWriter:
             return write_checkpoint(self.folder, host, name=name)
 
         self._reading[kind] = self.run(write, step_checkpoint=name is None)
-        return host
 
     def run(self, publish: Callable[[], Path], step_checkpoint: bool = True) -> threading.Thread:
         """Run ``publish`` (which makes one file complete and returns its path) in the background, after
         the writes before it; a step checkpoint's (the sharded ones' publication too: checkpoint/dcp.py)
-        then rotates and becomes ``written``. Returns the write's thread."""
+        then rotates and becomes ``written``. Returns the write's thread. A write that failed before
+        (a full disk) is raised here, at the next checkpoint, as it would be by ``wait``."""
+        self._raise_failed()
         self._thread = threading.Thread(target=self._write, args=(publish, step_checkpoint, self._thread),
                                         name="fastpipe-checkpoint", daemon=False)
         self._thread.start()
         return self._thread
+
+    def _raise_failed(self) -> None:
+        """Raise the first error of a write already finished, if one failed (no waiting)."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
     def _write(self, publish: Callable[[], Path], step_checkpoint: bool,
                before: Optional[threading.Thread]) -> None:
@@ -142,6 +159,4 @@ class BackgroundWriter:
             self._thread.join()  # the newest: it ran after all the others
             self._thread = None
             self._reading.clear()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+        self._raise_failed()

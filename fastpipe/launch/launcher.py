@@ -107,9 +107,8 @@ def _spawn_single(settings: Config, run_dir: Path) -> dict:
     waiting, why = warm.take()
     if why is not None:
         settings = copy.copy(settings)
-        settings.launch_notes = [*settings.launch_notes, f"the training process started ahead was not used ({why}; "
-                                 "torch reads such variables as it imports): a fresh one was spawned, its imports on "
-                                 "the set-up clock"]
+        settings.launch_notes = [*settings.launch_notes, f"the training process started ahead was not used ({why}): "
+                                 "a fresh one was spawned, its imports on the set-up clock"]
     with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
         if waiting is not None:
             process = waiting.process

@@ -27,6 +27,7 @@ import sys
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 WARM_IMPORTS = ("fastpipe.train.job", "torchvision")  # what every image run imports before its first step
+IMPORT_WAIT_S = 120.0  # how long a job waits for the process started ahead to finish importing
 READ_AT_IMPORT = ("CUDA", "TORCH", "PYTORCH", "NCCL", "NVIDIA", "TRITON", "OMP_", "MKL", "KMP_", "LD_", "PYTHON",
                   "FASTPIPE")
 
@@ -47,16 +48,20 @@ class WarmProcess:
                          if read_at_import(k) and os.environ.get(k) != self.env.get(k))
         if not changed:
             return None
-        theirs = self._imported_env()  # the rare case: wait for its imports to say what they left
+        # usual (torch's own import here sets TORCHINDUCTOR_CACHE_DIR): what its imports left, once done
+        theirs = self._imported_env()
         if theirs is None:
-            return "it ended while importing"
+            return (f"it had not finished importing after {IMPORT_WAIT_S:.0f} s" if self.process.is_alive()
+                    else "it ended while importing")
         differ = [k for k in changed if os.environ.get(k) != theirs.get(k)]
-        return f"{', '.join(differ)} changed since it started" if differ else None
+        return (f"{', '.join(differ)} changed since it started, and torch reads such variables as it "
+                "imports") if differ else None
 
     def _imported_env(self) -> Optional[Dict[str, str]]:
-        """The variables read at import, as the process's own imports left them (sent once imported)."""
+        """The variables read at import, as the process's own imports left them (sent once imported);
+        None if it ends first or takes longer than IMPORT_WAIT_S."""
         try:
-            return self.conn.recv()
+            return self.conn.recv() if self.conn.poll(IMPORT_WAIT_S) else None
         except (EOFError, OSError):
             return None
 
@@ -143,7 +148,11 @@ def take() -> Tuple[Optional[WarmProcess], Optional[str]]:
     warm, _ready = _ready, None
     if warm is None:
         return None, None
-    why = warm.unfit()
+    try:
+        why = warm.unfit()
+    except BaseException:  # Ctrl-C while it imports: it is no longer the waiting one, so end it here
+        warm.dismiss()
+        raise
     if why is None:
         return warm, None
     warm.dismiss()

@@ -82,6 +82,7 @@ def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monke
     assert (kept["which"], same["which"], kept["step"], same["step"]) == ("best", "last", 4, 4)
     name = next(name for name, _ in g.model.named_parameters())
     assert torch.equal(same["model"][name], kept["model"][name])
+
     with torch.no_grad():  # training goes on: a later last.pt has the new weights, best.pt the old
         for p in g.model.parameters():
             p.add_(1.0)
@@ -90,4 +91,13 @@ def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monke
     moved = torch.load(last, weights_only=True)
     assert moved["step"] == 6 and torch.equal(moved["model"][name], kept["model"][name] + 1.0)
     assert torch.equal(torch.load(best, weights_only=True)["model"][name], kept["model"][name])
+    ckpt.save_weights(g, "best", 8, metric={"accuracy": 0.5})
+    ckpt.save_weights(g, "last", 8, metric={"accuracy": 0.5})  # reused: last.pt reads the shared buffers
+    with torch.no_grad():  # a new best at once: its snapshot must wait for last.pt's write to end first
+        for p in g.model.parameters():
+            p.add_(2.0)
+    ckpt.save_weights(g, "best", 10, metric={"accuracy": 0.75})
+    ckpt.settle()
+    assert torch.equal(torch.load(last, weights_only=True)["model"][name], moved["model"][name])
+    assert torch.equal(torch.load(best, weights_only=True)["model"][name], moved["model"][name] + 2.0)
     assert ckpt.latest is None  # a weights file is never the checkpoint a resume starts from

@@ -22,7 +22,8 @@ def test_a_process_started_under_another_torch_environment_is_not_used(monkeypat
     warm.prestart(imports=())
     monkeypatch.setenv("TORCH_LOGS", "dynamo")  # torch reads it as it imports
     process = warm._ready.process
-    assert warm.take() == (None, "TORCH_LOGS changed since it started") and not process.is_alive()  # dismissed
+    why = "TORCH_LOGS changed since it started, and torch reads such variables as it imports"
+    assert warm.take() == (None, why) and not process.is_alive()  # dismissed
     warm.prestart(imports=("fastpipe.train.job",))  # seconds of imports: a refused command does not wait for them
     process = warm._ready.process
     warm.dismiss()
@@ -36,7 +37,8 @@ def test_a_variable_its_own_imports_set_alike_does_not_refuse_it(tmp_path, monke
     (tmp_path / "sets_at_import.py").write_text('import os\nos.environ["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/cache-a"\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    for value, why in (("/tmp/cache-a", None), ("/tmp/cache-b", "TORCHINDUCTOR_CACHE_DIR changed since it started")):
+    for value, why in (("/tmp/cache-a", None), ("/tmp/cache-b", "TORCHINDUCTOR_CACHE_DIR changed since it started, "
+                                                                "and torch reads such variables as it imports")):
         warm.prestart(imports=("sets_at_import",))
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", value)  # as this process's own imports would
         waiting, said = warm.take()
