@@ -85,7 +85,7 @@ def parse_args(argv=None):
     add_common_args(p, timeout_s=540)
     a = p.parse_args(argv)
     if a.smoke:
-        a.workers, a.repeats, a.eval_pairs = 1, 1, 1
+        a.workers, a.repeats = 1, 1
     return a
 
 

@@ -204,21 +204,15 @@ class Checkpointer:
         if not self.dist.is_main and not g.sharded:
             return None
         with self.clock.part("checkpoint"):
-            if self._weights is not None and self._weights[0] == step:
-                # the weights of a file just written at this step (last.pt after the best.pt of the
-                # evaluation that stopped the run): its host copy again, with no second snapshot. Every
-                # rank here decides alike, so no rank enters FSDP's gather of the weights alone.
-                if self.writer is None:
-                    return None
-                self.writer.submit_again({**self._weights[1], "which": which, "metric": metric}, which)
-                return self.folder / f"{which}.pt"
+            path = self.folder / f"{which}.pt" if self.writer is not None else None  # rank 0 writes
+            if self._weights is not None and self._weights[0] == step:  # last.pt at the best.pt just written:
+                if path is not None:  # its host copy again (every rank alike: no FSDP gather alone)
+                    self.writer.submit_again({**self._weights[1], "which": which, "metric": metric}, which)
+                return path
             weights = weights_of(g, which, step, self.facts, ema, metric)
-            if self.writer is None:
-                self._weights = (step, None)
-                return None
-            host = self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered copy is its own
+            host = path and self.writer.submit(weights, name=which, copy=not g.sharded)  # FSDP's gathered: its own
             self._weights = (step, host)
-            return self.folder / f"{which}.pt"
+            return path
 
     def preempted(self, pos: Position, g=None) -> Preempted:
         """The error that ends a signalled run (exit code EXIT_PREEMPTED), once its checkpoint is written."""

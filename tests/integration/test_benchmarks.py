@@ -212,8 +212,9 @@ def smokes(tmp_path_factory):
         "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
                                  "dali:data.no_such_key=1"),
         "lm-handloop": script("lib/lm_handloop.py", "--device", "cpu", "--smoke"),
+        # without the batch search and the evaluation pairs, for the suite's time (their tables: below)
         "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
-                      "--work", out["ttt"] / "work"),
+                      "--work", out["ttt"] / "work", "--no-search", "--eval-pairs", "0"),
         # then lib/decode_beside_step.py on the packs it made
         "data-formats": (["bash", "-c", shlex.join(script(
             "data_formats.py", "--smoke", "--out", out["data-formats"] / "out", "--work", out["data-formats"] / "work",
@@ -241,9 +242,12 @@ def test_lm_handloop_smoke(smokes):
 
 
 def _table_rows(path) -> dict:
+    return _table_rows_text(path.read_text())
+
+
+def _table_rows_text(text: str) -> dict:
     return {cells[0]: cells for cells in ([c.strip() for c in line.strip().strip("|").split("|")]
-                                          for line in path.read_text().splitlines()
-                                          if line.startswith("| ") and "---" not in line)}
+                                          for line in text.splitlines() if line.startswith("| ") and "---" not in line)}
 
 
 def _check_lm(out):
@@ -320,17 +324,50 @@ def test_time_to_target_overhead_smoke(smokes):
     for data in ("mmap", "default"):
         row = start[f"fastpipe data={data} #1"]
         assert row[-1] == "ok" and float(row[1]) > 0 and float(row[2]) > 0 and "imports" in row[3], row
-    assert start["32"][1] == "True" and start["64"][-1] == ""  # the probes: 32 then 64, the cap
     jobs = _table_rows(folder / "out" / "p2" / "ttt_overhead.md")
     for batch in (16, 32):
         row = jobs[f"compile=off train.batch_size={batch}"]
         assert row[-1] == "ok" and float(row[6]) > 0, row  # wall
         assert row[9] == "no" or float(row[8]) > 0, row  # reached: its end-to-end time over train
-    pairs = _table_rows(folder / "out" / "p2" / "ttt_overhead.md")
-    for size in ("auto", "32"):
-        row = pairs[f"train.eval_batch_size={size} #1"]
-        assert row[-1] == "ok" and int(row[1]) > 0 and float(row[2]) > 0, row
     assert "== " not in proc.stdout and "## The four jobs" in proc.stdout  # the tables, printed last
+
+
+def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypatch):
+    """What the smoke above leaves out: the evaluation pairs (the training batch, auto, and twice it,
+    alternating, each a row with its evaluations, their seconds and share of training) and the batch
+    search's probes, from the rows fastpipe's runs give."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    ttt = importlib.import_module("time_to_target_overhead")
+    a = ttt.parse_args(["--out", str(tmp_path), "--smoke", "--eval-pairs", "2"])
+    ran = []
+
+    class Phase:
+        rows = []
+
+        def fastpipe(self, kind, overrides, run_dir, deadline, cap, **kw):
+            ran.append((kind, next(o for o in overrides if o.startswith("train.eval_batch_size="))))
+            return {"status": "ok", "time_breakdown_s": {"eval": 1.0, "train": 10.0},
+                    "target": {"reached": True, "steps": 40, "curve": [{}] * 4}}
+
+        def add(self, row):
+            self.rows.append(row)
+
+    phase = Phase()
+    phase.a = a
+    ttt.eval_pairs(phase, ttt.Deadline(600))
+    assert ran == [("eval-auto", "train.eval_batch_size=auto"), ("eval-32", "train.eval_batch_size=32")] * 2
+    pairs = _table_rows_text(ttt.eval_table(phase.rows))
+    assert pairs["train.eval_batch_size=32 #2"] == ["train.eval_batch_size=32 #2", "4", "1.00", "0.250", "10.0",
+                                                   "10.0%", "step 40", "ok"]
+    search = _table_rows_text(ttt.search_table([{"kind": "search", "status": "ok", "setup_parts_s": {"batch_search": 3.0},
+                                                 "batch_size_search": {"chosen": 32, "seconds": 2.5, "probes": [
+                                                     {"batch_size": 32, "fits": True, "samples_per_s": 900.0,
+                                                      "seconds": 1.0},
+                                                     {"batch_size": 64, "fits": False, "why": "out of memory",
+                                                      "seconds": 0.5}]}}]))
+    assert search["32"][:3] == ["32", "True", "900"] and search["64"][-1] == "out of memory"
 
 
 def test_benchmark_script_smoke_mode(smokes):
