@@ -123,17 +123,14 @@ def run_cli(args, cwd=None, timeout=300):
                           text=True, timeout=timeout)
 
 
-def run_side_by_side(commands, timeout=300, nice=0):
+def run_side_by_side(commands, timeout=300):
     """Independent commands started together, each in its own process group ({name: argv, or (argv, Popen
     keyword arguments)} -> {name: CompletedProcess}): a test process uses one core of two, and most of a
-    short command is its interpreter's start-up. Past ``timeout`` every group still running is killed.
-    ``nice``: their scheduling priority lowered by that much, so that many of them at once leave the
-    other test worker's processes (a DDP run's ranks, which wait on each other) the CPU first."""
+    short command is its interpreter's start-up. Past ``timeout`` every group still running is killed."""
     started = {}
     try:
         for name, command in commands.items():
             argv, options = command if isinstance(command, tuple) else (command, {})
-            argv = ["nice", "-n", str(nice), *argv] if nice else argv
             out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
             started[name] = (subprocess.Popen(argv, **{"cwd": REPO, **options}, stdout=out, stderr=err, text=True,
                                               start_new_session=True), out, err)

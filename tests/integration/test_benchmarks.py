@@ -226,7 +226,7 @@ def smokes(tmp_path_factory):
     }
     if HAVE_DALI:
         commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
-    return {name: (out[name], proc) for name, proc in run_side_by_side(commands, timeout=400, nice=10).items()}
+    return {name: (out[name], proc) for name, proc in run_side_by_side(commands, timeout=400).items()}
 
 
 def test_lm_handloop_smoke(smokes):
