@@ -74,7 +74,7 @@ def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monke
     best = ckpt.save_weights(g, "best", 4, metric={"accuracy": 0.5})
     last = ckpt.save_weights(g, "last", 4, metric={"accuracy": 0.5})
     stalled = time.perf_counter() - begun
-    assert stalled < 0.15 and not best.exists() and not last.exists()  # the training thread went on
+    assert stalled < 0.25 and not best.exists() and not last.exists()  # the training thread went on
     ckpt.settle()
     assert order == ["best", "last"]  # one write at a time, in order
     assert verify(best) is None and verify(last) is None
