@@ -248,6 +248,17 @@ def start_up_table(rows: list) -> str:
                                       "batch on the device (hand loop)")
 
 
+def reached_text(target: dict) -> str:
+    """A run's reached step (``step N``) or ``no``, from its metrics.json ``target``."""
+    return f"step {target.get('steps')}" if target.get("reached") else "no"
+
+
+def eval_share(breakdown: dict):
+    """Evaluation over the training part of a ``time_breakdown_s``, or None when either is missing."""
+    return breakdown["eval"] / breakdown["train"] if breakdown.get("train") and breakdown.get("eval") is not None \
+        else None
+
+
 def jobs_table(rows: list) -> str:
     lines = []
     for r in rows:
@@ -257,8 +268,7 @@ def jobs_table(rows: list) -> str:
         line = {"job": " ".join(o for o in r.get("overrides", []) if o.startswith(("compile=", "train.batch_size="))),
                 "to_target": t.get("seconds_end_to_end") if t.get("reached") else None,
                 "ratio": t["seconds_end_to_end"] / b["train"] if t.get("reached") and b.get("train") else None,
-                "reached": f"step {t.get('steps')}" if t.get("reached") else "no", "status": status_text(r),
-                "eval_share": b["eval"] / b["train"] if b.get("train") and b.get("eval") is not None else None}
+                "reached": reached_text(t), "status": status_text(r), "eval_share": eval_share(b)}
         lines.append({**line, **{k: b.get(k) for k in PARTS}})
     if not lines:
         return ""
@@ -277,9 +287,8 @@ def eval_table(rows: list) -> str:
         t, b = r.get("target") or {}, r.get("time_breakdown_s") or {}
         curve = t.get("curve") or []
         lines.append({"run": r["name"], "eval": b.get("eval"), "train": b.get("train"), "evals": len(curve),
-                      "share": b["eval"] / b["train"] if b.get("train") and b.get("eval") is not None else None,
-                      "each": b["eval"] / len(curve) if curve and b.get("eval") is not None else None,
-                      "reached": f"step {t.get('steps')}" if t.get("reached") else "no", "status": status_text(r)})
+                      "share": eval_share(b), "each": b["eval"] / len(curve) if curve and b.get("eval") is not None
+                      else None, "reached": reached_text(t), "status": status_text(r)})
     if not lines:
         return ""
     return write_markdown_table(None, lines, [
