@@ -8,6 +8,8 @@ alternate: the repeats give each variant's spread). A variant is a pack (``raw``
 in-process decoders only);
 ``+switch``: a 0.2 ms GIL switch interval; ``+burn=N``: N busy-looping processes meanwhile (CPU load
 without decoding), ``+burnaff`` binds them to the CPUs data.decode_affinity leaves to decode workers;
+``+shadow=KIND``: a thread doing one JPEG batch's KIND of work per step beside it (decode_shadow.py);
+``+sidestream``: the step and the loader's hand-over on a stream of their own instead of the default one;
 ``alone:VARIANT``: the loader's batches taken with no step. Per variant, a JSON line in
 OUT/decode_beside_step.jsonl and a table row: img/s over the measured steps (synchronised at both
 edges), data-wait (the loop's time in ``next(loader)``), and the mean wall time and count of the
@@ -20,6 +22,7 @@ decode. ``--eager`` leaves out torch.compile (a CPU check of the script).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -31,6 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decode_shadow import Shadow  # noqa: E402
 
 
 def pinned_gather(reader, local):
@@ -119,7 +125,7 @@ def main(argv=None) -> int:
     def loader_for(variant: str):
         pack, *opts = variant.split("+")
         source_mod.gather = pinned_gather if "pinned" in opts else plain_gather
-        extra = [o for o in opts if "=" in o and not o.startswith("burn=")]  # e.g. data.num_threads=2
+        extra = [o for o in opts if "=" in o and not o.startswith(("burn=", "shadow="))]  # e.g. data.num_threads=2
         overrides = ["data=mmap", f"data.path={a.raw if pack == 'raw' else a.jpeg}", "data.verify=false",
                      *a.overrides, *extra]
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -154,10 +160,21 @@ def main(argv=None) -> int:
         alone = name.startswith("alone:")  # the loader alone: batches taken, no step
         variant = name.removeprefix("alone:")
         loader = first if i == 0 else loader_for(variant)[0]
+        shadow_kind = next((o.split("=", 1)[1] for o in variant.split("+") if o.startswith("shadow=")), None)
+        shadow = Shadow(shadow_kind, a.jpeg, loader.loader.batch_size, device) if shadow_kind else None
+        side = torch.cuda.Stream() if "+sidestream" in variant and device.type == "cuda" else None
+        scope = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
+        scope.__enter__()  # before the loader's first batch: its hand-over waits on the stream current then
         it = batches(loader)
         busy = burners(variant)
         try:
-            run = (lambda x, y: None) if alone else step
+            work = (lambda x, y: None) if alone else step
+
+            def run(x, y):
+                work(x, y)
+                if shadow is not None:
+                    shadow.tick()
+
             sys.setswitchinterval(SWITCH_S if "+switch" in variant else 0.005)  # +switch: the GIL handed over sooner
             for _ in range(a.warmup):
                 run(*next(it))
@@ -174,6 +191,9 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - t0
             decodes = decode_timer.take()
         finally:  # a variant that fails leaves no busy process behind
+            scope.__exit__(None, None, None)
+            if shadow is not None:
+                shadow.close()
             for proc in busy:
                 proc.kill()
                 proc.wait()
@@ -181,17 +201,19 @@ def main(argv=None) -> int:
                "step_ms": 1000 * seconds / a.steps, "decode_calls": len(decodes),
                "decode_ms_mean": 1000 * statistics.fmean(decodes) if decodes else None,
                "decode_ms_median": 1000 * statistics.median(decodes) if decodes else None,
-               "loader": loader.describe()}
+               "loader": loader.describe(),
+               "shadow_batches": shadow.done if shadow else None, "shadow_errors": shadow.errors if shadow else None}
         rows.append(row)
         print(json.dumps(row), flush=True)
         with open(a.out / "decode_beside_step.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         del it
-    print("variant | tag | img/s | data-wait % | step ms | decode ms (mean) | decodes")
+    print("variant | tag | img/s | data-wait % | step ms | decode ms (mean) | decodes | shadow batches")
     for r in rows:
         dm = f"{r['decode_ms_mean']:.1f}" if r["decode_ms_mean"] else "-"
+        sh = "-" if r["shadow_batches"] is None else f"{r['shadow_batches']}" + (" (failed)" if r["shadow_errors"] else "")
         print(f"{r['variant']} | {r['tag']} | {r['img_per_s']:,.0f} | {100 * r['data_wait_frac']:.1f} | "
-              f"{r['step_ms']:.1f} | {dm} | {r['decode_calls']}")
+              f"{r['step_ms']:.1f} | {dm} | {r['decode_calls']} | {sh}")
     return 0
 
 
