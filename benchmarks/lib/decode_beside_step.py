@@ -9,7 +9,8 @@ in-process decoders only);
 ``+switch``: a 0.2 ms GIL switch interval; ``+burn=N``: N busy-looping processes meanwhile (CPU load
 without decoding), ``+burnaff`` binds them to the CPUs data.decode_affinity leaves to decode workers;
 ``+shadow=KIND``: a thread doing one JPEG batch's KIND of work per step beside it (decode_shadow.py);
-``+sidestream``: the step and the loader's hand-over on a stream of their own instead of the default one;
+``+sidestream``: the step and the loader's hand-over on a stream of their own instead of the default one,
+``+histream`` on one of high priority (its kernels' blocks go to the GPU first);
 ``alone:VARIANT``: the loader's batches taken with no step. Per variant, a JSON line in
 OUT/decode_beside_step.jsonl and a table row: img/s over the measured steps (synchronised at both
 edges), data-wait (the loop's time in ``next(loader)``), and the mean wall time and count of the
@@ -162,7 +163,9 @@ def main(argv=None) -> int:
         loader = first if i == 0 else loader_for(variant)[0]
         shadow_kind = next((o.split("=", 1)[1] for o in variant.split("+") if o.startswith("shadow=")), None)
         shadow = Shadow(shadow_kind, a.jpeg, loader.loader.batch_size, device) if shadow_kind else None
-        side = torch.cuda.Stream() if "+sidestream" in variant and device.type == "cuda" else None
+        side = None
+        if device.type == "cuda" and ("+sidestream" in variant or "+histream" in variant):
+            side = torch.cuda.Stream(priority=-1 if "+histream" in variant else 0)
         scope = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
         scope.__enter__()  # before the loader's first batch: its hand-over waits on the stream current then
         it = batches(loader)
