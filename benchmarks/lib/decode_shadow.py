@@ -8,7 +8,9 @@ falling behind): if the raw pack's step slows with a shadow, that work interfere
 - ``nvjpeg``: gathered, then decoded through nvJPEG exactly as ``data.decoder=gpu`` does;
 - ``decode``: one batch gathered once before, decoded through nvJPEG every step (nvJPEG alone);
 - ``workers``: a batch decoded by ``data.decode_workers`` worker processes (8, on the CPUs
-  ``data.decode_affinity`` gives them) and received, pinned, in this process.
+  ``data.decode_affinity`` gives them) and received, pinned, in this process; ``workers-nopin``
+  received unpinned; ``workers-tiny`` decoded alike but only one pixel an image sent back (the
+  decoding without the hand-over of 50 MB a batch).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import threading
 import numpy as np
 import torch
 
-KINDS = ("gather", "nvjpeg", "decode", "workers")
+KINDS = ("gather", "nvjpeg", "decode", "workers", "workers-nopin", "workers-tiny")
 
 
 class Shadow:
@@ -39,11 +41,8 @@ class Shadow:
             Decoder("cpu", device, self.packs.stored, 1, False)
         self.fixed = self._gather(self.batches[0])
         self.workers = None
-        if kind == "workers":
-            from fastpipe.data.pack.workers import DecodingWorkers
-            from fastpipe.runtime import Dist
-
-            self.workers = DecodingWorkers(self.packs, 8, batch, 8, torch.cuda.is_available(), seed, True, Dist())
+        if kind.startswith("workers"):
+            self.workers = _workers(kind, self.packs, batch, seed)
             self._stream = iter(())
         self._ticks = threading.Semaphore(0)
         self._stop = False
@@ -58,7 +57,7 @@ class Shadow:
             self.decoder(self._gather(idx))
         elif self.kind == "decode":
             self.decoder(self.fixed)
-        else:
+        else:  # workers*
             batch = next(self._stream, None)
             if batch is None:
                 self._stream = self.workers.iterate(self.batches)
@@ -87,3 +86,22 @@ class Shadow:
         self.thread.join(timeout=60)
         self._stream = iter(())
         self.workers = None
+
+
+def _workers(kind: str, packs, batch: int, seed: int):
+    """DecodingWorkers as data.decoder=cpu makes them (8 workers, affinity on), per ``kind``."""
+    import fastpipe.data.pack.workers as workers_mod
+    from fastpipe.runtime import Dist
+
+    class OnePixel(workers_mod._DecodedBatches):
+        def __getitem__(self, idx):
+            images, labels = super().__getitem__(idx)
+            return images[:, :, :1, :1].clone(), labels
+
+    pin = torch.cuda.is_available() and kind != "workers-nopin"
+    plain = workers_mod._DecodedBatches
+    workers_mod._DecodedBatches = OnePixel if kind == "workers-tiny" else plain
+    try:  # the DataLoader keeps the dataset made now; the workers fork from this process
+        return workers_mod.DecodingWorkers(packs, 8, batch, 8, pin, seed, True, Dist())
+    finally:
+        workers_mod._DecodedBatches = plain
