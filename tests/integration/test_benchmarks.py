@@ -321,14 +321,12 @@ def test_time_to_target_overhead_smoke(smokes):
     assert trainer.count("## pid ") >= 2  # and the Hydra process
     start = _table_rows(folder / "out" / "p1" / "ttt_overhead.md")
     assert start["hand loop, first batch #1"][1:3] != ["—", "—"] and start["hand loop, first batch #1"][-1] == "ok"
-    for data in ("mmap", "default"):
-        row = start[f"fastpipe data={data} #1"]
-        assert row[-1] == "ok" and float(row[1]) > 0 and float(row[2]) > 0 and "imports" in row[3], row
+    row = start["fastpipe data=mmap #1"]  # the smoke leaves out data=default's start-up
+    assert row[-1] == "ok" and float(row[1]) > 0 and float(row[2]) > 0 and "imports" in row[3], row
     jobs = _table_rows(folder / "out" / "p2" / "ttt_overhead.md")
-    for batch in (16, 32):
-        row = jobs[f"compile=off train.batch_size={batch}"]
-        assert row[-1] == "ok" and float(row[6]) > 0, row  # wall
-        assert row[9] == "no" or float(row[8]) > 0, row  # reached: its end-to-end time over train
+    row = jobs["compile=off train.batch_size=16"]  # the smoke's sweep of one job
+    assert row[-1] == "ok" and float(row[6]) > 0, row  # wall
+    assert row[9] == "no" or float(row[8]) > 0, row  # reached: its end-to-end time over train
     assert "== " not in proc.stdout and "## The four jobs" in proc.stdout  # the tables, printed last
 
 
