@@ -8,9 +8,9 @@ falling behind): if the raw pack's step slows with a shadow, that work interfere
 - ``nvjpeg``: gathered, then decoded through nvJPEG exactly as ``data.decoder=gpu`` does;
 - ``decode``: one batch gathered once before, decoded through nvJPEG every step (nvJPEG alone);
 - ``workers``: a batch decoded by ``data.decode_workers`` worker processes (8, on the CPUs
-  ``data.decode_affinity`` gives them) and received, pinned, in this process; ``workers-nopin``
-  received unpinned; ``workers-tiny`` decoded alike but only one pixel an image sent back (the
-  decoding without the hand-over of 50 MB a batch).
+  ``data.decode_affinity`` gives them) into their ring, page-locked; ``workers-nopin`` not page-locked.
+  (Before the ring, 2026-12-03's ``3-workers`` call at 9f5e5f5, these received each batch through a
+  DataLoader, and ``workers-tiny`` had the workers send one pixel an image back.)
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import threading
 import numpy as np
 import torch
 
-KINDS = ("gather", "nvjpeg", "decode", "workers", "workers-nopin", "workers-tiny")
+KINDS = ("gather", "nvjpeg", "decode", "workers", "workers-nopin")
 
 
 class Shadow:
@@ -42,7 +42,7 @@ class Shadow:
         self.fixed = self._gather(self.batches[0])
         self.workers = None
         if kind.startswith("workers"):
-            self.workers = _workers(kind, self.packs, batch, seed)
+            self.workers = _workers(kind, self.packs, batch)
             self._stream = iter(())
         self._ticks = threading.Semaphore(0)
         self._stop = False
@@ -88,20 +88,9 @@ class Shadow:
         self.workers = None
 
 
-def _workers(kind: str, packs, batch: int, seed: int):
-    """DecodingWorkers as data.decoder=cpu makes them (8 workers, affinity on), per ``kind``."""
-    import fastpipe.data.pack.workers as workers_mod
+def _workers(kind: str, packs, batch: int):
+    """DecodingWorkers as data.decoder=cpu makes them (8 workers, affinity on), page-locked unless ``-nopin``."""
+    from fastpipe.data.pack.workers import DecodingWorkers
     from fastpipe.runtime import Dist
 
-    class OnePixel(workers_mod._DecodedBatches):
-        def __getitem__(self, idx):
-            images, labels = super().__getitem__(idx)
-            return images[:, :, :1, :1].clone(), labels
-
-    pin = torch.cuda.is_available() and kind != "workers-nopin"
-    plain = workers_mod._DecodedBatches
-    workers_mod._DecodedBatches = OnePixel if kind == "workers-tiny" else plain
-    try:  # the DataLoader keeps the dataset made now; the workers fork from this process
-        return workers_mod.DecodingWorkers(packs, 8, batch, 8, pin, seed, True, Dist())
-    finally:
-        workers_mod._DecodedBatches = plain
+    return DecodingWorkers(packs, 8, batch, 8, torch.cuda.is_available() and kind != "workers-nopin", True, Dist())

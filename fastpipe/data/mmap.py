@@ -157,7 +157,7 @@ def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Run
     decoder = jpeg_decoder(cfg, packs, runtime, pin, 1 if workers else cfg.decoding_threads(cores))
     if decoder is not None and workers:
         _warn_unused_threads(cfg, workers)
-        source = DecodingWorkers(packs, workers, batch_size, cfg.prefetch, pin, seed, cfg.decode_affinity, runtime.dist)
+        source = DecodingWorkers(packs, workers, batch_size, cfg.prefetch, pin, cfg.decode_affinity, runtime.dist)
         return source, prepare, geometry, f"{words}  {source.describe()}", None
     if decoder is not None:
         prepare = StreamSafe(prepare) if decoder.where == "gpu" else prepare

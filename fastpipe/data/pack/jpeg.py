@@ -48,6 +48,15 @@ def gather(reader, local: np.ndarray) -> List[torch.Tensor]:
     return [whole[a:b] for a, b in views]
 
 
+def decode_into(files: List[torch.Tensor], out: torch.Tensor) -> None:
+    """JPEG files -> their pixels in ``out`` (N x 3 x H x W uint8), one after another (libjpeg-turbo);
+    a file that does not decode, or to another size, raises RuntimeError."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    for i, file in enumerate(files):
+        out[i].copy_(decode_jpeg(file, mode=ImageReadMode.RGB))
+
+
 class Decoder:
     """A batch of JPEG files -> uint8 N x 3 x H x W: on ``device`` through nvJPEG (``where="gpu"``), or
     in ``threads`` CPU threads into (pinned) host memory (one thread: in the calling thread)."""
@@ -71,16 +80,11 @@ class Decoder:
             stream.synchronize()  # this reader thread waits, not the training step
             return self._checked(images)
         out = torch.empty((len(files), 3, *self.shape), dtype=torch.uint8, pin_memory=self.pin)
-
-        def piece(bounds):
-            for i in range(*bounds):
-                out[i].copy_(decode_jpeg(files[i], mode=ImageReadMode.RGB))
-
         if self.pool is None:
-            piece((0, len(files)))
+            decode_into(files, out)
             return out
         step = -(-len(files) // self.threads)
-        list(self.pool.map(piece, [(a, min(a + step, len(files))) for a in range(0, len(files), step)]))
+        list(self.pool.map(lambda a: decode_into(files[a:a + step], out[a:a + step]), range(0, len(files), step)))
         return out
 
     def _checked(self, images: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,13 @@ from fastpipe.data.pack.shards import PackSet
 from fastpipe.errors import DataError
 
 
+def undecodable(path, idx: np.ndarray, exc: Exception) -> DataError:
+    """The one line for a JPEG among pack images ``idx`` that the codec refused with ``exc``."""
+    return DataError(f"pack {path}: a JPEG among images {idx[0]}..{idx[-1]} does not decode "
+                     f"({(str(exc).strip().splitlines() or [''])[-1][:200]}); check the pack with "
+                     "data.verify=true, or repack it")
+
+
 class PackImages:
     """The images of a PackSet: ``read_batch(sorted positions)`` -> (uint8 N x C x H x W, int64 labels).
 
@@ -42,9 +49,7 @@ class PackImages:
             except torch.OutOfMemoryError:
                 raise
             except RuntimeError as exc:  # a JPEG that does not decode: name the pack, not the codec's line
-                raise DataError(f"pack {self.path}: a JPEG among images {idx[0]}..{idx[-1]} does not decode "
-                                f"({(str(exc).strip().splitlines() or [''])[-1][:200]}); check the pack with "
-                                "data.verify=true, or repack it") from exc
+                raise undecodable(self.path, idx, exc) from exc
         return images, labels.pin_memory() if pin else labels
 
 

@@ -1,105 +1,230 @@
-"""A JPEG pack's batches decoded in worker processes (data.decoder=cpu with data.decode_workers > 0).
+"""A JPEG pack's batches decoded in worker processes (data.decoder=cpu with data.decode_workers > 0),
+straight into a ring of batch buffers the training process set up once.
 
-Each worker opens the pack itself (nothing large is pickled, whatever the start method), gathers a
-whole batch's JPEG files and decodes them one after another with libjpeg-turbo (torchvision); the
-training process receives the uint8 batches through shared memory and pins them
-(torch.utils.data.DataLoader: its workers, its pinning thread, its error reporting). Unlike decoding
-threads inside the training process, the workers share no interpreter lock with the loop that
-launches the training step's kernels. With data.decode_affinity they run beside the first
-TRAINING_CORES physical cores of each local rank, not on them (docs/data.md says what was measured).
+Each batch is cut into one part a worker; each worker opens the pack itself (nothing large crosses a
+process boundary), gathers its part's JPEG files and decodes them with libjpeg-turbo (torchvision)
+into its rows of a ring slot, then reports the part done. The ring is shared memory, page-locked once
+for the GPU where the run trains on CUDA (``cudaHostRegister``), so a decoded batch reaches the
+training process without a copy, a mapping or a pinning of its own: on one H200 the hand-over of a
+fresh 50 MB shared-memory batch (how torch's DataLoader returns a worker's batch) slowed the training
+step by 2-24 %, where the same decoding with nothing handed over slowed it by none
+(docs/performance.md#what-slows-the-step-beside-a-decoder). Unlike decoding threads inside the
+training process, the workers share no interpreter lock with the loop that launches the step's
+kernels. With data.decode_affinity they run beside the first TRAINING_CORES physical cores of each
+local rank, not on them.
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
-from functools import partial
+import queue
+import weakref
+from collections import deque
 from pathlib import Path
 from typing import Iterator, List, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
 
 from fastpipe.config.data import TRAINING_CORES
-from fastpipe.data.pack.jpeg import Decoder
+from fastpipe.data.pack.jpeg import decode_into, gather
 from fastpipe.data.pack.shards import PackSet, pack_version
-from fastpipe.data.pack.source import PackImages
-from fastpipe.errors import DataError, EnvironmentProblem
+from fastpipe.data.pack.source import undecodable
+from fastpipe.errors import DataError, EnvironmentProblem, FastpipeWarning
 from fastpipe.machine import cpu_list_text, cpus_beyond
 
-SHM = Path("/dev/shm")  # where torch's workers hand their batches over (Linux)
+SHM = Path("/dev/shm")  # where the ring lives (Linux)
+POLL_S = 5.0  # how often a wait for a part looks whether every worker is still alive
 
 
-def _bind(cpus: List[int], worker_id: int) -> None:
-    os.sched_setaffinity(0, cpus)
+def decode_part(packs: PackSet, idx: np.ndarray, out: torch.Tensor) -> None:
+    """Images ``idx`` (sorted positions) of ``packs`` decoded into ``out`` (len(idx) x 3 x H x W)."""
+    files = [f for reader, local, _ in packs.runs(idx) for f in gather(reader, local)]
+    try:
+        decode_into(files, out)
+    except RuntimeError as exc:
+        raise undecodable(packs.path, idx, exc) from exc
 
 
-class _EpochBatches(Sampler):
-    """The index batches of the epoch being read, set before each epoch."""
-
-    def __init__(self) -> None:
-        self.batches: List[np.ndarray] = []
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return iter(self.batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-
-class _DecodedBatches(Dataset):
-    """``dataset[sorted positions]`` -> (uint8 N x 3 x H x W, int64 labels), decoded in the calling process
-    from the pack the training process opened (``identity``: a pack replaced since is refused)."""
-
-    def __init__(self, path: Path, shape, identity: tuple) -> None:
-        self.path, self.shape, self.identity = path, tuple(shape), identity
-        self._images = None  # opened in each worker on first use
-
-    def __getstate__(self):
-        return {**self.__dict__, "_images": None}
-
-    def __getitem__(self, idx: np.ndarray):
-        if self._images is None:
-            if pack_version(self.path) != self.identity:
-                raise DataError(f"pack {self.path} was replaced after this run opened it; run again (nothing "
-                                "should write a pack that a run reads)")
-            decoder = Decoder("cpu", torch.device("cpu"), self.shape, threads=1, pin=False)
-            self._images = PackImages(PackSet(self.path), decoder)  # verified already, by the training process
-        return self._images.read_batch(idx)
+def _work(path: Path, identity: tuple, ring: torch.Tensor, tasks, results, cpus: Optional[List[int]]) -> None:
+    """A worker's loop: (generation, batch, slot, first row, positions) -> its rows of ``ring[slot]``."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    torch.set_num_threads(1)
+    packs = None
+    while (task := tasks.get()) is not None:
+        generation, seq, slot, start, idx = task
+        try:
+            if packs is None:
+                if pack_version(path) != identity:
+                    raise DataError(f"pack {path} was replaced after this run opened it; run again (nothing "
+                                    "should write a pack that a run reads)")
+                packs = PackSet(path)  # verified already, by the training process
+            decode_part(packs, idx, ring[slot, start:start + len(idx)])
+            results.put((generation, seq, slot, None))
+        except Exception as exc:  # noqa: BLE001 - the training process raises it, in one line
+            results.put((generation, seq, slot, str(exc) if isinstance(exc, DataError) else
+                         f"a decode worker failed: {type(exc).__name__}: {exc}"))
 
 
 class DecodingWorkers:
     """``iterate(batches)``: the batches of one epoch, in order, decoded by ``workers`` processes that
-    stay up across epochs; ``prefetch`` batches (at least one a worker) decoded ahead."""
+    stay up across epochs, ``prefetch`` batches ahead. A yielded batch's images are a ring slot, valid
+    until the batch after the next is asked for (and on CUDA until the copy queued from it by then has run)."""
 
     def __init__(self, packs: PackSet, workers: int, batch_size: int, prefetch: int, pin: bool,
-                 seed: int, affinity: bool, dist) -> None:
-        self.workers, self._order = workers, _EpochBatches()
+                 affinity: bool, dist) -> None:
+        self.packs, self.workers, self.pin = packs, workers, pin
         self.cpus = cpus_beyond(TRAINING_CORES * dist.local_world_size, dist.local_world_size,
                                 dist.local_rank) if affinity else None
-        ahead = max(1, -(-prefetch // workers))
-        _check_shared_memory(workers * ahead + 2, batch_size * 3 * packs.stored[0] * packs.stored[1])
+        self.ahead = max(1, prefetch)
+        slots = self.ahead + 3  # decoding or ready, the one handed out, the one before it, one whose copy may run
+        h, w = packs.stored
+        _check_shared_memory(slots, batch_size * 3 * h * w)
+        self.ring = torch.empty((slots, batch_size, 3, h, w), dtype=torch.uint8).share_memory_()
         # The training process is itself spawned, so its default start method is spawn, which re-imports
         # torch and fastpipe in every worker. The workers never touch CUDA: fork is safe.
-        context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-        self.loader = DataLoader(_DecodedBatches(packs.path, packs.stored, pack_version(packs.path)), batch_size=None,
-                                 sampler=self._order, num_workers=workers, prefetch_factor=ahead,
-                                 persistent_workers=True, pin_memory=pin, multiprocessing_context=context,
-                                 generator=torch.Generator().manual_seed(seed),  # not the global RNG's draws
-                                 worker_init_fn=partial(_bind, self.cpus) if self.cpus else None)
+        ctx = torch.multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.procs = [ctx.Process(target=_work, name=f"fastpipe-decode-{i}", daemon=True,
+                                  args=(packs.path, pack_version(packs.path), self.ring, self.tasks, self.results,
+                                        self.cpus)) for i in range(workers)]
+        for p in self.procs:
+            p.start()
+        self.registered = _page_lock(self.ring) if pin else False  # after the fork: the workers need no CUDA
+        self.busy = [0] * slots  # parts still being decoded into each slot, of any generation
+        self.held: List[Optional[object]] = [None] * slots  # None (free), "given" or the event of a copy from it
+        self.generation = 0
+        self._finalizer = weakref.finalize(self, _close, self.procs, self.tasks, self.ring if self.registered else None)
 
     def describe(self) -> str:
         where = f" on CPUs {cpu_list_text(self.cpus)}" if self.cpus else ""
         return f"decoder=cpu ({self.workers} worker process{'es' if self.workers != 1 else ''}{where})"
 
     def iterate(self, batches: List[np.ndarray]) -> Iterator[tuple]:
-        self._order.batches = list(batches)
-        return iter(self.loader)
+        self.generation += 1
+        generation, todo = self.generation, deque(enumerate(batches))
+        sent: deque = deque()  # (seq, slot, idx) in order
+        given: deque = deque()  # the slots handed out last, newest at the right
+        try:
+            while todo or sent:
+                while todo and len(sent) < self.ahead:
+                    slot = self._free_slot()
+                    if slot is None and sent:
+                        break  # the next batch first
+                    if slot is None:
+                        self._wait_for_a_slot(generation)
+                        continue
+                    seq, idx = todo.popleft()
+                    self._send(generation, seq, slot, idx)
+                    sent.append((seq, slot, idx))
+                seq, slot, idx = sent[0]
+                while self.busy[slot]:
+                    self._collect(generation)
+                sent.popleft()
+                self._check_alive()  # a worker killed while idle: the others would hide it
+                self._release(given, keep=1)
+                given.append(slot)
+                self.held[slot] = "given"
+                labels = torch.from_numpy(self.packs.labels(idx))
+                yield self.ring[slot, :len(idx)], (labels.pin_memory() if self.pin else labels)
+        finally:
+            self._release(given, keep=0)
+
+    def _release(self, given: deque, keep: int) -> None:
+        """All but the newest ``keep`` slots handed out go back, each once the copy the consumer queued
+        from it (on the CUDA stream current when the next batch was asked for) has run."""
+        while len(given) > keep:
+            slot = given.popleft()
+            self.held[slot] = _copied_event()
+
+    def _send(self, generation: int, seq: int, slot: int, idx: np.ndarray) -> None:
+        parts = [p for p in np.array_split(np.arange(len(idx)), min(self.workers, len(idx))) if len(p)]
+        self.busy[slot] = len(parts)
+        for rows in parts:
+            self.tasks.put((generation, seq, slot, int(rows[0]), idx[rows[0]:rows[-1] + 1]))
+
+    def _collect(self, generation: int) -> None:
+        """One part's report: its slot one part nearer free; an error of this epoch raised."""
+        while True:
+            try:
+                gen, seq, slot, error = self.results.get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                self._check_alive()
+        self.busy[slot] -= 1
+        if error is not None and gen == generation:
+            raise DataError(error)
+
+    def _free_slot(self) -> Optional[int]:
+        """A slot no part decodes into, the consumer does not hold and no copy reads; None if none is."""
+        for slot, held in enumerate(self.held):
+            if held is not None and not isinstance(held, str) and held.query():
+                self.held[slot] = held = None
+            if held is None and not self.busy[slot]:
+                return slot
+        return None
+
+    def _wait_for_a_slot(self, generation: int) -> None:
+        """Nothing of this epoch in flight and no slot free: the oldest copy finished, or a part of an
+        epoch left early reported."""
+        copying = [s for s, h in enumerate(self.held) if h is not None and not isinstance(h, str)]
+        if copying:
+            self.held[copying[0]].synchronize()
+            self.held[copying[0]] = None
+        else:
+            self._collect(generation)
+
+    def _check_alive(self) -> None:
+        dead = [p for p in self.procs if not p.is_alive()]
+        if dead:
+            code = dead[0].exitcode
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with {code}"
+            raise EnvironmentProblem(f"a JPEG decode worker process ({dead[0].name}) {how} (the out-of-memory "
+                                     "killer, or too little /dev/shm?); lower data.decode_workers, or set "
+                                     "data.decode_workers=0 to decode in threads")
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _copied_event():
+    """An event on the current CUDA stream, after the consumer's copies; None off CUDA (nothing runs later)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+def _page_lock(ring: torch.Tensor) -> bool:
+    """Page-lock the ring for asynchronous copies to the GPU; a warning and pageable copies if refused."""
+    import warnings
+
+    err = torch.cuda.cudart().cudaHostRegister(ring.data_ptr(), ring.numel(), 0)
+    if int(err) != 0:
+        warnings.warn(f"data.decode_workers: the decoded batches' {ring.numel() / 2**20:,.0f} MB could not be "
+                      f"page-locked (CUDA error {int(err)}); they are copied to the GPU from pageable memory, "
+                      "more slowly (data.pin_memory=false says so without trying)", FastpipeWarning)
+        return False
+    return True
+
+
+def _close(procs, tasks, registered: Optional[torch.Tensor]) -> None:
+    for _ in procs:
+        tasks.put(None)
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.terminate()
+    if registered is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # no copy may still read the ring
+        torch.cuda.cudart().cudaHostUnregister(registered.data_ptr())
 
 
 def _check_shared_memory(batches: int, batch_bytes: int) -> None:
-    """Refuse in one line what would end in a worker's bus error: batches in flight that /dev/shm (a
-    container's is 64 MB unless told otherwise) cannot hold."""
+    """Refuse in one line what would end in a bus error: a ring that /dev/shm (a container's is 64 MB
+    unless told otherwise) cannot hold."""
     try:
         st = os.statvfs(SHM)
     except OSError:

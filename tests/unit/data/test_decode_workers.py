@@ -1,12 +1,15 @@
 """data.decoder=cpu with data.decode_workers: a JPEG pack's batches decoded in worker processes are the
 batches the in-process threads decode (order, labels, pixels), epoch after epoch, after an epoch left
-early, from shards and for the held-out split; a damaged or replaced pack in one line; the settings'
-checks, their automatic values and the CPUs data.decode_affinity gives the workers."""
+early, from shards and for the held-out split; a ring slot kept while it may be copied; a killed worker,
+a damaged or replaced pack in one line; the settings' checks, their automatic values and the CPUs
+data.decode_affinity gives the workers."""
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import os
+import queue
+import re
 import shutil
 
 import numpy as np
@@ -57,15 +60,35 @@ def test_worker_processes_give_the_batches_the_threads_give(folder, packs):
             assert torch.equal(y, v) and torch.equal(x, u)  # the same libjpeg-turbo: the same pixels
     assert torch.equal(rng, torch.get_rng_state())  # the workers' seeds are not drawn from the global RNG
     held_out = [loader(folder, packs[pack], w, train=False) for w in (0, 2)]
-    a, b = ([(x, y) for x, y in h] for h in held_out)
+    a, b = ([(x.clone(), y) for x, y in h] for h in held_out)
     assert len(a) == len(b) == 2 and all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(a, b))
 
 
+def test_a_decoded_batch_stays_intact_until_the_batch_after_the_next_is_asked_for(folder, packs):
+    """The ring: a slot is not decoded into again while the consumer may still copy from it."""
+    host = loader(folder, packs["jpeg"], 2).loader
+    seen = []
+    for x, _ in host.source.iterate(host.epoch_batches() * 3):  # more batches than the ring has slots
+        if seen:
+            assert torch.equal(seen[-1][0], seen[-1][1])  # the one before, untouched
+        seen.append((x, x.clone()))
+    assert len(seen) > len(host.source.ring)
+
+
+def test_a_killed_decode_worker_is_one_line(folder, packs, monkeypatch):
+    monkeypatch.setattr(workers, "POLL_S", 0.1)
+    data = loader(folder, packs["jpeg"], 2)
+    victim = data.loader.source.procs[1]
+    victim.kill()
+    victim.join()
+    with pytest.raises(EnvironmentProblem, match=r"^a JPEG decode worker process \(fastpipe-decode-1\) was killed by "
+                                                 r"signal 9 \(.+\); lower data.decode_workers, or set data.decode_workers=0"):
+        list(data)
+
+
 def test_a_damaged_or_replaced_pack_is_one_line_from_a_worker_too(folder, packs, tmp_path):
-    """A JPEG whose first bytes are gone (read with data.verify=false), decoded by the threads and by what
-    a worker runs (in this process: a worker's error reaches the run's line through failures.fixable_text,
-    and a DataLoader left with a failed worker waits out torch's 5 s join when collected); then a pack
-    replaced after the run opened it."""
+    """A JPEG whose first bytes are gone (read with data.verify=false), decoded by the threads, by worker
+    processes and by a worker's loop run in this process; then a pack replaced after the run opened it."""
     damaged = tmp_path / "damaged.fppack"
     shutil.copy(packs["jpeg"], damaged)
     reader = PackReader(damaged)
@@ -76,14 +99,21 @@ def test_a_damaged_or_replaced_pack_is_one_line_from_a_worker_too(folder, packs,
     line = rf"^pack {damaged}: a JPEG among images \d+\.\.\d+ does not decode \(.+\); check the pack with data.verify=true, or repack it$"
     with pytest.raises(DataError, match=line):
         list(loader(folder, damaged, 0))
-    shape = (reader.height, reader.width)
-    in_a_worker = workers._DecodedBatches(damaged, shape, pack_version(damaged))
-    with pytest.raises(DataError, match=line):
-        in_a_worker[train[:8]]
+    with pytest.raises(DataError, match=line):  # raised in a worker process, the same line here
+        list(loader(folder, damaged, 1))
+    identity, ring = pack_version(damaged), torch.empty((1, 8, 3, reader.height, reader.width), dtype=torch.uint8)
+
+    def in_a_worker():  # a worker's loop, in this process: one task, then the end
+        tasks, results = queue.Queue(), queue.Queue()
+        for task in ((1, 0, 0, 0, train[:8]), None):
+            tasks.put(task)
+        workers._work(damaged, identity, ring, tasks, results, None)
+        return results.get_nowait()[-1]
+
+    assert re.match(line, in_a_worker())
     os.utime(damaged, ns=(1, 1))
-    with pytest.raises(DataError, match=rf"^pack {damaged} was replaced after this run opened it; run again "
-                                        r"\(nothing should write a pack that a run reads\)$"):
-        workers._DecodedBatches(damaged, shape, in_a_worker.identity)[train[:8]]
+    assert in_a_worker() == (f"pack {damaged} was replaced after this run opened it; run again "
+                             "(nothing should write a pack that a run reads)")
     with open(damaged, "r+b") as f:  # the first image too: refused when the loader is built
         f.seek(reader.data_offset)
         f.write(b"\0\0")
