@@ -21,6 +21,7 @@ def _pin(setting, device_type: str) -> bool:
 
 MAX_RESIZE_SIZES = 4  # each size is one more compiled graph (compile.dynamic=false)
 TRAINING_CORES = 4  # physical cores a training process keeps beside data.decode_workers (data.decode_affinity)
+MAX_DECODE_WORKERS = 16  # data.decode_workers=auto: 12 fed ResNet-50 on an H200 at twice its rate
 
 
 def resize_schedule(value) -> Optional[List[tuple]]:
@@ -117,13 +118,14 @@ class MmapLoaderConfig(LoaderCommon):
     quality: int = 90  # data.codec=jpeg: JPEG quality of the cached pack (1-100); for any other pack a warning says it does nothing
     # JPEG packs: gpu (torchvision's batched nvJPEG) | cpu (threads) | dali (one NVIDIA DALI pipeline: the GPU's
     # hardware JPEG decoder on CUDA, its CPU decoder otherwise, data.prefetch batches ahead; needs fastpipe[dali]);
-    # auto = gpu when training on CUDA, else cpu. Raw packs have nothing to decode: the key changes nothing there.
+    # auto = cpu (worker processes) when training on CUDA with data.decode_workers at 2 or more, gpu (nvJPEG)
+    # with fewer, cpu when training on the CPU. Raw packs have nothing to decode: the key changes nothing there.
     decoder: str = "auto"
     # data.decoder=dali, or cpu with data.decode_workers=0: threads decoding (DALI's); auto = this process's cores
     decode_threads: Any = "auto"
     # data.decoder=cpu: worker processes decoding whole batches (no interpreter lock shared with the training
     # loop); 0 = data.decode_threads threads inside the training process; auto = 0 when training on the CPU
-    # (the step needs the cores) or with fewer than 6 cores a process, else min(8, its cores - 4).
+    # (the step needs the cores) or with fewer than 6 cores a process, else its cores - 4 (at most 16).
     decode_workers: Any = "auto"
     # data.decode_workers: run the workers beside each local rank's first 4 physical cores (SMT siblings
     # included), not on them, each rank's workers on CPUs of their own; false = where the OS puts them.
@@ -158,10 +160,12 @@ class MmapLoaderConfig(LoaderCommon):
         check_share("data.hw_decoder_load", self.hw_decoder_load)
         auto_or_int("data.shuffle_buffer", self.shuffle_buffer, minimum=0)
 
-    def decoder_for(self, device_type: str) -> str:
-        """``auto`` = ``gpu`` (nvJPEG) when training on CUDA, ``cpu`` otherwise; ``dali`` runs on either."""
+    def decoder_for(self, device_type: str, cores: int) -> str:
+        """``auto`` = ``cpu`` on a CPU run, and on CUDA when ``cores`` (a process's) give it 2 or more worker
+        processes (they trained as fast as the raw pack, nvJPEG at 0.93x: docs/data.md), else ``gpu``
+        (nvJPEG); ``dali`` runs on either."""
         if self.decoder == "auto":
-            return "gpu" if device_type == "cuda" else "cpu"
+            return "cpu" if device_type != "cuda" or self.decoding_workers(device_type, cores) >= 2 else "gpu"
         if self.decoder == "gpu" and device_type != "cuda":
             raise ConfigError(f"data.decoder=gpu decodes JPEGs on the GPU, but training runs on {device_type}; "
                               "use data.decoder=auto or data.decoder=cpu")
@@ -173,7 +177,7 @@ class MmapLoaderConfig(LoaderCommon):
     def decoding_workers(self, device_type: str, cores: int) -> int:
         if self.decode_workers != "auto":
             return int(self.decode_workers)
-        return 0 if device_type == "cpu" or cores < TRAINING_CORES + 2 else min(8, cores - TRAINING_CORES)
+        return 0 if device_type == "cpu" or cores < TRAINING_CORES + 2 else min(MAX_DECODE_WORKERS, cores - TRAINING_CORES)
 
     def reader_threads(self, cores: int) -> int:
         return max(1, min(4, cores)) if self.num_threads == "auto" else int(self.num_threads)

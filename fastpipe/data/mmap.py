@@ -147,12 +147,12 @@ def _image_stages(cfg: MmapLoaderConfig, packs, splits: DataSplits, runtime: Run
     geometry = ("random-resized-crop+flip" if augment else
                 "as stored" if packs.stored == (size, size) else "resize") + ", normalise"
     words = f"  stored={packs.stored[0]}x{packs.stored[1]}  codec={packs.codec}"
-    if packs.codec == "jpeg" and cfg.decoder_for(device.type) == "dali":  # one DALI pipeline decodes the files
+    cores = runtime.cores_per_process
+    if packs.codec == "jpeg" and cfg.decoder_for(device.type, cores) == "dali":  # one DALI pipeline decodes the files
         gpu = reader_gpu(device) if device.type == "cuda" else None
         decode = partial(dali_decoded, cfg=cfg, runtime=runtime, stored=packs.stored, path=packs.path, gpu=gpu)
         return PackFiles(packs), prepare, geometry, f"{words}  {describe_dali(cfg, runtime)}", decode
-    cores = runtime.cores_per_process
-    workers = cfg.decoding_workers(device.type, cores) if cfg.decoder_for(device.type) == "cpu" else 0
+    workers = cfg.decoding_workers(device.type, cores) if cfg.decoder_for(device.type, cores) == "cpu" else 0
     # None for a raw pack: data.decoder changes nothing. With workers, this one only tries the first image.
     decoder = jpeg_decoder(cfg, packs, runtime, pin, 1 if workers else cfg.decoding_threads(cores))
     if decoder is not None and workers:

@@ -32,10 +32,9 @@ def fixable_failure(settings: Config, exc: BaseException, run_dir: Path) -> Base
         return cannot_write(full, run_dir)
     text = (str(exc).strip().splitlines() or [""])[0]
     if isinstance(exc, RuntimeError) and "DataLoader worker" in text and ("killed" in text or "exited" in text):
-        fix = ("lower data.decode_workers (0: threads) or train.batch_size" if settings.data.name == "mmap" else
-               "lower data.num_workers or train.batch_size, or read a pack with data=mmap")
         return EnvironmentProblem(f"a DataLoader worker process died ({text}); the out-of-memory killer is the "
-                                  f"usual cause: {fix}")
+                                  "usual cause: lower data.num_workers or train.batch_size, or read a pack with "
+                                  "data=mmap")
     if isinstance(exc, RuntimeError) and "Expected to have finished reduction" in text:  # DDP, at the second step
         model = settings.choices.get("model", settings.model.short_name)
         return TrainingError(f"launcher={settings.launcher.name}: model={model}'s forward left some parameters without "

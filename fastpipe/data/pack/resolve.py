@@ -119,7 +119,7 @@ def jpeg_decoder(cfg: MmapLoaderConfig, packs: PackSet, runtime: Runtime, pin: b
     once on the pack's first image."""
     if packs.codec != "jpeg":
         return None
-    where = cfg.decoder_for(runtime.device.type)
+    where = cfg.decoder_for(runtime.device.type, runtime.cores_per_process)
     decoder = Decoder(where, runtime.device, packs.stored, threads, pin)
     first = gather(packs.any_reader(), np.arange(1))
     try:

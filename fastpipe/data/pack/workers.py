@@ -27,44 +27,12 @@ import numpy as np
 import torch
 
 from fastpipe.config.data import TRAINING_CORES
-from fastpipe.data.pack.jpeg import decode_into, gather
 from fastpipe.data.pack.shards import PackSet, pack_version
-from fastpipe.data.pack.source import undecodable
+from fastpipe.data.pack.worker_loop import POLL_S, work
 from fastpipe.errors import DataError, EnvironmentProblem, FastpipeWarning
 from fastpipe.machine import cpu_list_text, cpus_beyond
 
 SHM = Path("/dev/shm")  # where the ring lives (Linux)
-POLL_S = 5.0  # how often a wait for a part looks whether every worker is still alive
-
-
-def decode_part(packs: PackSet, idx: np.ndarray, out: torch.Tensor) -> None:
-    """Images ``idx`` (sorted positions) of ``packs`` decoded into ``out`` (len(idx) x 3 x H x W)."""
-    files = [f for reader, local, _ in packs.runs(idx) for f in gather(reader, local)]
-    try:
-        decode_into(files, out)
-    except RuntimeError as exc:
-        raise undecodable(packs.path, idx, exc) from exc
-
-
-def _work(path: Path, identity: tuple, ring: torch.Tensor, tasks, results, cpus: Optional[List[int]]) -> None:
-    """A worker's loop: (generation, batch, slot, first row, positions) -> its rows of ``ring[slot]``."""
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-    torch.set_num_threads(1)
-    packs = None
-    while (task := tasks.get()) is not None:
-        generation, seq, slot, start, idx = task
-        try:
-            if packs is None:
-                if pack_version(path) != identity:
-                    raise DataError(f"pack {path} was replaced after this run opened it; run again (nothing "
-                                    "should write a pack that a run reads)")
-                packs = PackSet(path)  # verified already, by the training process
-            decode_part(packs, idx, ring[slot, start:start + len(idx)])
-            results.put((generation, seq, slot, None))
-        except Exception as exc:  # noqa: BLE001 - the training process raises it, in one line
-            results.put((generation, seq, slot, str(exc) if isinstance(exc, DataError) else
-                         f"a decode worker failed: {type(exc).__name__}: {exc}"))
 
 
 class DecodingWorkers:
@@ -86,9 +54,9 @@ class DecodingWorkers:
         # torch and fastpipe in every worker. The workers never touch CUDA: fork is safe.
         ctx = torch.multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
         self.tasks, self.results = ctx.Queue(), ctx.Queue()
-        self.procs = [ctx.Process(target=_work, name=f"fastpipe-decode-{i}", daemon=True,
+        self.procs = [ctx.Process(target=work, name=f"fastpipe-decode-{i}", daemon=True,
                                   args=(packs.path, pack_version(packs.path), self.ring, self.tasks, self.results,
-                                        self.cpus)) for i in range(workers)]
+                                        self.cpus, os.getpid())) for i in range(workers)]
         for p in self.procs:
             p.start()
         self.registered = _page_lock(self.ring) if pin else False  # after the fork: the workers need no CUDA
@@ -218,13 +186,16 @@ def _close(procs, tasks, registered: Optional[torch.Tensor]) -> None:
         if p.is_alive():
             p.terminate()
     if registered is not None and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # no copy may still read the ring
-        torch.cuda.cudart().cudaHostUnregister(registered.data_ptr())
+        try:
+            torch.cuda.synchronize()  # no copy may still read the ring
+            torch.cuda.cudart().cudaHostUnregister(registered.data_ptr())
+        except RuntimeError:  # CUDA already gone (the process is ending after a CUDA error): nothing to undo
+            pass
 
 
 def _check_shared_memory(batches: int, batch_bytes: int) -> None:
-    """Refuse in one line what would end in a bus error: a ring that /dev/shm (a container's is 64 MB
-    unless told otherwise) cannot hold."""
+    """Refuse in one line what would end in a bus error: a ring of ``batches`` that /dev/shm (a container's
+    is 64 MB unless told otherwise) cannot hold."""
     try:
         st = os.statvfs(SHM)
     except OSError:
@@ -233,5 +204,5 @@ def _check_shared_memory(batches: int, batch_bytes: int) -> None:
     if need > size:
         raise EnvironmentProblem(f"data.decode_workers keeps about {need / 2**20:,.0f} MB of decoded batches in "
                                  f"{SHM}, which holds {size / 2**20:,.0f} MB: give the container more (docker run "
-                                 "--shm-size), or lower data.prefetch or data.decode_workers (0: threads, no "
-                                 "shared memory)")
+                                 "--shm-size), or lower data.prefetch or train.batch_size, or set data.decode_workers=0 "
+                                 "(threads, no shared memory)")

@@ -19,7 +19,7 @@ from conftest import cpu_runtime, make_settings
 
 from fastpipe.config import MmapLoaderConfig
 from fastpipe.data import build_loader
-from fastpipe.data.pack import workers
+from fastpipe.data.pack import worker_loop, workers
 from fastpipe.data.pack.format import TRAIN
 from fastpipe.data.pack.reader import PackReader
 from fastpipe.data.pack.shards import pack_version
@@ -76,7 +76,7 @@ def test_a_decoded_batch_stays_intact_until_the_batch_after_the_next_is_asked_fo
 
 
 def test_a_killed_decode_worker_is_one_line(folder, packs, monkeypatch):
-    monkeypatch.setattr(workers, "POLL_S", 0.1)
+    monkeypatch.setattr(workers, "POLL_S", 0.1)  # the training side's wait
     data = loader(folder, packs["jpeg"], 2)
     victim = data.loader.source.procs[1]
     victim.kill()
@@ -107,7 +107,7 @@ def test_a_damaged_or_replaced_pack_is_one_line_from_a_worker_too(folder, packs,
         tasks, results = queue.Queue(), queue.Queue()
         for task in ((1, 0, 0, 0, train[:8]), None):
             tasks.put(task)
-        workers._work(damaged, identity, ring, tasks, results, None)
+        worker_loop.work(damaged, identity, ring, tasks, results, None)
         return results.get_nowait()[-1]
 
     assert re.match(line, in_a_worker())
@@ -133,13 +133,17 @@ def test_unused_decode_threads_are_a_warning_and_shared_memory_too_small_is_refu
     workers._check_shared_memory(10, 2**20)  # 10 MB: fits
 
 
-def test_decode_workers_is_checked_and_its_automatic_value_leaves_the_training_process_cores():
+def test_decode_workers_is_checked_and_its_automatic_values_leave_the_training_process_cores():
     with pytest.raises(ConfigError, match="data.decode_workers"):
         make_settings(["data=mmap", "data.decode_workers=-1"])
     auto = MmapLoaderConfig()
     assert auto.decoding_workers("cpu", 16) == 0  # a CPU run: the step needs the cores
-    assert [auto.decoding_workers("cuda", c) for c in (2, 5, 6, 12, 16, 64)] == [0, 0, 2, 8, 8, 8]
+    assert [auto.decoding_workers("cuda", c) for c in (2, 5, 6, 12, 16, 64)] == [0, 0, 2, 8, 12, 16]
     assert MmapLoaderConfig(decode_workers=3).decoding_workers("cpu", 16) == 3
+    # data.decoder=auto: worker processes on CUDA where 2 or more fit beside the training cores, else nvJPEG
+    assert [auto.decoder_for("cuda", c) for c in (5, 6, 16)] == ["gpu", "cpu", "cpu"]
+    assert MmapLoaderConfig(decode_workers=0).decoder_for("cuda", 16) == "gpu"  # threads: nvJPEG instead
+    assert auto.decoder_for("cpu", 2) == "cpu" and MmapLoaderConfig(decoder="gpu").decoder_for("cuda", 64) == "gpu"
 
 
 def test_decode_affinity_leaves_whole_physical_cores_to_each_training_process(monkeypatch):
