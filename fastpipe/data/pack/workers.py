@@ -7,17 +7,18 @@ into its rows of a ring slot, then reports the part done. The ring is shared mem
 for the GPU where the run trains on CUDA (``cudaHostRegister``), so a decoded batch reaches the
 training process without a copy, a mapping or a pinning of its own: on one H200 the hand-over of a
 fresh 50 MB shared-memory batch (how torch's DataLoader returns a worker's batch) slowed the training
-step by 2-24 %, where the same decoding with nothing handed over slowed it by none
-(docs/performance.md#what-slows-the-step-beside-a-decoder). Unlike decoding threads inside the
-training process, the workers share no interpreter lock with the loop that launches the step's
-kernels. With data.decode_affinity they run beside the first TRAINING_CORES physical cores of each
-local rank, not on them.
+step by 2-24 %, where the same decoding with nothing handed over slowed it by none (docs/performance.md,
+"What slows the step beside a decoder"). Unlike decoding threads inside the training process, the
+workers share no interpreter lock with the loop that launches the step's kernels. With
+data.decode_affinity they run beside the first TRAINING_CORES physical cores of each local rank.
 """
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import queue
+import time
 import weakref
 from collections import deque
 from pathlib import Path
@@ -29,7 +30,7 @@ import torch
 from fastpipe.config.data import TRAINING_CORES
 from fastpipe.data.pack.shards import PackSet, pack_version
 from fastpipe.data.pack.worker_loop import POLL_S, work
-from fastpipe.errors import DataError, EnvironmentProblem, FastpipeWarning
+from fastpipe.errors import DataError, EnvironmentProblem
 from fastpipe.machine import cpu_list_text, cpus_beyond
 
 SHM = Path("/dev/shm")  # where the ring lives (Linux)
@@ -57,13 +58,21 @@ class DecodingWorkers:
         self.procs = [ctx.Process(target=work, name=f"fastpipe-decode-{i}", daemon=True,
                                   args=(packs.path, pack_version(packs.path), self.ring, self.tasks, self.results,
                                         self.cpus, os.getpid())) for i in range(workers)]
+        self.locked: list = []  # the ring once page-locked, for _close to unlock
+        self._finalizer = weakref.finalize(self, _close, self.procs, self.tasks, self.locked)
+        # The workers ignore SIGTERM, so multiprocessing's own exit hook (SIGTERM, then a join without a
+        # limit) cannot end them: this one, registered later, runs before it.
+        self._finalizer.atexit = False
+        atexit.register(self._finalizer)
         for p in self.procs:
             p.start()
-        self.registered = _page_lock(self.ring) if pin else False  # after the fork: the workers need no CUDA
+        if pin:  # after the fork: the workers need no CUDA
+            _page_lock(self.ring)
+            self.locked.append(self.ring)
         self.busy = [0] * slots  # parts still being decoded into each slot, of any generation
         self.held: List[Optional[object]] = [None] * slots  # None (free), "given" or the event of a copy from it
+        self.owner = [0] * slots  # the generation (epoch) a "given" slot was handed out in
         self.generation = 0
-        self._finalizer = weakref.finalize(self, _close, self.procs, self.tasks, self.ring if self.registered else None)
 
     def describe(self) -> str:
         where = f" on CPUs {cpu_list_text(self.cpus)}" if self.cpus else ""
@@ -72,6 +81,9 @@ class DecodingWorkers:
     def iterate(self, batches: List[np.ndarray]) -> Iterator[tuple]:
         self.generation += 1
         generation, todo = self.generation, deque(enumerate(batches))
+        for slot, held in enumerate(self.held):  # an earlier epoch's iterator left unclosed: its slots go back
+            if isinstance(held, str):
+                self.held[slot] = _copied_event()
         sent: deque = deque()  # (seq, slot, idx) in order
         given: deque = deque()  # the slots handed out last, newest at the right
         try:
@@ -91,20 +103,22 @@ class DecodingWorkers:
                     self._collect(generation)
                 sent.popleft()
                 self._check_alive()  # a worker killed while idle: the others would hide it
-                self._release(given, keep=1)
+                self._release(given, generation, keep=1)
                 given.append(slot)
-                self.held[slot] = "given"
+                self.held[slot], self.owner[slot] = "given", generation
                 labels = torch.from_numpy(self.packs.labels(idx))
                 yield self.ring[slot, :len(idx)], (labels.pin_memory() if self.pin else labels)
         finally:
-            self._release(given, keep=0)
+            self._release(given, generation, keep=0)
 
-    def _release(self, given: deque, keep: int) -> None:
-        """All but the newest ``keep`` slots handed out go back, each once the copy the consumer queued
-        from it (on the CUDA stream current when the next batch was asked for) has run."""
+    def _release(self, given: deque, generation: int, keep: int) -> None:
+        """All but the newest ``keep`` slots handed out in ``generation`` go back, each once the copy the
+        consumer queued from it (on the CUDA stream current when the next batch was asked for) has run.
+        (When an iterator is left early its last copies feed a batch that is never used.)"""
         while len(given) > keep:
             slot = given.popleft()
-            self.held[slot] = _copied_event()
+            if self.held[slot] == "given" and self.owner[slot] == generation:  # not taken back by a later epoch
+                self.held[slot] = _copied_event()
 
     def _send(self, generation: int, seq: int, slot: int, idx: np.ndarray) -> None:
         parts = [p for p in np.array_split(np.arange(len(idx)), min(self.workers, len(idx))) if len(p)]
@@ -147,10 +161,10 @@ class DecodingWorkers:
         dead = [p for p in self.procs if not p.is_alive()]
         if dead:
             code = dead[0].exitcode
-            how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with {code}"
-            raise EnvironmentProblem(f"a JPEG decode worker process ({dead[0].name}) {how} (the out-of-memory "
-                                     "killer, or too little /dev/shm?); lower data.decode_workers, or set "
-                                     "data.decode_workers=0 to decode in threads")
+            how = (f"was killed by signal {-code} (the out-of-memory killer, most often)" if code is not None
+                   and code < 0 else f"exited with code {code}")
+            raise EnvironmentProblem(f"a JPEG decode worker process ({dead[0].name}) {how}; lower "
+                                     "data.decode_workers, or set data.decode_workers=0 to decode in threads")
 
     def close(self) -> None:
         self._finalizer()
@@ -165,44 +179,47 @@ def _copied_event():
     return event
 
 
-def _page_lock(ring: torch.Tensor) -> bool:
-    """Page-lock the ring for asynchronous copies to the GPU; a warning and pageable copies if refused."""
-    import warnings
-
-    err = torch.cuda.cudart().cudaHostRegister(ring.data_ptr(), ring.numel(), 0)
-    if int(err) != 0:
-        warnings.warn(f"data.decode_workers: the decoded batches' {ring.numel() / 2**20:,.0f} MB could not be "
-                      f"page-locked (CUDA error {int(err)}); they are copied to the GPU from pageable memory, "
-                      "more slowly (data.pin_memory=false says so without trying)", FastpipeWarning)
-        return False
-    return True
+def _page_lock(ring: torch.Tensor) -> None:
+    """Page-lock the ring for asynchronous copies to the GPU, or one line: a refusal leaves CUDA's last
+    error set, which the next kernel launch would report as its own."""
+    err = int(torch.cuda.cudart().cudaHostRegister(ring.data_ptr(), ring.numel(), 0))
+    if err != 0:
+        raise EnvironmentProblem(f"data.decode_workers: CUDA could not page-lock the decoded batches' "
+                                 f"{ring.numel() / 2**20:,.0f} MB (CUDA error {err}; a container's locked-memory "
+                                 "limit, ulimit -l?); raise that limit, or set data.pin_memory=false")
 
 
-def _close(procs, tasks, registered: Optional[torch.Tensor]) -> None:
-    for _ in procs:
+def _close(procs, tasks, locked: list) -> None:
+    """Stop the workers (told first, killed if still up 3 s later: a worker that died holding the task
+    queue's lock leaves the others unable to read), then unlock the ring."""
+    started = [p for p in procs if p.pid is not None]
+    for _ in started:
         tasks.put(None)
-    for p in procs:
-        p.join(timeout=5)
+    deadline = time.monotonic() + 3
+    for p in started:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in started:
         if p.is_alive():
-            p.terminate()
-    if registered is not None and torch.cuda.is_initialized():
+            p.kill()
+            p.join()
+    if locked and torch.cuda.is_initialized():
         try:
             torch.cuda.synchronize()  # no copy may still read the ring
-            torch.cuda.cudart().cudaHostUnregister(registered.data_ptr())
+            torch.cuda.cudart().cudaHostUnregister(locked[0].data_ptr())
         except RuntimeError:  # CUDA already gone (the process is ending after a CUDA error): nothing to undo
             pass
 
 
 def _check_shared_memory(batches: int, batch_bytes: int) -> None:
-    """Refuse in one line what would end in a bus error: a ring of ``batches`` that /dev/shm (a container's
-    is 64 MB unless told otherwise) cannot hold."""
+    """Refuse in one line a ring of ``batches`` that /dev/shm (a container's is 64 MB unless told otherwise)
+    has no room for now (other loaders' rings, other ranks' included)."""
     try:
         st = os.statvfs(SHM)
     except OSError:
         return  # no /dev/shm: torch shares through files elsewhere
-    need, size = batches * batch_bytes, st.f_blocks * st.f_frsize
-    if need > size:
+    need, free = batches * batch_bytes, st.f_bavail * st.f_frsize
+    if need > free:
         raise EnvironmentProblem(f"data.decode_workers keeps about {need / 2**20:,.0f} MB of decoded batches in "
-                                 f"{SHM}, which holds {size / 2**20:,.0f} MB: give the container more (docker run "
+                                 f"{SHM}, which has {free / 2**20:,.0f} MB free: give the container more (docker run "
                                  "--shm-size), or lower data.prefetch or train.batch_size, or set data.decode_workers=0 "
                                  "(threads, no shared memory)")

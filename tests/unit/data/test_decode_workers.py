@@ -11,6 +11,7 @@ import os
 import queue
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -84,6 +85,10 @@ def test_a_killed_decode_worker_is_one_line(folder, packs, monkeypatch):
     with pytest.raises(EnvironmentProblem, match=r"^a JPEG decode worker process \(fastpipe-decode-1\) was killed by "
                                                  r"signal 9 \(.+\); lower data.decode_workers, or set data.decode_workers=0"):
         list(data)
+    # killed while it waited for a task, it holds the task queue's lock: the other cannot read its stop
+    started = time.monotonic()
+    data.loader.source.close()
+    assert time.monotonic() - started < 10 and not any(p.is_alive() for p in data.loader.source.procs)
 
 
 def test_a_damaged_or_replaced_pack_is_one_line_from_a_worker_too(folder, packs, tmp_path):
@@ -126,9 +131,10 @@ def test_unused_decode_threads_are_a_warning_and_shared_memory_too_small_is_refu
     with pytest.warns(FastpipeWarning, match=r"data.decode_threads=3 does nothing here: the JPEGs are decoded in "
                                               r"worker processes \(data.decode_workers=1\); set data.decode_workers=0"):
         loader(folder, packs["jpeg"], 1, threads=3)
-    monkeypatch.setattr(workers.os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 16384, 0, 0, 0, 0, 0, 0, 255)))
+    # /dev/shm of 128 MB, 64 MB of it free (other rings in it)
+    monkeypatch.setattr(workers.os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 32768, 16384, 16384, 0, 0, 0, 0, 255)))
     with pytest.raises(EnvironmentProblem, match=r"^data.decode_workers keeps about 100 MB of decoded batches in "
-                                                 r"/dev/shm, which holds 64 MB: give the container more"):
+                                                 r"/dev/shm, which has 64 MB free: give the container more"):
         workers._check_shared_memory(100, 2**20)
     workers._check_shared_memory(10, 2**20)  # 10 MB: fits
 
