@@ -26,7 +26,8 @@ class Shadow:
     """Call ``tick()`` once per training step; ``close()`` stops the thread (and its workers)."""
 
     def __init__(self, kind: str, jpeg_pack, batch: int, device: torch.device, seed: int = 0) -> None:
-        from fastpipe.data.pack.jpeg import Decoder, gather
+        from fastpipe.data.pack.jpeg import Decoder
+        from fastpipe.data.pack.source import pack_files
         from fastpipe.data.pack.shards import PackSet
 
         if kind not in KINDS:
@@ -36,7 +37,7 @@ class Shadow:
         train = self.packs.indices(0)
         rng = np.random.default_rng(seed)
         self.batches = [np.sort(rng.choice(train, batch, replace=False)) for _ in range(64)]
-        self._gather = lambda idx: [f for r, local, _ in self.packs.runs(idx) for f in gather(r, local)]
+        self._gather = lambda idx: pack_files(self.packs, idx)
         self.decoder = Decoder("gpu", device, self.packs.stored, 1, False) if device.type == "cuda" else \
             Decoder("cpu", device, self.packs.stored, 1, False)
         self.fixed = self._gather(self.batches[0])

@@ -2,7 +2,7 @@
 (or the JPEG files themselves, for a decoder downstream)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -10,6 +10,11 @@ import torch
 from fastpipe.data.pack.jpeg import Decoder, gather
 from fastpipe.data.pack.shards import PackSet
 from fastpipe.errors import DataError
+
+
+def pack_files(packs: PackSet, idx: np.ndarray) -> List[torch.Tensor]:
+    """The JPEG files of pack images ``idx`` (sorted positions), one tensor view each, in order."""
+    return [f for reader, local, _ in packs.runs(idx) for f in gather(reader, local)]
 
 
 def undecodable(path, idx: np.ndarray, exc: Exception) -> DataError:
@@ -43,7 +48,7 @@ class PackImages:
                 np.take(reader.images, local, axis=0, out=out[where], mode="clip")  # clip: unbuffered
             images = images.permute(0, 3, 1, 2)
         else:
-            files = [f for reader, local, _ in self.packs.runs(idx) for f in gather(reader, local)]
+            files = pack_files(self.packs, idx)
             try:
                 images = self.decoder(files)
             except torch.OutOfMemoryError:
@@ -62,5 +67,5 @@ class PackFiles:
 
     def read_batch(self, idx: np.ndarray, pin: bool = False):
         """``pin`` is not used: the decoder copies the files into memory of its own."""
-        files = [f.numpy() for reader, local, _ in self.packs.runs(idx) for f in gather(reader, local)]
+        files = [f.numpy() for f in pack_files(self.packs, idx)]
         return files, self.packs.labels(idx)

@@ -11,9 +11,9 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from fastpipe.data.pack.jpeg import decode_into, gather
+from fastpipe.data.pack.jpeg import decode_into
 from fastpipe.data.pack.shards import PackSet, pack_version
-from fastpipe.data.pack.source import undecodable
+from fastpipe.data.pack.source import pack_files, undecodable
 from fastpipe.errors import DataError
 
 POLL_S = 5.0  # how often a worker looks whether its training process lives, and the training process its workers
@@ -21,9 +21,8 @@ POLL_S = 5.0  # how often a worker looks whether its training process lives, and
 
 def decode_part(packs: PackSet, idx: np.ndarray, out: torch.Tensor) -> None:
     """Images ``idx`` (sorted positions) of ``packs`` decoded into ``out`` (len(idx) x 3 x H x W)."""
-    files = [f for reader, local, _ in packs.runs(idx) for f in gather(reader, local)]
     try:
-        decode_into(files, out)
+        decode_into(pack_files(packs, idx), out)
     except RuntimeError as exc:
         raise undecodable(packs.path, idx, exc) from exc
 
