@@ -172,8 +172,10 @@ def test_runner_failed_runs_say_why(tmp_path, monkeypatch):
 def test_runner_reasons_from_real_fastpipe(tmp_path):
     runner = load_benchmark_runner()
     with open(tmp_path / "run.log", "w") as log:
-        bad_value = runner.run_fastpipe(["train.batch_size=0"], tmp_path / "a", 120, log)
-        bad_key = runner.run_fastpipe(["launcher.no_such_key=1"], tmp_path / "b", 120, log)
+        # refused in the Hydra process: no training process to start ahead for them (launch/warm.py)
+        in_process = "launcher.fresh_process=false"
+        bad_value = runner.run_fastpipe(["train.batch_size=0", in_process], tmp_path / "a", 120, log)
+        bad_key = runner.run_fastpipe(["launcher.no_such_key=1", in_process], tmp_path / "b", 120, log)
         refusal = runner.config_refusal(["launcher=no_such_launcher"], log)
     assert bad_value["status"] == "failed" and "train.batch_size=0" in bad_value["reason"], bad_value
     assert bad_key["reason"].startswith("launcher.no_such_key is not a key of SingleLauncherConfig (its keys: "), bad_key

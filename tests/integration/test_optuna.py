@@ -36,7 +36,8 @@ def test_two_optuna_trials_search_the_learning_rate(tmp_path):
 def test_optuna_minimising_throughput_is_refused_before_any_trial(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1",
-                           "optimizer.lr=interval(0.001,0.01)", f"hydra.sweep.dir={tmp_path}"] + TINY,
+                           "optimizer.lr=interval(0.001,0.01)", "launcher.fresh_process=false",  # refused first
+                           f"hydra.sweep.dir={tmp_path}"] + TINY,
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "hydra.sweeper.direction=maximize" in proc.stderr
     assert not list(tmp_path.glob("*/metrics.json"))

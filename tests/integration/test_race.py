@@ -11,7 +11,9 @@ from conftest import REPO, TINY
 
 RACE = ["hydra/sweeper=race", "hydra/launcher=gpus", "hydra.launcher.max_parallel=2", "hydra.sweeper.min_rounds=2",
         "hydra.sweeper.max_rounds=2", "report.objective=time_to_target", "train.target=0.5", "train.eval_every=4",
-        "optimizer.lr=0.01,0.00001"]
+        "optimizer.lr=0.01,0.00001",
+        # each job trains in its lane's process, not a second one it spawns: the rounds are the subject
+        "launcher.fresh_process=false"]
 
 
 @pytest.fixture(scope="module")
