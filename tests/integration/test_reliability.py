@@ -80,6 +80,7 @@ def test_a_second_run_in_a_busy_folder_is_refused_and_the_first_is_untouched(tmp
     wait_for(tmp_path / "tb", process)
     hydra_files = {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()}
     second = subprocess.run([sys.executable, "-m", "fastpipe", *RESUMABLE, "train.max_steps=2",
+                             "launcher.fresh_process=false",  # refused before it launches: none started ahead
                              f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert second.returncode == EXIT_CODE
     line = second.stderr.strip().splitlines()[-1]
