@@ -17,8 +17,8 @@ finds no data prepares it first):
    `train.eval_every=25 train.target_eval_samples=2048`, as one sweep with an empty Inductor cache:
    each job's `time_breakdown_s` (setup, compile, train, eval, checkpoint, wall) and its end-to-end
    time to target over its `time_breakdown_s.train`; then the compile=off batch-256 job alone twice,
-   with `train.eval_batch_size` at the training batch (auto) and at twice it, alternating: what a
-   second batch shape costs the evaluations (`--eval-pairs`).
+   with each of `--pair`'s two settings (by default `train.eval_batch_size` at the training batch, auto,
+   and at twice it: what a second batch shape costs the evaluations), alternating `--eval-pairs` times.
 
 Every run is a fresh process through lib/runner.py; each phase writes, as each run ends, `$OUT/pN/`:
 `ttt_overhead.md` (its tables, printed last), `ttt_overhead.jsonl` (a row per run),
@@ -79,7 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="DataLoader workers of both")
     p.add_argument("--repeats", type=int, default=2, help="start-up measurements of each kind")
     p.add_argument("--sampled", type=int, default=1, help="sampled start-ups of each kind, after the measured ones")
-    p.add_argument("--eval-pairs", type=int, default=1, help="phase 2: eval_batch_size auto / twice pairs")
+    p.add_argument("--eval-pairs", type=int, default=1, help="phase 2: --pair's runs, alternating, this many times")
+    p.add_argument("--pair", default="train.eval_batch_size=auto,512",
+                   help="phase 2: KEY=A,B: the compile=off batch-256 job with KEY=A and KEY=B")
     p.add_argument("--no-search", action="store_true", help="phase 1 without its batch search")
     p.add_argument("--smoke", action="store_true", help="this CPU, tiny_cnn on 400 32-px images: checks the script")
     add_common_args(p, timeout_s=540)
@@ -211,19 +213,17 @@ def jobs(ph: Phase, deadline: Deadline) -> None:
 
 
 def eval_pairs(ph: Phase, deadline: Deadline) -> None:
-    """The compile=off job at the smaller batch alone, its evaluations at the training batch (auto)
-    and at twice it, alternating --eval-pairs times."""
+    """The compile=off job at the smaller batch alone, with --pair's two values alternating --eval-pairs times."""
     a = ph.a
     recipe = (SMOKE_RECIPE + SMOKE_TARGET + ["train.batch_size=16"] if a.smoke else
               RECIPE + TARGET + ["train.batch_size=256"])
-    batch = 16 if a.smoke else 256
+    key, values = a.pair.split("=", 1)
     for r in range(a.eval_pairs):
-        for size in ("auto", str(2 * batch)):
-            run_dir = a.work / f"eval-{size}-{r}"
-            m = ph.fastpipe(f"eval-{size}", data_args(a) + recipe + ["compile=off", "data=mmap",
-                                                                      f"train.eval_batch_size={size}"], run_dir,
-                            deadline, 300)
-            ph.add(dict(m, name=f"train.eval_batch_size={size} #{r + 1}", kind="eval-pair"))
+        for value in values.split(","):
+            run_dir = a.work / f"pair-{value}-{r}"
+            m = ph.fastpipe(f"pair-{value}", data_args(a) + recipe + ["compile=off", "data=mmap", f"{key}={value}"],
+                            run_dir, deadline, 300)
+            ph.add(dict(m, name=f"{key}={value} #{r + 1}", kind="eval-pair"))
 
 
 def start_up_table(rows: list) -> str:
@@ -296,7 +296,7 @@ def eval_table(rows: list) -> str:
     return write_markdown_table(None, lines, [
         ("run", "run"), ("evaluations", "evals"), ("eval (s)", "eval", ".2f"), ("per evaluation (s)", "each", ".3f"),
         ("train (s)", "train", ".1f"), ("eval / train", "share", ".1%"), ("reached", "reached"), ("status", "status")],
-        title="## The compile=off job at the smaller batch alone: evaluations at the training batch and at twice it")
+        title="## The compile=off job at batch 256 alone, each of a pair of settings")
 
 
 def search_table(rows: list) -> str:

@@ -61,6 +61,11 @@ class TrainConfig:
     # Held-out samples per process per evaluation batch, or auto: train.batch_size (the training step's
     # shapes: its autotuned convolutions are reused, and its memory is known to fit).
     eval_batch_size: Any = "auto"
+    # Evaluate a torch.fx copy of the model whose Conv2d -> BatchNorm2d pairs are folded into one
+    # convolution (on CUDA: those ending in a ReLU, with it and a residual add fused into one cuDNN
+    # call), checked against the model at the first evaluation; a model fx cannot trace runs as it is.
+    # auto = on CUDA (where it was measured to pay); true = also on the CPU; false = never.
+    eval_fold: Any = "auto"
     # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
     # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.
     overfit_batches: Optional[int] = None
@@ -103,6 +108,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         auto_or_bool("train.no_decay", self.no_decay)
+        auto_or_bool("train.eval_fold", self.eval_fold)
         auto_or_int("train.batch_size", self.batch_size, minimum=1)
         auto_or_int("train.eval_batch_size", self.eval_batch_size, minimum=1)
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))

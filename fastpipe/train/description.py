@@ -39,7 +39,8 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("optimizer", lr_search.annotate(optimizer) if lr_search is not None else optimizer),
         ("schedule", g.schedule.describe() + (f"  {g.ema.describe()}" if g.ema is not None else "")),
         ("loop", describe_loop(train, per_epoch, g.dataset.val,
-                               f"{g.task.primary} {'>=' if g.task.higher_is_better else '<='}")),
+                               f"{g.task.primary} {'>=' if g.task.higher_is_better else '<='}")
+                 + (f"  {g.eval_forwards.describe()}" if g.eval_forwards is not None else "")),
         *([("batches", g.batch_recipe.describe())] if g.batch_recipe is not None else []),
         ("measure", describe_measurement(settings.measure.warmup_steps, settings.measure.window)),
     ]

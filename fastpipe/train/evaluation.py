@@ -32,6 +32,7 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
         return None
     was_training = model.training
     model.eval()
+    forward = held.forwards(model) if held.forwards is not None else model  # train.eval_fold
     names, totals, count, device, full = None, None, 0, held.device, None
     batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
@@ -41,7 +42,7 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
         # the split's last, smaller batch is a shape met once per evaluation: cuDNN would autotune every
         # convolution for it (seconds on a GPU) to run it a single time
         with (autotuning_off() if size < full else contextlib.nullcontext()), held.precision.autocast():
-            outputs = model(inputs)
+            outputs = forward(inputs)
             if not counted:
                 continue
             sums = held.task.metrics(outputs, targets)

@@ -30,6 +30,7 @@ from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
 from fastpipe.stages.ema import DeviceEMA, build_ema
+from fastpipe.stages.folding import EvalForwards
 from fastpipe.stages.optim import build_optimizer, lr_factor
 from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.stages.schedules import Schedule, build_schedule
@@ -60,6 +61,7 @@ class TrainingGraph:
     schedule: Schedule
     batch_recipe: Optional[BatchRecipe] = None  # MixUp / CutMix and the resize schedule (stages/batch_recipe.py)
     target_loader: Optional[Loader] = None  # train.target_eval_samples: N held-out samples (data/subset.py)
+    eval_forwards: Optional[EvalForwards] = None  # train.eval_fold: the folded evaluation forward
 
     @property
     def model(self) -> nn.Module:
@@ -77,7 +79,8 @@ class TrainingGraph:
 
     @property
     def held_out(self) -> HeldOut:
-        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded)
+        return HeldOut(self.eval_loader, self.task, self.precision, self.device, self.runtime.dist, self.sharded,
+                       self.eval_forwards)
 
     @property
     def target_held_out(self) -> Optional[HeldOut]:
@@ -155,8 +158,9 @@ def build_held_out(settings: Config, runtime: Runtime, splits: DataSplits) -> He
     not depend on the loader."""
     loader = build_loader(DefaultLoaderConfig(), splits, runtime, eval_batch_size(settings.train), settings.seed,
                           train=False, channels_last=False)
-    return HeldOut(loader, build_task(settings.task), build_precision(settings.precision, runtime.device),
-                   runtime.device, runtime.dist)
+    precision = build_precision(settings.precision, runtime.device)
+    return HeldOut(loader, build_task(settings.task), precision, runtime.device, runtime.dist,
+                   forwards=EvalForwards(settings.train.eval_fold, runtime.device, precision.dtype))
 
 
 def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: LoaderConfig,
@@ -200,5 +204,21 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
         train, resize_schedule(getattr(loader_cfg, "resize_schedule", None)), task,
         settings.choices.get("task") or settings.task.short_name, splits.fact("num_classes"), steps, splits.name, images,
         splits.fact("image_size"))
+    forwards = None if probe or eval_loader is None else eval_forwards(train, launcher.shards, device, precision,
+                                                                        parallel.model, ema)
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
-                         eval_loader, schedule, recipe, target_loader)
+                         eval_loader, schedule, recipe, target_loader, forwards)
+
+
+def eval_forwards(train: TrainConfig, sharded: bool, device: torch.device, precision: Precision, model: nn.Module,
+                  ema) -> EvalForwards:
+    """train.eval_fold's forwards, the model and the EMA's average folded now (graph.txt says how); a
+    sharded model (its parameters gathered by each forward) is evaluated as it is."""
+    forwards = EvalForwards(train.eval_fold if not sharded else False, device,
+                            None if precision.by_fsdp else precision.dtype)
+    if sharded and train.eval_fold is not False:
+        forwards.why_not = "a sharded model"
+    with setup_part("model_build"):  # the evaluation's folded copy of the model
+        for module in [model] + ([ema.module] if ema is not None else []):
+            forwards.prepare(module)
+    return forwards

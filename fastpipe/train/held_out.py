@@ -10,12 +10,14 @@ import torch
 
 from fastpipe.config import Config, LoaderConfig, TrainConfig
 from fastpipe.data import build_loader
+from fastpipe.data.kept import KeptBatches
 from fastpipe.data.splits import DataSplits
 from fastpipe.data.streams import is_stream
 from fastpipe.data.subset import eval_subset
 from fastpipe.errors import ConfigError
 from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime
+from fastpipe.stages.folding import EvalForwards
 from fastpipe.stages.precision import Precision
 from fastpipe.stages.tasks import Task
 
@@ -31,6 +33,7 @@ class HeldOut:
     device: torch.device
     dist: Dist = Dist()
     lockstep: bool = False  # a sharded model: every rank runs each forward, also past its last batch
+    forwards: Optional[EvalForwards] = None  # train.eval_fold: what an evaluation calls for each model
 
 
 def eval_batch_size(train: TrainConfig) -> int:
@@ -47,7 +50,8 @@ def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loa
                      channels_last: bool) -> tuple:
     """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
     screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
-    exposes its labels (data/subset.py), the same samples at every evaluation."""
+    exposes its labels (data/subset.py), the same samples at every evaluation, its batches kept after
+    the first screen where the device has room (data/kept.py)."""
     train = settings.train
     args = (loader_cfg, splits, runtime, eval_batch_size(train), settings.seed)
     loader = build_loader(*args, train=False, channels_last=channels_last)
@@ -60,4 +64,4 @@ def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loa
                           f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
     # a stream has no positions to choose: build_loader refuses the subset in its own words
     subset = () if held is None else eval_subset(splits.val, train.target_eval_samples, settings.seed)
-    return loader, build_loader(*args, train=False, channels_last=channels_last, subset=subset)
+    return loader, KeptBatches(build_loader(*args, train=False, channels_last=channels_last, subset=subset))

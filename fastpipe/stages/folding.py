@@ -1,0 +1,247 @@
+"""The evaluation forward (``train.eval_fold``): a torch.fx copy of the model whose Conv2d -> BatchNorm2d
+chains run as one convolution with the normalisation folded into its weights, and on CUDA with the
+ReLU after it (and a residual add before that ReLU) fused into the same cuDNN call
+(``torch.cudnn_convolution_relu`` / ``torch.cudnn_convolution_add_relu``). The copy shares the model's
+modules: the folded weights are computed again at each evaluation, and its first forward is checked
+against the model's own, falling back to the model with a warning when they differ."""
+from __future__ import annotations
+
+import operator
+import warnings
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from fastpipe.errors import FastpipeWarning
+from fastpipe.runtime import autotuning_off
+
+ADDS = (operator.add, operator.iadd, torch.add)
+# The folded copy's outputs may differ from the model's (relative L2, at the first evaluation) by twice
+# what the run's precision itself changes them (the model under its autocast against the model in fp32:
+# bf16 rounds the folded weights and each fused output once, as it rounds the model's), or by this.
+FLOOR = 5e-3
+
+
+class FoldedConv(nn.Module):
+    """conv -> BatchNorm (eval statistics) [-> + residual] [-> ReLU] as one convolution; ``refresh``
+    folds the current weights in (``dtype``: the cuDNN call's; None: F.conv2d under the run's autocast)."""
+
+    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d, relu: bool, add: bool,
+                 dtype: Optional[torch.dtype]) -> None:
+        super().__init__()
+        # held outside the module tree: the model owns them, and the copy must not list them twice
+        self.parts = (conv, bn)
+        self.relu, self.add, self.dtype = relu, add, dtype
+        self.weight: Optional[torch.Tensor] = None
+        self.bias: Optional[torch.Tensor] = None
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        conv, bn = self.parts
+        scale = torch.rsqrt(bn.running_var + bn.eps)
+        if bn.weight is not None:
+            scale = scale * bn.weight
+        bias = -bn.running_mean * scale + (bn.bias if bn.bias is not None else 0)
+        if conv.bias is not None:
+            bias = bias + conv.bias * scale
+        weight = conv.weight * scale.reshape(-1, 1, 1, 1)  # keeps the weight's memory format
+        if self.dtype is not None:
+            weight, bias = weight.to(self.dtype), bias.to(self.dtype)
+        self.weight, self.bias = weight, bias
+
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+        conv = self.parts[0]
+        args = (conv.stride, conv.padding, conv.dilation, conv.groups)
+        if self.dtype is not None and self.relu:  # one cuDNN call
+            x = x.to(self.dtype)
+            if self.add:
+                return torch.cudnn_convolution_add_relu(x, self.weight, residual.to(self.dtype), 1.0, self.bias, *args)
+            return torch.cudnn_convolution_relu(x, self.weight, self.bias, *args)
+        y = F.conv2d(x.to(self.dtype) if self.dtype is not None else x, self.weight, self.bias, *args)
+        if self.add:
+            y = y + residual
+        return F.relu(y) if self.relu else y
+
+
+def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
+    return (type(conv) is nn.Conv2d and type(bn) is nn.BatchNorm2d and bn.running_var is not None
+            and conv.padding_mode == "zeros" and not isinstance(conv.padding, str))
+
+
+def _is_relu(node: fx.Node, modules: Dict[str, nn.Module]) -> bool:
+    return ((node.op == "call_module" and type(modules.get(node.target)) is nn.ReLU)
+            or (node.op == "call_function" and node.target in (F.relu, torch.relu)))
+
+
+def _only_user(node: fx.Node) -> Optional[fx.Node]:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _tail(bn_node: fx.Node, modules) -> Tuple[fx.Node, Optional[fx.Node], bool]:
+    """(the last node the fused call replaces, the residual added before the ReLU or None, ReLU or not)."""
+    user = _only_user(bn_node)
+    if user is not None and user.op == "call_function" and user.target in ADDS and not user.kwargs:
+        others = [a for a in user.args if a is not bn_node]
+        after = _only_user(user)
+        if len(user.args) == 2 and len(others) == 1 and isinstance(others[0], fx.Node) \
+                and after is not None and _is_relu(after, modules):
+            return after, others[0], True
+    if user is not None and _is_relu(user, modules):
+        return user, None, True
+    return bn_node, None, False
+
+
+def fold(model: nn.Module, dtype: Optional[torch.dtype]) -> Tuple[fx.GraphModule, list]:
+    """The folded copy of ``model`` (traced in eval mode, so that a forward's ``self.training`` branches
+    are the evaluation's) and its FoldedConv modules. Raises what torch.fx raises on an untraceable model."""
+    was_training = model.training
+    model.eval()
+    try:
+        gm = fx.symbolic_trace(model)
+    finally:
+        model.train(was_training)
+    modules, folded = dict(gm.named_modules()), []
+    for node in list(gm.graph.nodes):
+        conv_node = node.args[0] if node.op == "call_module" and node.args else None
+        if not (isinstance(conv_node, fx.Node) and conv_node.op == "call_module" and len(conv_node.users) == 1
+                and _foldable(modules.get(conv_node.target), modules.get(node.target))):
+            continue
+        last, residual, relu = _tail(node, modules)
+        if dtype is not None and not relu:
+            # cuDNN fuses a bias only with a ReLU; a folded conv + bias-add is no faster than conv + BatchNorm
+            continue
+        unit = FoldedConv(modules[conv_node.target], modules[node.target], relu, residual is not None, dtype)
+        name = f"fastpipe_folded_{len(folded)}"
+        gm.add_module(name, unit)
+        with gm.graph.inserting_after(last):
+            new = gm.graph.call_module(name, (conv_node.args[0],) + ((residual,) if residual is not None else ()))
+        last.replace_all_uses_with(new)
+        # the replaced chain, from its end: the ReLU, the add, the BatchNorm, the convolution
+        for dead in dict.fromkeys((last, last.args[0] if residual is not None else None, node, conv_node)):
+            if dead is not None and not dead.users:
+                gm.graph.erase_node(dead)
+        folded.append(unit)
+    gm.graph.lint()
+    gm.recompile()
+    for unit in folded:  # the weights as they are now; each evaluation folds them again
+        unit.refresh()
+    return gm, folded
+
+
+def _leaves(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out.detach().float()] if out.is_floating_point() else [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    return [t for item in out for t in _leaves(item)] if isinstance(out, (list, tuple)) else []
+
+
+def difference(folded_out, model_out) -> float:
+    """The largest relative L2 difference over the outputs' float tensors (inf where they disagree in
+    structure or in a non-float tensor)."""
+    a, b = _leaves(folded_out), _leaves(model_out)
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return float("inf")
+        if not y.is_floating_point():
+            worst = worst if torch.equal(x, y) else float("inf")
+            continue
+        worst = max(worst, ((x - y).norm() / y.norm().clamp_min(1e-12)).item())
+    return worst
+
+
+class FoldedForward:
+    """A model's folded copy for evaluation: ``refresh`` at each evaluation, the first call checked."""
+
+    def __init__(self, model: nn.Module, gm: fx.GraphModule, units: list, device_type: str) -> None:
+        self.model, self.gm, self.units, self.device_type = model, gm, units, device_type
+        self.checked, self.refused = False, None  # refused: why the model runs as it is from now on
+
+    def refresh(self) -> Callable:
+        """What this evaluation calls: the folded copy with the current weights, or the model."""
+        if self.refused is not None:
+            return self.model
+        for unit in self.units:
+            unit.refresh()
+        return self if not self.checked else self.gm
+
+    def __call__(self, inputs):
+        """The first forward: the folded copy's outputs if they match the model's, else the model's."""
+        if self.checked:  # the rest of the first evaluation's batches
+            return (self.model if self.refused is not None else self.gm)(inputs)
+        self.checked = True
+        expected = self.model(inputs)
+        # the precision's own difference: the model in fp32, once (not autotuned: a dtype met once)
+        with torch.autocast(self.device_type, enabled=False), autotuning_off():
+            allowed = max(FLOOR, 2 * difference(expected, self.model(inputs)))
+        try:
+            got = self.gm(inputs)
+            gap = difference(got, expected)
+            if gap > allowed:
+                self.refused = (f"its outputs differed from the model's by {gap:.2g} (relative L2; allowed "
+                                f"{allowed:.2g}: twice the precision's own)")
+        except Exception as exc:  # an unsupported convolution in cuDNN's fused call, say
+            self.refused = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+        if self.refused is not None:
+            warnings.warn(f"train.eval_fold: evaluating the model as it is: the folded copy failed its check, "
+                          f"{self.refused}", FastpipeWarning)
+            return expected
+        return got
+
+
+class EvalForwards:
+    """The forward each evaluated module (the model, the EMA's average) runs, folded where it can be."""
+
+    def __init__(self, setting, device: torch.device, dtype: Optional[torch.dtype]) -> None:
+        """``setting``: train.eval_fold (auto: on CUDA only; folding alone did not pay on the CPU)."""
+        self.device, self.why_not = device, None
+        if setting is False or (setting == "auto" and device.type != "cuda"):
+            self.why_not = f"train.eval_fold={str(setting).lower()}" + (" on the CPU" if setting == "auto" else "")
+        elif device.type == "cuda" and not (torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled):
+            self.why_not = "no cuDNN"
+        elif device.type not in ("cuda", "cpu"):
+            self.why_not = f"not measured on {device.type}"
+        # on CUDA the fused cuDNN calls (folding alone was slower than the model there); on the CPU
+        # F.conv2d with the folded bias under the run's autocast
+        self.dtype = (dtype or torch.float32) if device.type == "cuda" else None
+        self.forwards: Dict[int, Tuple[nn.Module, Optional[FoldedForward]]] = {}
+        self.summary = ""
+
+    def prepare(self, module: nn.Module) -> None:
+        """Fold ``module`` now (at build time: graph.txt says what came of it)."""
+        if self.why_not is None and id(module) not in self.forwards:
+            try:
+                gm, units = fold(module, self.dtype)
+            except Exception as exc:  # torch.fx cannot trace it: data-dependent control flow, say
+                self.forwards[id(module)] = (module, None)
+                self.summary = (f"the model as it is (train.eval_fold: torch.fx could not trace it: "
+                                f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:120]})")
+                return
+            forward = FoldedForward(module, gm, units, self.device.type) if units else None
+            self.forwards[id(module)] = (module, forward)
+            fused = self.dtype is not None  # on CUDA every folded pair ends in a fused ReLU
+            self.summary = self.summary or (
+                f"a copy with {len(units)} Conv2d+BatchNorm2d folded" + (" with their ReLU (and residual add) into "
+                                                                         "one cuDNN call each" if fused else "")
+                if units else "the model as it is (train.eval_fold: no Conv2d+BatchNorm2d to fold)")
+
+    def __call__(self, module: nn.Module) -> Callable:
+        """What an evaluation of ``module`` calls (prepared first if it was not)."""
+        self.prepare(module)
+        forward = self.forwards.get(id(module), (module, None))[1]
+        return module if forward is None else forward.refresh()
+
+    def describe(self) -> str:
+        """graph.txt's words: what an evaluation runs."""
+        refused = [f.refused for _, f in self.forwards.values() if f is not None and f.refused]
+        if self.why_not is not None:
+            return f"evaluates the model as it is ({self.why_not})"
+        if refused:
+            return f"evaluates the model as it is (train.eval_fold's copy failed its check: {refused[0]})"
+        return f"evaluates {self.summary}" if self.summary else "evaluates the model as it is"
