@@ -8,7 +8,8 @@ forwards after `--warmup`, at each batch in `--batches`, with its top-1 agreemen
 - eager-bf16: a bf16 copy of the model, no autocast;
 - folded: BatchNorm folded into the convolution before it (torch.fx), autocast;
 - fused: folded, and conv+bias+ReLU / conv+bias+add+ReLU as one cuDNN call each (torch.cudnn_convolution_relu,
-  torch.cudnn_convolution_add_relu), bf16 weights;
+  torch.cudnn_convolution_add_relu), bf16 weights; fused-heuristic: the same with cuDNN's benchmark mode off
+  (its heuristics pick each call's engine: its first call autotunes nothing);
 - cudagraph: the eager forward replayed from a CUDA graph;
 - h2d: eager, its uint8 batch copied from pinned memory and normalised each time (a loader's last hop);
 - compiled (and, named in --variants, compiled-max-autotune-no-cudagraphs): torch.compile of the eval-mode
@@ -195,9 +196,18 @@ def make(variant, model, xs, pinned, dev):
         return m, [x.to(torch.bfloat16) for x in xs]
     if variant == "folded":
         return amp(fuse(model, cudnn=False, dtype=torch.float32)), xs
-    if variant == "fused":
+    if variant in ("fused", "fused-heuristic"):
         m = fuse(model, cudnn=True, dtype=torch.bfloat16)
-        return (lambda x: _amp(m, x)), [x.to(torch.bfloat16) for x in xs]
+        if variant == "fused":
+            return (lambda x: _amp(m, x)), [x.to(torch.bfloat16) for x in xs]
+
+        def heuristic(x):  # cuDNN's heuristics choose each fused call's engine: nothing autotuned
+            torch.backends.cudnn.benchmark = False
+            try:
+                return _amp(m, x)
+            finally:
+                torch.backends.cudnn.benchmark = True
+        return heuristic, [x.to(torch.bfloat16) for x in xs]
     if variant == "cudagraph":
         static = xs[0].clone()
         s = torch.cuda.Stream()
