@@ -75,17 +75,12 @@ def _is_relu(node: fx.Node, modules: Dict[str, nn.Module]) -> bool:
             or (node.op == "call_function" and node.target in (F.relu, torch.relu)))
 
 
-def _only_user(node: fx.Node) -> Optional[fx.Node]:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
-
-
 def _tail(bn_node: fx.Node, modules) -> Tuple[fx.Node, Optional[fx.Node], bool]:
     """(the last node the fused call replaces, the residual added before the ReLU or None, ReLU or not)."""
-    user = _only_user(bn_node)
+    user = next(iter(bn_node.users)) if len(bn_node.users) == 1 else None
     if user is not None and user.op == "call_function" and user.target in ADDS and not user.kwargs:
         others = [a for a in user.args if a is not bn_node]
-        after = _only_user(user)
+        after = next(iter(user.users)) if len(user.users) == 1 else None
         if len(user.args) == 2 and len(others) == 1 and isinstance(others[0], fx.Node) \
                 and after is not None and _is_relu(after, modules):
             return after, others[0], True
@@ -163,25 +158,32 @@ class FoldedForward:
         self.model, self.gm, self.units, self.device_type = model, gm, units, device_type
         self.checked, self.refused = False, None  # refused: why the model runs as it is from now on
 
+    def untuned(self, inputs):
+        """The folded copy with cuDNN's benchmark mode off: its heuristics chose engines for the fused calls
+        as fast as autotuning did on an H200 (ResNet-50, bf16), and autotuning them cost a run's first
+        evaluation 0.6-1.3 s (benchmarks/results/eval-forward)."""
+        with autotuning_off():
+            return self.gm(inputs)
+
     def refresh(self) -> Callable:
         """What this evaluation calls: the folded copy with the current weights, or the model."""
         if self.refused is not None:
             return self.model
         for unit in self.units:
             unit.refresh()
-        return self if not self.checked else self.gm
+        return self if not self.checked else self.untuned
 
     def __call__(self, inputs):
         """The first forward: the folded copy's outputs if they match the model's, else the model's."""
         if self.checked:  # the rest of the first evaluation's batches
-            return (self.model if self.refused is not None else self.gm)(inputs)
+            return self.model(inputs) if self.refused is not None else self.untuned(inputs)
         self.checked = True
         expected = self.model(inputs)
-        # the precision's own difference: the model in fp32, once (not autotuned: a dtype met once)
+        # the precision's own difference: the model in fp32, once (untuned: a dtype met once)
         with torch.autocast(self.device_type, enabled=False), autotuning_off():
             allowed = max(FLOOR, 2 * difference(expected, self.model(inputs)))
         try:
-            got = self.gm(inputs)
+            got = self.untuned(inputs)
             gap = difference(got, expected)
             if gap > allowed:
                 self.refused = (f"its outputs differed from the model's by {gap:.2g} (relative L2; allowed "

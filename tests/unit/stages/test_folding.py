@@ -131,6 +131,16 @@ def test_an_untraceable_model_is_evaluated_as_it_is():
     assert forwards(model) is model and "could not trace" in forwards.describe()
 
 
+def test_eval_fold_takes_auto_true_or_false():
+    from conftest import make_settings
+    from fastpipe.errors import ConfigError
+
+    assert make_settings([]).train.eval_fold == "auto" and make_settings(["train.eval_fold=false"]).train.eval_fold is False
+    with pytest.raises(ConfigError) as refused:  # docs/errors/config.md's row, word for word
+        make_settings(["train.eval_fold=yes"])
+    assert str(refused.value) == "train.eval_fold='yes': use auto, true or false"
+
+
 def test_auto_folds_on_cuda_only_and_false_never():
     assert "train.eval_fold=auto on the CPU" in EvalForwards("auto", CPU, None).describe()
     assert EvalForwards(False, CPU, None)(nn.Identity()).__class__ is nn.Identity
