@@ -83,6 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--pair", default="train.eval_batch_size=auto,512",
                    help="phase 2: KEY=A,B: the compile=off batch-256 job with KEY=A and KEY=B")
     p.add_argument("--no-search", action="store_true", help="phase 1 without its batch search")
+    p.add_argument("--no-grid", action="store_true", help="phase 2 without the four jobs: --pair's runs alone")
     p.add_argument("--smoke", action="store_true", help="this CPU, tiny_cnn on 400 32-px images: checks the script")
     add_common_args(p, timeout_s=540)
     a = p.parse_args(argv)
@@ -202,6 +203,8 @@ def jobs(ph: Phase, deadline: Deadline) -> None:
     # CPU compiles take minutes: the smoke runs one job of the sweep, compile=off
     recipe = SMOKE_RECIPE + SMOKE_TARGET + ["compile=off", "train.batch_size=16"] if a.smoke else \
         RECIPE + TARGET + GRID
+    if a.no_grid:
+        return eval_pairs(ph, deadline)
     cache = a.work / f"inductor-{int(time.time())}"  # empty: every compiled job pays its compilation
     shutil.rmtree(a.work / "jobs", ignore_errors=True)  # a sweep folder of its own: no earlier job is read
     row = ph.fastpipe("jobs", data_args(a) + recipe + ["data=mmap"], a.work / "jobs", deadline, 3600,
