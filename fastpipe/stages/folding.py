@@ -204,7 +204,7 @@ class EvalForwards:
         """``setting``: train.eval_fold (auto: on CUDA only; folding alone did not pay on the CPU)."""
         self.device, self.why_not = device, None
         if setting is False or (setting == "auto" and device.type != "cuda"):
-            self.why_not = f"train.eval_fold={str(setting).lower()}" + (" on the CPU" if setting == "auto" else "")
+            self.why_not = f"train.eval_fold={str(setting).lower()}" + (f" on {device.type}" if setting == "auto" else "")
         elif device.type == "cuda" and not (torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled):
             self.why_not = "no cuDNN"
         elif device.type not in ("cuda", "cpu"):
@@ -240,10 +240,11 @@ class EvalForwards:
         return module if forward is None else forward.refresh()
 
     def describe(self) -> str:
-        """graph.txt's words: what an evaluation runs."""
+        """graph.txt's words: what an evaluation runs (nothing for auto off CUDA)."""
         refused = [f.refused for _, f in self.forwards.values() if f is not None and f.refused]
-        if self.why_not is not None:
-            return f"evaluates the model as it is ({self.why_not})"
+        if self.why_not is not None:  # auto off CUDA is fastpipe's plain evaluation: nothing to say
+            quiet = self.why_not.startswith("train.eval_fold=auto")
+            return "" if quiet else f"evaluates the model as it is ({self.why_not})"
         if refused:
             return f"evaluates the model as it is (train.eval_fold's copy failed its check: {refused[0]})"
         return f"evaluates {self.summary}" if self.summary else "evaluates the model as it is"

@@ -40,7 +40,7 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("schedule", g.schedule.describe() + (f"  {g.ema.describe()}" if g.ema is not None else "")),
         ("loop", describe_loop(train, per_epoch, g.dataset.val,
                                f"{g.task.primary} {'>=' if g.task.higher_is_better else '<='}")
-                 + (f"  {g.eval_forwards.describe()}" if g.eval_forwards is not None else "")),
+                 + (f"  {g.eval_forwards.describe()}" if g.eval_forwards and g.eval_forwards.describe() else "")),
         *([("batches", g.batch_recipe.describe())] if g.batch_recipe is not None else []),
         ("measure", describe_measurement(settings.measure.warmup_steps, settings.measure.window)),
     ]

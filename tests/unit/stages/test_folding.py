@@ -142,8 +142,11 @@ def test_eval_fold_takes_auto_true_or_false():
 
 
 def test_auto_folds_on_cuda_only_and_false_never():
-    assert "train.eval_fold=auto on the CPU" in EvalForwards("auto", CPU, None).describe()
-    assert EvalForwards(False, CPU, None)(nn.Identity()).__class__ is nn.Identity
+    model = settled(torchvision.models.resnet18(num_classes=5))
+    auto = EvalForwards("auto", CPU, None)
+    assert auto(model) is model and auto.describe() == ""  # graph.txt's loop line as before
+    assert EvalForwards(False, CPU, None)(model) is model
+    assert EvalForwards(False, CPU, None).describe() == "evaluates the model as it is (train.eval_fold=false)"
 
 
 def test_an_evaluation_with_the_folded_copy_gives_the_models_metrics():
