@@ -59,13 +59,45 @@ def stopped_before_training() -> Optional[Preempted]:
 
 def _in_forked_child(signum) -> bool:
     """A process forked from the one that set the handlers (a pool's worker, a DataLoader worker): while
-    starting up it ends quietly (a pool's terminate() signals its workers), later the signal is left to
-    the training process, which checkpoints."""
+    starting up it ends quietly (a pool's terminate() signals its workers; ``_forking`` gives such a
+    child the default action, which no race loses), later the signal is left to the training process,
+    which checkpoints."""
     if _owner is None or os.getpid() == _owner:
         return False
     if _phase == "starting":
         os._exit(128 + signum)
     return True
+
+
+def _resets_in_child() -> bool:
+    """A fork now would pass on this process's own start-up stop handlers (``_note``, ``_launching``)."""
+    return _owner == os.getpid() and _phase == "starting" and any(
+        signal.getsignal(sig) in (_note, _launching) for sig in STOP_SIGNALS)
+
+
+_held_at_fork: dict = {}  # forking thread's id -> its signal mask before ``_forking`` blocked the stop signals
+
+
+def _forking(stage: str) -> None:
+    """os.register_at_fork's hooks: a child forked while starting up gets the stop signals at their
+    defaults. Its inherited handler could not end it for sure: a SIGTERM landing between the fork and
+    the child's own signal set-up is dropped by Python (it clears signals that came in before), and a
+    pool's worker that lost terminate()'s SIGTERM so waited on the queue lock the pool then holds,
+    and the pool's join with it (a CI hang). The forking thread holds the stop signals across the fork,
+    so one sent in between stays pending and ends the child as soon as it is back at its default."""
+    me = threading.get_ident()  # the forking thread's, also in the child
+    if stage == "before":
+        if _resets_in_child():
+            _held_at_fork[me] = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        return
+    mask = _held_at_fork.pop(me, None)
+    if mask is None:
+        return
+    if stage == "child":
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) in (_note, _launching):
+                signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _note(signum, _frame) -> None:
@@ -182,6 +214,11 @@ def stop_while_launching() -> Iterator[None]:
     _before_training, _owner = None, os.getpid()
     with handlers(_launching):
         yield
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lambda: _forking("before"), after_in_parent=lambda: _forking("parent"),
+                        after_in_child=lambda: _forking("child"))
 
 
 def pool_worker_signals() -> None:

@@ -110,8 +110,9 @@ def test_ddp_ranks_stopped_while_they_start_are_preempted(tmp_path, monkeypatch)
 def test_a_stop_signal_during_a_fork_pool_raises_between_its_results_and_its_workers_end_quietly(capfd):
     """Generating shapes or packing forks a pool while starting up: the signal never raises inside the
     pool's own fork hooks or queue locks (the exception would be lost there, or leave a lock held and
-    the pool hung), but at the next result; the workers, which inherit the handler, end quietly when
-    the pool terminates them."""
+    the pool hung), but at the next result; the workers, forked with the stop signals at their defaults
+    (signals._forking), end quietly when the pool terminates them, also one still starting (a SIGTERM
+    that reached it before its signal set-up was lost, and the pool's join waited for ever)."""
     import multiprocessing
 
     from fastpipe import signals
