@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.pool
 import os
 import signal
 import sys
@@ -65,14 +66,42 @@ def stop_signals_blocked() -> Iterator[None]:
 
 def fork_pool(workers: int, initializer: Optional[Callable] = None, initargs: tuple = ()):
     """A fork ``multiprocessing.Pool`` for start-up work (generating, packing) whose workers end at its
-    ``terminate()`` whatever the parent does with stop signals, and die with the parent. A forked
+    ``terminate()`` whatever the parent does with stop signals (or are killed: ``_BoundedPool``), and die
+    with the parent. A forked
     worker keeps its parent's handlers until it resets them: a SIGTERM from ``terminate()`` landing
     before that was handled, not fatal, and the pool's join waited for ever. So the workers are forked
     with the stop signals blocked and unblock them only once they are back at their defaults. The block
     is the calling thread's (any thread): a fork copies the mask of the thread that forks, and the
     pool's own threads, started here, copy it too (its later replacement workers fork from them)."""
     with stop_signals_blocked():
-        return multiprocessing.get_context("fork").Pool(workers, _pool_worker, (os.getpid(), initializer, initargs))
+        return _BoundedPool(workers, _pool_worker, (os.getpid(), initializer, initargs),
+                            context=multiprocessing.get_context("fork"))
+
+
+POOL_END_S = 10.0  # a fork pool's terminate() waits this long for its workers, kills them, and waits as long again
+
+
+class _BoundedPool(multiprocessing.pool.Pool):
+    """A pool whose terminate() (also at the end of a ``with``) and join() never wait without a bound:
+    workers still alive ``POOL_END_S`` after terminate() began are killed; past as long again the pool
+    is left to end in the background. A worker killed while it held a queue's lock (a stop signal to the
+    whole process group) leaves the lock held for good, and multiprocessing's terminate() waits on it."""
+
+    _left = False  # terminate() gave up: join() returns at once
+
+    def terminate(self) -> None:
+        ending = threading.Thread(target=super().terminate, name="fastpipe-pool-terminate", daemon=True)
+        ending.start()
+        ending.join(POOL_END_S)
+        if ending.is_alive():  # a worker that outlived SIGTERM
+            for worker in list(self._pool):
+                worker.kill()
+            ending.join(POOL_END_S)
+        self._left = ending.is_alive()
+
+    def join(self) -> None:
+        if not self._left:
+            super().join()
 
 
 def _pool_worker(parent: int, initializer: Optional[Callable], initargs: tuple) -> None:

@@ -1,7 +1,9 @@
 """The fork pools that generate and pack datasets while a run starts (fastpipe.processes.fork_pool):
 their workers end on the pool's terminate() whatever signals the parent held or handled, also when the
 SIGTERM lands before a worker has reset the handlers it inherited, and a stop signal that also killed
-the workers (Slurm signals the whole process group) still stops the run instead of leaving it waiting."""
+the workers (Slurm signals the whole process group) still stops the run instead of leaving it waiting.
+Any process forked while starting up ends on a SIGTERM however early it comes, and a pool's terminate()
+waits a bounded time whatever its workers do."""
 from __future__ import annotations
 
 import os
@@ -91,3 +93,55 @@ def test_a_stop_signal_that_killed_the_workers_is_acted_on_while_waiting_for_the
     finally:
         pool.terminate()
         pool.join()
+
+
+def test_a_sigterm_right_after_a_fork_while_starting_up_ends_the_child():
+    # a SIGTERM landing before the child's signal set-up was dropped by Python: a pool's worker so
+    # lost terminate()'s SIGTERM, waited on the queue lock the pool holds, and the test hung (CI)
+    with signals.stop_on_signals(), signals.deferred():
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(3.0)  # a lost signal: the child outlives it and exits 0
+                os._exit(0)
+            os.kill(pid, signal.SIGTERM)  # before the child has run (almost always)
+            deadline, (ended, status) = time.monotonic() + 2.5, os.waitpid(pid, os.WNOHANG)
+            while not ended and time.monotonic() < deadline:
+                time.sleep(0.01)
+                ended, status = os.waitpid(pid, os.WNOHANG)
+            if not ended:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            assert ended and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+        signals._received = signals._before_training = None  # these SIGTERMs were the children's
+
+
+def _ignore_sigterm():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def test_terminate_kills_workers_that_outlive_its_sigterm(monkeypatch):
+    monkeypatch.setattr(processes, "POOL_END_S", 0.5)
+    pool = processes.fork_pool(2, _ignore_sigterm)
+    workers = list(pool._pool)
+    pool.imap_unordered(_nap, [30.0] * 2)
+    time.sleep(0.3)  # the workers are in their tasks
+    started = time.monotonic()
+    _terminate_ends_the_workers(pool)
+    assert time.monotonic() - started < 5
+    assert [worker.exitcode for worker in workers] == [-signal.SIGKILL] * 2
+
+
+def test_terminate_returns_when_a_dead_worker_left_the_task_queue_locked(monkeypatch):
+    monkeypatch.setattr(processes, "POOL_END_S", 0.5)
+    pool = processes.fork_pool(2)
+    assert sorted(pool.imap_unordered(abs, range(-8, 0))) == list(range(1, 9))
+    time.sleep(0.3)  # idle: one worker waits for the next task holding the task queue's lock
+    for worker in list(pool._pool):
+        worker.kill()  # the process group's stop signal: the lock stays held for good
+        worker.join(5)
+    pool._inqueue._rlock.acquire(False)  # no worker had it yet: held here instead, never released either
+    try:
+        _terminate_ends_the_workers(pool)  # multiprocessing's own terminate() waits on that lock for ever
+    finally:
+        pool._inqueue._rlock.release()  # the terminate left in the background ends now
