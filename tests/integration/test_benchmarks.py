@@ -342,14 +342,14 @@ def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypa
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     ttt = importlib.import_module("time_to_target_overhead")
-    a = ttt.parse_args(["--out", str(tmp_path), "--smoke", "--eval-pairs", "2"])
+    a = ttt.parse_args(["--out", str(tmp_path), "--smoke", "--eval-pairs", "2", "--pair", "train.eval_fold=false,auto"])
     ran = []
 
     class Phase:
         rows = []
 
         def fastpipe(self, kind, overrides, run_dir, deadline, cap, **kw):
-            ran.append((kind, next(o for o in overrides if o.startswith("train.eval_batch_size="))))
+            ran.append((kind, next(o for o in overrides if o.startswith("train.eval_fold="))))
             return {"status": "ok", "time_breakdown_s": {"eval": 1.0, "train": 10.0},
                     "target": {"reached": True, "steps": 40, "curve": [{}] * 4}}
 
@@ -359,10 +359,10 @@ def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypa
     phase = Phase()
     phase.a = a
     ttt.eval_pairs(phase, ttt.Deadline(600))
-    assert ran == [("eval-auto", "train.eval_batch_size=auto"), ("eval-32", "train.eval_batch_size=32")] * 2
+    assert ran == [("pair-false", "train.eval_fold=false"), ("pair-auto", "train.eval_fold=auto")] * 2
     pairs = _table_rows_text(ttt.eval_table(phase.rows))
-    assert pairs["train.eval_batch_size=32 #2"] == ["train.eval_batch_size=32 #2", "4", "1.00", "0.250", "10.0",
-                                                   "10.0%", "step 40", "ok"]
+    assert pairs["train.eval_fold=auto #2"] == ["train.eval_fold=auto #2", "4", "1.00", "0.250", "10.0",
+                                               "10.0%", "step 40", "ok"]
     search = _table_rows_text(ttt.search_table([{"kind": "search", "status": "ok", "setup_parts_s": {"batch_search": 3.0},
                                                  "batch_size_search": {"chosen": 32, "seconds": 2.5, "probes": [
                                                      {"batch_size": 32, "fits": True, "samples_per_s": 900.0,
