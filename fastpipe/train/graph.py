@@ -214,9 +214,8 @@ def eval_forwards(train: TrainConfig, sharded: bool, device: torch.device, preci
                   ema) -> EvalForwards:
     """train.eval_fold's forwards, the model and the EMA's average folded now (graph.txt says how); a
     sharded model (its parameters gathered by each forward) is evaluated as it is."""
-    forwards = EvalForwards(train.eval_fold if not sharded else False, device,
-                            None if precision.by_fsdp else precision.dtype)
-    if sharded and train.eval_fold is not False:
+    forwards = EvalForwards(train.eval_fold, device, None if precision.by_fsdp else precision.dtype)
+    if sharded and forwards.why_not is None:
         forwards.why_not = "a sharded model"
     with setup_part("model_build"):  # the evaluation's folded copy of the model
         for module in [model] + ([ema.module] if ema is not None else []):
