@@ -66,6 +66,12 @@ class TrainConfig:
     # call), checked against the model at the first evaluation; a model fx cannot trace runs as it is.
     # auto = on CUDA (where it was measured to pay); true = also on the CPU; false = never.
     eval_fold: Any = "auto"
+    # Held-out batches (the target's screening subset and the whole split) are kept on the device once
+    # read, while it has twice their bytes free. This reads them in a background thread from the first
+    # step on, so that no evaluation waits on the loader: auto = on CUDA with data=default or data=mmap;
+    # true = also on the CPU (where the thread takes cores from training) and for any loader; false =
+    # kept after an evaluation's first whole pass only.
+    eval_read_ahead: Any = "auto"
     # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
     # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.
     overfit_batches: Optional[int] = None
@@ -109,6 +115,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         auto_or_bool("train.no_decay", self.no_decay)
         auto_or_bool("train.eval_fold", self.eval_fold)
+        auto_or_bool("train.eval_read_ahead", self.eval_read_ahead)
         auto_or_int("train.batch_size", self.batch_size, minimum=1)
         auto_or_int("train.eval_batch_size", self.eval_batch_size, minimum=1)
         one_of("train.batch_size_goal", self.batch_size_goal, ("memory", "throughput"))

@@ -1,13 +1,28 @@
-"""The target's screening subset read once: its batches kept where the loader put them (the device)
-after the first whole pass, and given again at every later screen, so that a screen costs the forward
-alone. Kept only while the device has room to spare: twice the batches' bytes free, beside what the
-training step has already reserved."""
+"""Held-out batches read once: the target's screening subset and the whole held-out split, kept where
+the loader put them (the device) after a first whole pass, and given again at every later evaluation,
+so that an evaluation costs the forward alone. Kept only while the device has room to spare: twice
+the batches' bytes free, beside what the training step has already reserved. ``read_ahead`` makes
+that first pass in a background thread while training runs (train.eval_read_ahead), so that no
+evaluation waits on the loader. Kept batches also say how many samples they hold, which lets a screen
+end as soon as the rest cannot change its outcome (train/target.py ``OutOfReach``).
+"""
 from __future__ import annotations
 
+import atexit
+import contextlib
+import threading
+import weakref
 from typing import Iterator, List, Optional
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
+
+
+def batch_length(target) -> int:
+    """Samples in a batch: the first dimension of the target (or of its first tensor)."""
+    while isinstance(target, (tuple, list, dict)):
+        target = next(iter(target.values())) if isinstance(target, dict) else target[0]
+    return int(target.shape[0]) if isinstance(target, torch.Tensor) and target.dim() else 1
 
 
 def batch_bytes(batch) -> int:
@@ -32,15 +47,29 @@ def _copy(x):
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
+_reading: "weakref.WeakSet[KeptBatches]" = weakref.WeakSet()
+
+
+@atexit.register
+def _cancel_reads() -> None:
+    # a daemon thread still copying to the GPU as the interpreter finalizes can crash it
+    for kept in list(_reading):
+        kept.cancel()
+
+
 class KeptBatches:
-    """A held-out loader (the screen's: the same samples every time) whose batches are kept after one
-    whole pass; any other attribute is the loader's."""
+    """A held-out loader (the same samples every pass) whose batches are kept after one whole pass;
+    any other attribute is the loader's."""
 
     def __init__(self, loader) -> None:
         self.loader = loader
         self.kept: Optional[List] = None
         self.kept_bytes = 0
+        self.samples: Optional[int] = None  # in the kept batches, once kept
         self.refused = False  # the device had no room: read through the loader every time
+        self._reader: Optional[threading.Thread] = None
+        self._failure: Optional[BaseException] = None
+        self._cancelled = threading.Event()
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -51,14 +80,61 @@ class KeptBatches:
         return getattr(self.__dict__["loader"], name)
 
     def __iter__(self) -> Iterator:
+        self._wait()
         if self.kept is not None:
             yield from self.kept
             return
+        yield from self._pass()
+
+    def read_ahead(self, device: torch.device) -> None:
+        """Make the first pass now, in a background thread, on a CUDA stream of its own (the training
+        step's stream never waits for its copies); an evaluation that comes before it ends waits for
+        it, and what it raised is raised there."""
+        if self.kept is not None or self.refused or self._reader is not None:
+            return
+        self._reader = threading.Thread(target=self._read, args=(device,), name="fastpipe-held-out-read-ahead",
+                                        daemon=True)
+        _reading.add(self)
+        self._reader.start()
+
+    def cancel(self) -> None:
+        """Stop a read ahead still under way (it keeps nothing): the process exits."""
+        self._cancelled.set()
+        reader = self._reader
+        if reader is not None:
+            reader.join()
+
+    def _read(self, device: torch.device) -> None:
+        try:
+            stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                for _ in self._pass(self._cancelled):
+                    if self.refused:
+                        break  # no room: nothing would be kept
+            if stream is not None:
+                stream.synchronize()  # kept only once its copies are done: any stream may then read them
+        except BaseException as exc:  # raised again in the evaluation that waits for it
+            self._failure = exc
+
+    def _wait(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.join()
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _pass(self, stop: Optional[threading.Event] = None) -> Iterator:
+        """One pass through the loader, keeping copies of its batches while there is room (``stop``:
+        set to end the pass early, keeping nothing)."""
         keeping: Optional[List] = None if self.refused else []
-        size = 0
+        size = samples = 0
         for batch in self.loader:
+            if stop is not None and stop.is_set():
+                return
             if keeping is not None:
                 size += batch_bytes(batch)
+                samples += batch_length(batch[1])  # (inputs, targets), as every held-out loader gives
                 device = next((t.device for t in tree_leaves(batch) if isinstance(t, torch.Tensor)), None)
                 if device is None or free_bytes(device) < 2 * size:
                     keeping, self.refused = None, True
@@ -66,7 +142,7 @@ class KeptBatches:
                     keeping.append(tree_map(_copy, batch))
             yield batch
         if keeping is not None:  # a whole pass (one left early keeps nothing yet)
-            self.kept, self.kept_bytes = keeping, size
+            self.kept, self.kept_bytes, self.samples = keeping, size, samples
 
     def describe(self) -> str:
         return self.loader.describe()

@@ -12,7 +12,8 @@ fastpipe sums ``metrics`` over the held-out split and all ranks and divides by t
 held-out samples; an optional ``summarize(means) -> dict`` derives more (perplexity from loss).
 An optional ``dataset_kinds`` (e.g. ``("tokens",)``) lets fastpipe refuse a dataset that declares
 another kind before anything is built; an optional ``bounds = (low, high)`` (None: unbounded) is the
-range the primary metric can take, so that a ``train.target`` outside it is refused; an optional
+range the primary metric can take, and each sample's share of its sum, so that a ``train.target``
+outside it is refused and a target's screen ends once the target is out of its reach; an optional
 ``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix). Optional ``check_batch(inputs, target)`` and
 ``check_output(output, target)`` say, for a first batch of each split (train/first_batch.py),
 what the task cannot train on (a sentence naming it and the fix; None: fine), before the first step.

@@ -12,7 +12,7 @@ from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
 from fastpipe.train.batch_search import BatchSearch
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch
-from fastpipe.train.held_out import eval_batch_size
+from fastpipe.train.held_out import eval_batch_size, reads_ahead
 from fastpipe.train.loop import describe_loop
 from fastpipe.train.lr_find import LrSearch
 
@@ -29,7 +29,9 @@ def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch
         ("dataset", g.dataset.describe()),
         ("loader", f"data={g.train_loader.describe()}  batch_size={train.batch_size}/process"
                    + (f" {search.describe()}" if search is not None else "")
-                   + (f"  eval_batch_size={eval_batch_size(train)}" if g.eval_loader is not None else "")),
+                   + (f"  eval_batch_size={eval_batch_size(train)}" if g.eval_loader is not None else "")
+                   + ("  held-out batches read ahead to the device" if reads_ahead(train.eval_read_ahead, g.held_out)
+                      else "")),
         ("task", describe_task(g.task)),
         ("model", f"{describe_model(settings.model, g.model)}  built on {g.parallel.built_on} in "
                   f"{g.parallel.build_s:.1f} s"),

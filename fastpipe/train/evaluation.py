@@ -4,30 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
 from fastpipe.config import TrainConfig
+from fastpipe.data.kept import batch_length
 from fastpipe.measure.clock import RunClock
 from fastpipe.runtime import autotuning_off
 from fastpipe.train.held_out import HeldOut
-from fastpipe.train.target import Target
-
-
-def batch_length(target) -> int:
-    """Samples in a batch: the first dimension of the target (or of its first tensor)."""
-    while isinstance(target, (tuple, list, dict)):
-        target = next(iter(target.values())) if isinstance(target, dict) else target[0]
-    return int(target.shape[0]) if isinstance(target, torch.Tensor) and target.dim() else 1
+from fastpipe.train.target import OutOfReach, Target
 
 
 @torch.no_grad()
-def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None) -> Optional[Dict[str, float]]:
+def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None,
+             until: Optional[Callable[[Dict[str, torch.Tensor], int], bool]] = None) -> Optional[Dict[str, float]]:
     """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
     split (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce,
-    divided by the number of held-out samples; then ``summarize``. Images are evaluated at the size the
-    loader gives (the dataset's), whatever size a resize schedule trained at last."""
+    divided by the number of held-out samples; then ``summarize``. ``until(sums so far, samples so
+    far)``, called after each batch, ends the pass early when True (a screen whose outcome is settled:
+    train/target.py ``OutOfReach``); the metrics are then those of the samples evaluated. Images are
+    evaluated at the size the loader gives (the dataset's), whatever size a resize schedule trained at last."""
     if held.loader is None:
         return None
     was_training = model.training
@@ -51,6 +48,8 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None)
             totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
         totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=device).detach().double() for n in names])
         count += size
+        if until is not None and until(dict(zip(names, totals)), count):
+            break
     model.train(was_training)
     if totals is None:
         totals = torch.zeros(1, dtype=torch.float64, device=device)  # this rank had no batch
@@ -161,10 +160,12 @@ class Evaluator:
         primary = self.g.task.primary
         self.scalars = {}
         if screened and self.target is not None and self.screen is not None:
-            screened = evaluate(self.screen, self.ema.module if self.ema is not None else self.g.model)
+            until = self._out_of_reach()
+            screened = evaluate(self.screen, self.ema.module if self.ema is not None else self.g.model, until=until)
             value = (screened or {}).get(primary)
             self.scalars[f"val_subset/{primary}"] = value
-            if not self.target.note(step, self.samples(step), value, subset=True):
+            if not self.target.note(step, self.samples(step), value, subset=True,
+                                    evaluated=until and until.stopped_at):
                 return None  # short of the target on the subset: nothing that counts
         limit = self.cfg.eval_batches
         self._evaluate(limit)
@@ -184,6 +185,16 @@ class Evaluator:
         self.scalars.update({f"val/{k}": v for k, v in (self.latest or {}).items()})
         self.scalars.update({f"val_raw/{k}": v for k, v in (self.raw or {}).items() if self.ema is not None})
         return self.latest
+
+    def _out_of_reach(self) -> Optional[OutOfReach]:
+        """What ends a screen early once the target is out of its reach: only where its batches are
+        kept (their number of samples known; a first pass is read whole, to keep it), in one process
+        (the sums of other ranks are unknown mid-pass), and for a task that bounds its metric."""
+        samples = getattr(self.screen.loader, "samples", None)  # data/kept.py: known once kept
+        bounds = getattr(self.g.task, "bounds", None)
+        if samples is None or bounds is None or self.screen.dist.world_size > 1 or self.screen.lockstep:
+            return None
+        return OutOfReach(self.target, bounds, samples)
 
     def _evaluate(self, limit: Optional[int]) -> None:
         """The raw weights' metrics, and the EMA's (the ones that count) when there is one."""

@@ -17,6 +17,7 @@ from fastpipe.data.device import head
 from fastpipe.stages.profiling import NoProfiler
 from fastpipe.train.evaluation import Evaluator, epoch_ends_screened
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch as epoch_steps, total_steps
+from fastpipe.train.held_out import read_ahead
 from fastpipe.train.host_checks import NonfiniteSteps, SyncedChecks
 from fastpipe.train.step import train_step
 
@@ -74,10 +75,7 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
     def samples(step: int) -> int:  # trained on by ``step``, all processes'
         return start.samples_seen + (step - start.step) * step_samples
 
-    evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock, samples=samples)
-    done = _nothing_to_train(ckpt, start, evaluator, cfg, total)
-    if done is not None:
-        raise done
+    evaluator = _evaluator(g, cfg, ckpt, start, meter, samples, total)
     nonfinite, feed = NonfiniteSteps(g.device, start.nonfinite_steps), BatchFeed(g, meter, res)
     bar = tqdm(total=total, initial=start.step, disable=not progress, unit="step", dynamic_ncols=True)
     synced = SyncedChecks(g, cfg, meter, recorder, ckpt, res, bar, nonfinite, total)
@@ -92,6 +90,8 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             loss, norm = step.loss, step.grad_norm
             nonfinite.add(step.skipped)
             res.steps += 1
+            if res.steps == start.step + 1:  # its memory now reserved: what is left may hold held-out batches
+                read_ahead(cfg.eval_read_ahead, g.target_held_out, g.held_out)
             bar.update(1)
             profiler.step()
             edge = meter.after_step(cfg.batch_size * cfg.grad_accum)  # this process's samples
@@ -120,6 +120,16 @@ def train(g: TrainingGraph, cfg: TrainConfig, meter, recorder, progress: bool, c
             break
     bar.close()
     return _finish(res, g, cfg, evaluator, ckpt, pos, nonfinite, meter, trained=res.steps - start.step)
+
+
+def _evaluator(g: TrainingGraph, cfg: TrainConfig, ckpt: Checkpointer, start: Position, meter, samples,
+               total: int) -> Evaluator:
+    """The run's Evaluator, resumed where ``start`` left off; raises NothingToTrain when there is nothing to train."""
+    evaluator = Evaluator(g, cfg, ckpt, g.ema, resumed=start.evaluation, clock=meter.run_clock, samples=samples)
+    done = _nothing_to_train(ckpt, start, evaluator, cfg, total)
+    if done is not None:
+        raise done
+    return evaluator
 
 
 def _nothing_to_train(ckpt: Checkpointer, start: Position, evaluator: Evaluator, cfg: TrainConfig,

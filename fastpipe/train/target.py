@@ -48,11 +48,14 @@ class Target:
             return False
         return value >= self.value if self.higher else value <= self.value
 
-    def note(self, step: int, samples: int, value: Optional[float], subset: bool = False) -> bool:
+    def note(self, step: int, samples: int, value: Optional[float], subset: bool = False,
+             evaluated: Optional[int] = None) -> bool:
         """An evaluation ended now with primary metric ``value``; True when it reached the target (a
-        whole-split evaluation: the run stops; a subset one: confirm on the whole split)."""
+        whole-split evaluation: the run stops; a subset one: confirm on the whole split). ``evaluated``:
+        the held-out samples a screen ended at, once the target was out of its reach (``OutOfReach``)."""
         seconds = self.clock.elapsed()
-        self.curve.append({"step": step, "seconds": seconds, "value": value, "subset": subset, "samples": samples})
+        self.curve.append({"step": step, "seconds": seconds, "value": value, "subset": subset, "samples": samples,
+                           **({"evaluated": evaluated} if evaluated else {})})
         if value is None or subset:
             return self.hit(value)
         if self.best is None or (value > self.best if self.higher else value < self.best):
@@ -82,3 +85,27 @@ class Target:
         reached = self.reached
         return (f"train.target={self.value:g} was reached at step {reached['step']} ({self.metric} "
                 f"{reached['value']:.4g})")
+
+
+class OutOfReach:
+    """Ends a screen as soon as its subset can no longer reach the target, whatever its remaining
+    samples give: with ``seen`` of its ``samples`` evaluated, their sum of the primary metric, and
+    every remaining sample at the best the task's ``bounds`` allow, the subset's mean still misses.
+    The screen's outcome is the one the whole subset would have given (a miss: no confirmation), so the
+    reached step is unchanged; the value on the curve is the evaluated samples' mean, on the missing
+    side of the target too. Called by evaluate() after each batch with the sums so far."""
+
+    def __init__(self, target: Target, bounds, samples: int) -> None:
+        self.target, self.samples = target, samples
+        self.best = bounds[1] if target.higher else bounds[0]  # a sample's best possible value; None: unbounded
+        self.stopped_at: Optional[int] = None  # samples evaluated when it ended the screen
+
+    def __call__(self, sums: dict, seen: int) -> bool:
+        total = sums.get(self.target.metric)
+        if total is None or self.best is None or seen >= self.samples:
+            return False
+        best_mean = (float(total) + (self.samples - seen) * float(self.best)) / self.samples
+        if self.target.hit(best_mean):
+            return False
+        self.stopped_at = seen
+        return True

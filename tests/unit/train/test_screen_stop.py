@@ -1,0 +1,87 @@
+"""A target's screen ends once the target is out of its reach (train/target.py OutOfReach): the
+outcome is the whole subset's, the value on the curve the evaluated samples', on the missing side."""
+from __future__ import annotations
+
+import contextlib
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import TINY, run_in_process
+
+from fastpipe.data.kept import KeptBatches
+from fastpipe.measure.clock import RunClock
+from fastpipe.stages.tasks import Classification
+from fastpipe.train.evaluation import evaluate
+from fastpipe.train.held_out import HeldOut
+from fastpipe.train.target import OutOfReach, Target
+
+
+class Correct(torch.nn.Module):
+    """Logits that make sample i right exactly when its input says so (its label is always 0)."""
+
+    def forward(self, right: torch.Tensor) -> torch.Tensor:
+        return torch.stack([right.float(), 1 - right.float()], dim=1)
+
+
+def held_out(rights, batch: int) -> HeldOut:
+    batches = [(rights[i:i + batch], torch.zeros(len(rights[i:i + batch]), dtype=torch.long))
+               for i in range(0, len(rights), batch)]
+    kept = KeptBatches(batches)
+    list(kept)  # the first whole pass: kept, its samples known
+    return HeldOut(kept, Classification(), SimpleNamespace(autocast=contextlib.nullcontext), torch.device("cpu"))
+
+
+def test_a_screen_ends_where_the_target_is_out_of_reach_and_its_outcome_is_the_whole_subsets():
+    """Over random subsets, batches and targets: the screen's hit or miss equals the whole subset's,
+    a screen ended early never reads as a hit, and it ends at the first batch that settles it."""
+    rng = random.Random(0)
+    ended = 0
+    for _ in range(300):
+        n, batch = rng.randint(1, 60), rng.randint(1, 9)
+        accuracy = rng.random()
+        rights = torch.tensor([rng.random() < accuracy for _ in range(n)])
+        target = Target(rng.choice([rng.random(), round(rng.random(), 1)]), "accuracy", True, RunClock(), 1)
+        held = held_out(rights, batch)
+        until = OutOfReach(target, Classification.bounds, held.loader.samples)
+        screened = evaluate(held, Correct(), until=until)["accuracy"]
+        whole = rights.float().mean().item()
+        assert target.hit(screened) == target.hit(whole), (n, batch, target.value, screened, whole)
+        if until.stopped_at is None:
+            assert screened == pytest.approx(whole)
+            continue
+        ended += 1
+        seen = until.stopped_at
+        assert seen < n and seen % batch == 0 and not target.hit(screened)
+        assert screened == pytest.approx(rights[:seen].float().mean().item())
+        # one batch fewer would not have settled it
+        before = rights[:seen - batch]
+        best = (before.sum().item() + (n - len(before))) / n
+        assert target.hit(best)
+    assert ended > 50  # the property was tested on screens that ended early, not only on whole ones
+
+
+def test_a_lower_is_better_metric_ends_on_its_lower_bound_and_an_unbounded_side_never_ends():
+    loss = Target(0.5, "loss", False, RunClock(), 1)
+    until = OutOfReach(loss, (0.0, None), samples=10)
+    assert not until({"loss": torch.tensor(4.9)}, 6)  # the 4 left at 0 would make it 0.49
+    assert until({"loss": torch.tensor(5.1)}, 6) and until.stopped_at == 6  # at best 0.51
+    unbounded = OutOfReach(Target(0.5, "loss", True, RunClock(), 1), (0.0, None), samples=10)
+    assert not unbounded({"loss": torch.tensor(0.0)}, 9)  # higher is better with no upper bound
+    accuracy = OutOfReach(Target(0.9, "accuracy", True, RunClock(), 1), (0.0, 1.0), samples=10)
+    assert not accuracy({"loss": torch.tensor(0.0)}, 5)  # the primary metric is not among the sums
+    assert not accuracy({"accuracy": torch.tensor(0.0)}, 10)  # nothing left to skip
+
+
+def test_a_first_screen_is_read_whole_to_be_kept_then_screens_end_early(tmp_path):
+    """A run's screens: the first one reads its subset whole (its batches are kept), a later one that
+    cannot reach the target ends early and says where; the run still stops at a confirmed hit or its
+    last step."""
+    m = run_in_process(tmp_path, TINY + ["train.max_steps=6", "train.eval_every=1", "train.target=0.99",
+                                         "train.target_eval_samples=32", "train.eval_batch_size=4"])
+    screens = [c for c in m["target"]["curve"] if c["subset"]]
+    assert m["status"] == "ok" and len(screens) >= 5, m.get("reason")
+    assert "evaluated" not in screens[0]
+    ended = [c for c in screens if "evaluated" in c]
+    assert ended and all(c["evaluated"] % 4 == 0 and 4 <= c["evaluated"] < 32 and c["value"] < 0.99 for c in ended)
