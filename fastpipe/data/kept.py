@@ -48,6 +48,7 @@ def _copy(x):
 
 
 _reading: "weakref.WeakSet[KeptBatches]" = weakref.WeakSet()
+CANCEL_WAIT_S = 10.0
 
 
 @atexit.register
@@ -98,14 +99,17 @@ class KeptBatches:
         self._reader.start()
 
     def cancel(self) -> None:
-        """Stop a read ahead still under way (it keeps nothing): the process exits."""
+        """Stop a read ahead still under way (it keeps nothing): the process exits. Waits at most
+        ``CANCEL_WAIT_S`` for its loader to give the batch it waits on."""
         self._cancelled.set()
         reader = self._reader
         if reader is not None:
-            reader.join()
+            reader.join(CANCEL_WAIT_S)
 
     def _read(self, device: torch.device) -> None:
         try:
+            if device.type == "cuda" and device.index is not None:
+                torch.cuda.set_device(device)  # a new thread starts on device 0; a rank's loader is on its own
             stream = torch.cuda.Stream(device) if device.type == "cuda" else None
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 for _ in self._pass(self._cancelled):
