@@ -66,11 +66,10 @@ class TrainConfig:
     # call), checked against the model at the first evaluation; a model fx cannot trace runs as it is.
     # auto = on CUDA (where it was measured to pay); true = also on the CPU; false = never.
     eval_fold: Any = "auto"
-    # Held-out batches (the target's screening subset and the whole split) are kept on the device once
-    # read, while it has twice their bytes free. This reads them in a background thread from the first
-    # step on, so that no evaluation waits on the loader: auto = on CUDA with data=default or data=mmap;
-    # true = also on the CPU (where the thread takes cores from training) and for any loader; false =
-    # kept after an evaluation's first whole pass only.
+    # Read the held-out batches that are kept on the device (docs/time-to-target.md#evaluating-fast) in
+    # a background thread from the first step on, so that no evaluation waits on the loader: auto = on
+    # CUDA with data=default or data=mmap (not a pack DALI decodes); true = any loader, also on the CPU
+    # (the thread takes cores from training there); false = kept after an evaluation's first pass only.
     eval_read_ahead: Any = "auto"
     # Train every epoch on the same first N batches of the training split (Lightning's overfit_batches),
     # and evaluate on them: a model that can learn drives the loss near zero (+debug=overfit); null = off.

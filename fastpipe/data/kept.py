@@ -12,7 +12,7 @@ import atexit
 import contextlib
 import threading
 import weakref
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
@@ -47,15 +47,17 @@ def _copy(x):
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
-_reading: "weakref.WeakSet[KeptBatches]" = weakref.WeakSet()
-CANCEL_WAIT_S = 10.0
+_reading: "weakref.WeakSet[KeptBatches]" = weakref.WeakSet()  # read ahead, not yet ended
+_reading_lock = threading.Lock()
+END_WAIT_S = 10.0  # how long stopping a read ahead waits for the batch its loader is reading
 
 
 @atexit.register
-def _cancel_reads() -> None:
-    # a daemon thread still copying to the GPU as the interpreter finalizes can crash it
-    for kept in list(_reading):
-        kept.cancel()
+def _stop_reads() -> None:
+    # a thread still copying to the GPU as the interpreter finalizes can crash it
+    with _reading_lock:
+        loaders = list(_reading)
+    stop_reading(*loaders)
 
 
 class KeptBatches:
@@ -68,9 +70,9 @@ class KeptBatches:
         self.kept_bytes = 0
         self.samples: Optional[int] = None  # in the kept batches, once kept
         self.refused = False  # the device had no room: read through the loader every time
-        self._reader: Optional[threading.Thread] = None
+        self._pending: Optional[threading.Event] = None  # set when its read ahead has ended
         self._failure: Optional[BaseException] = None
-        self._cancelled = threading.Event()
+        self._stop = threading.Event()
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -87,43 +89,16 @@ class KeptBatches:
             return
         yield from self._pass()
 
-    def read_ahead(self, device: torch.device) -> None:
-        """Make the first pass now, in a background thread, on a CUDA stream of its own (the training
-        step's stream never waits for its copies); an evaluation that comes before it ends waits for
-        it, and what it raised is raised there."""
-        if self.kept is not None or self.refused or self._reader is not None:
-            return
-        self._reader = threading.Thread(target=self._read, args=(device,), name="fastpipe-held-out-read-ahead",
-                                        daemon=True)
-        _reading.add(self)
-        self._reader.start()
-
-    def cancel(self) -> None:
-        """Stop a read ahead still under way (it keeps nothing): the process exits. Waits at most
-        ``CANCEL_WAIT_S`` for its loader to give the batch it waits on."""
-        self._cancelled.set()
-        reader = self._reader
-        if reader is not None:
-            reader.join(CANCEL_WAIT_S)
-
-    def _read(self, device: torch.device) -> None:
-        try:
-            if device.type == "cuda" and device.index is not None:
-                torch.cuda.set_device(device)  # a new thread starts on device 0; a rank's loader is on its own
-            stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                for _ in self._pass(self._cancelled):
-                    if self.refused:
-                        break  # no room: nothing would be kept
-            if stream is not None:
-                stream.synchronize()  # kept only once its copies are done: any stream may then read them
-        except BaseException as exc:  # raised again in the evaluation that waits for it
-            self._failure = exc
+    def settled(self) -> Optional[int]:
+        """The samples kept, once a read ahead under way has ended (None: nothing kept)."""
+        self._wait()
+        return self.samples
 
     def _wait(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.join()
+        """Wait for a read ahead under way; raise here what it raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
@@ -150,3 +125,52 @@ class KeptBatches:
 
     def describe(self) -> str:
         return self.loader.describe()
+
+
+def read_ahead(loaders: Sequence[KeptBatches], device: torch.device) -> None:
+    """Make each loader's first pass now, one after another in one background thread (the first
+    given is the first ready; one at a time, each judges its room after the ones before took theirs),
+    on a CUDA stream of its own, so that the training step's stream never waits for its copies. An
+    evaluation of a loader still being read waits for it, and what its read raised is raised there."""
+    todo = [(k, threading.Event()) for k in loaders if k.kept is None and not k.refused and k._pending is None]
+    if not todo:
+        return
+    for k, ended in todo:
+        k._pending = ended
+        with _reading_lock:
+            _reading.add(k)
+    threading.Thread(target=_read_all, args=(todo, device), name="fastpipe-held-out-read-ahead", daemon=True).start()
+
+
+def stop_reading(*loaders: Optional[KeptBatches]) -> None:
+    """End the read ahead of ``loaders`` still under way (they keep nothing): the run has ended. Waits
+    at most ``END_WAIT_S`` for the batch a loader is reading."""
+    for k in loaders:
+        if isinstance(k, KeptBatches):
+            k._stop.set()
+    for k in loaders:
+        pending = k._pending if isinstance(k, KeptBatches) else None
+        if pending is not None:
+            pending.wait(END_WAIT_S)
+
+
+def _read_all(todo: List[tuple], device: torch.device) -> None:
+    stream = None
+    for k, ended in todo:
+        try:
+            if stream is None and device.type == "cuda":
+                if device.index is not None:
+                    torch.cuda.set_device(device)  # a new thread starts on device 0; a rank's loader is on its own
+                stream = torch.cuda.Stream(device)
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                for _ in k._pass(k._stop):
+                    if k.refused:
+                        break  # no room: nothing would be kept
+            if stream is not None:
+                stream.synchronize()  # its copies done before it counts as kept: any stream may read them
+        except BaseException as exc:  # raised again in the evaluation that waits for it
+            k._failure = exc
+        finally:
+            with _reading_lock:
+                _reading.discard(k)
+            ended.set()

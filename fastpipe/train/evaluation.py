@@ -9,7 +9,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from fastpipe.config import TrainConfig
-from fastpipe.data.kept import batch_length
+from fastpipe.data.kept import KeptBatches, batch_length
 from fastpipe.measure.clock import RunClock
 from fastpipe.runtime import autotuning_off
 from fastpipe.train.held_out import HeldOut
@@ -189,12 +189,15 @@ class Evaluator:
     def _out_of_reach(self) -> Optional[OutOfReach]:
         """What ends a screen early once the target is out of its reach: only where its batches are
         kept (their number of samples known; a first pass is read whole, to keep it), in one process
-        (the sums of other ranks are unknown mid-pass), and for a task that bounds its metric."""
-        samples = getattr(self.screen.loader, "samples", None)  # data/kept.py: known once kept
-        bounds = getattr(self.g.task, "bounds", None)
-        if samples is None or bounds is None or self.screen.dist.world_size > 1 or self.screen.lockstep:
+        (the sums of other ranks are unknown mid-pass), for a task that bounds its metric and has no
+        ``summarize`` (which may derive the primary metric from the sums otherwise)."""
+        task, loader = self.g.task, self.screen.loader
+        bounds = getattr(task, "bounds", None)
+        if (bounds is None or callable(getattr(task, "summarize", None)) or self.screen.dist.world_size > 1
+                or self.screen.lockstep or not isinstance(loader, KeptBatches)):
             return None
-        return OutOfReach(self.target, bounds, samples)
+        samples = loader.settled()  # after a read ahead under way: the same screens whatever its timing
+        return None if samples is None else OutOfReach(self.target, bounds, samples)
 
     def _evaluate(self, limit: Optional[int]) -> None:
         """The raw weights' metrics, and the EMA's (the ones that count) when there is one."""

@@ -4,6 +4,7 @@ subset of ``train.target_eval_samples`` samples (data/subset.py), both kept on t
 parts evaluating a model takes (train/evaluation.py runs it)."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -12,7 +13,7 @@ import torch
 from fastpipe.config import Config, LoaderConfig, TrainConfig
 from fastpipe.data import build_loader
 from fastpipe.data.device import DeviceLoader
-from fastpipe.data.kept import KeptBatches
+from fastpipe.data.kept import KeptBatches, read_ahead as kept_read_ahead, stop_reading
 from fastpipe.data.splits import DataSplits
 from fastpipe.data.streams import is_stream
 from fastpipe.data.subset import eval_subset
@@ -53,12 +54,12 @@ def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loa
     """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
     screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
     exposes its labels (data/subset.py), the same samples at every evaluation, its batches kept after
-    the first screen where the device has room (data/kept.py); the whole split's batches too, unless
-    it is a stream."""
+    the first screen where the device has room (data/kept.py); the whole split's too where
+    ``keeps_whole_split``."""
     train = settings.train
     args = (loader_cfg, splits, runtime, eval_batch_size(train), settings.seed)
     loader = build_loader(*args, train=False, channels_last=channels_last)
-    if loader is not None and not is_stream(splits.val):  # a stream's passes need not be the same
+    if loader is not None and keeps_whole_split(train, loader_cfg, splits):
         loader = KeptBatches(loader)
     if train.target_eval_samples is None or loader is None:
         return loader, None
@@ -72,19 +73,38 @@ def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loa
     return loader, KeptBatches(build_loader(*args, train=False, channels_last=channels_last, subset=subset))
 
 
+def keeps_whole_split(train: TrainConfig, loader_cfg: LoaderConfig, splits: DataSplits) -> bool:
+    """Whether the whole split's batches are kept: not for a stream (its passes need not give the same
+    samples), nor with train.eval_batches (its evaluations read the first batches only), nor under
+    data.resize_schedule (the step's memory grows after the first step, when the room is judged)."""
+    return not (is_stream(splits.val) or train.eval_batches or getattr(loader_cfg, "resize_schedule", None))
+
+
 def reads_ahead(setting, held: Optional[HeldOut]) -> bool:
-    """``train.eval_read_ahead`` for ``held``: auto = on CUDA for a loader fastpipe prepares on the device
-    (data=default, data=mmap; a DALI pipeline is read in the thread that built it), true = any kept loader."""
+    """Whether ``held``'s batches are read ahead per ``train.eval_read_ahead`` (config/train.py says
+    what each value does)."""
     loader = held.loader if held is not None else None
     if not isinstance(loader, KeptBatches) or setting is False:
         return False
-    return setting is True or (held.device.type == "cuda" and isinstance(loader.loader, DeviceLoader))
+    device_loader = loader.loader
+    return setting is True or (held.device.type == "cuda" and isinstance(device_loader, DeviceLoader)
+                               and not getattr(device_loader.loader, "thread_bound", False))
 
 
 def read_ahead(setting, *held: Optional[HeldOut]) -> None:
-    """Start reading each of ``held`` (the screen's subset first) into memory in the background, where
-    ``reads_ahead``: called once the run's first step has run, so that the memory it reserved is known
-    (a batch is kept only while twice its bytes are free beside it)."""
-    for h in held:
-        if reads_ahead(setting, h):
-            h.loader.read_ahead(h.device)
+    """Read each of ``held`` that ``reads_ahead`` into memory in one background thread, in the order
+    given (the screen's subset first: the first evaluation needs it): called once the run's first step
+    has run, so that the memory the step reserved is known."""
+    chosen = [h for h in held if reads_ahead(setting, h)]
+    if chosen:
+        kept_read_ahead([h.loader for h in chosen], chosen[0].device)
+
+
+@contextlib.contextmanager
+def reads_end_with_the_run(*held: Optional[HeldOut]):
+    """On leaving (the run ended: its target, its last step, an error or a stop signal), end a read
+    ahead of ``held`` still under way."""
+    try:
+        yield
+    finally:
+        stop_reading(*(h.loader for h in held if h is not None))

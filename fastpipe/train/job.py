@@ -19,6 +19,7 @@ from fastpipe.train.description import describe
 from fastpipe.train.failures import fixable_failure, record_failure, write_record
 from fastpipe.train import lr_find
 from fastpipe.train.first_batch import check_first_batches
+from fastpipe.train.held_out import reads_end_with_the_run
 from fastpipe.train.loop import train
 from fastpipe.measure import setup
 from fastpipe.measure.clock import RunClock, cache_counts, compile_cache
@@ -99,7 +100,8 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
                       settings.measure.gpu_util_interval_s, world_size=dist.world_size, run_clock=ckpt.clock)
     profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main)
     setup.close()  # what is timed from here on is training's (a resume's checkpoint load: set-up's other)
-    with training(), profile as profiler:  # a stop signal now: checkpoint at the next step boundary
+    # a stop signal from here on: checkpoint at the next step boundary
+    with training(), profile as profiler, reads_end_with_the_run(g.target_held_out, g.held_out):
         result = train(g, settings.train, meter, recorder, show, ckpt=ckpt, profiler=profiler)
     measured = combine_ranks(dist.gather(meter.summary()))  # job-level: throughput summed over ranks
     if measured["throughput"] is None:

@@ -9,6 +9,7 @@ target judges the curve so far against it (a harder one not reached yet trains o
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional
 
 from fastpipe.errors import ConfigError
@@ -98,11 +99,17 @@ class OutOfReach:
     def __init__(self, target: Target, bounds, samples: int) -> None:
         self.target, self.samples = target, samples
         self.best = bounds[1] if target.higher else bounds[0]  # a sample's best possible value; None: unbounded
+        worst = bounds[0] if target.higher else bounds[1]
+        # no check (each reads the sum back from the device) before k samples at their worst could put the
+        # target out of reach: k > n (best - target) / (best - worst); one fewer, for rounding; an unbounded
+        # worst: from the first
+        self.from_seen = 0 if worst is None or self.best is None or worst == self.best else max(
+            0, math.floor(samples * (self.best - target.value) / (self.best - worst)) - 1)
         self.stopped_at: Optional[int] = None  # samples evaluated when it ended the screen
 
     def __call__(self, sums: dict, seen: int) -> bool:
         total = sums.get(self.target.metric)
-        if total is None or self.best is None or seen >= self.samples:
+        if total is None or self.best is None or seen >= self.samples or seen < self.from_seen:
             return False
         best_mean = (float(total) + (self.samples - seen) * float(self.best)) / self.samples
         if self.target.hit(best_mean):

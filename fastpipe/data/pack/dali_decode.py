@@ -78,6 +78,8 @@ class DaliDecoded:
     through ``pipe``, whose external source is ``feed``; yields (uint8 N x 3 x H x W, int64 labels) on
     the training device. ``len`` and ``batch_size`` are the host's."""
 
+    thread_bound = True  # its pipeline runs in the thread that built it: never read ahead in another
+
     def __init__(self, host, pipe, feed: FileFeed, device: torch.device, stored, path: Path) -> None:
         self.host, self.pipe, self.feed, self.device = host, pipe, feed, device
         self.stored, self.path, self.batch_size = tuple(stored), path, host.batch_size

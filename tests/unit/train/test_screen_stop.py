@@ -79,7 +79,8 @@ def test_a_first_screen_is_read_whole_to_be_kept_then_screens_end_early(tmp_path
     cannot reach the target ends early and says where; the run still stops at a confirmed hit or its
     last step."""
     m = run_in_process(tmp_path, TINY + ["train.max_steps=6", "train.eval_every=1", "train.target=0.99",
-                                         "train.target_eval_samples=32", "train.eval_batch_size=4"])
+                                         "train.target_eval_samples=32", "train.eval_batch_size=4",
+                                         "train.eval_read_ahead=false"])
     screens = [c for c in m["target"]["curve"] if c["subset"]]
     assert m["status"] == "ok" and len(screens) >= 5, m.get("reason")
     assert "evaluated" not in screens[0]
