@@ -74,6 +74,8 @@ def settings(a) -> dict:
 def environment(a, log) -> str:
     lines = []
     for cmd in (["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                [PY, "-c", "import sys; from importlib.metadata import version as v; print('python', sys.version.split()[0], "
+                           "'torch', v('torch'), 'torchvision', v('torchvision'), '(smoke: no torch import)')"] if a.smoke else
                 [PY, "-c", "import torch, torchvision, sys; print('python', sys.version.split()[0], 'torch', "
                            "torch.__version__, 'torchvision', torchvision.__version__, 'cuda', torch.version.cuda)"]):
         try:

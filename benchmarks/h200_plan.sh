@@ -144,9 +144,14 @@ case $phase in
           "$W/ckpt/checkpoint_stall.md checkpoint_stall.md"); RESULTS="overhead lm ckpt prep"
   tick > /dev/null 2>&1 & TICKER=$!  # no pipe held open by its sleep
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
-    $PY -c 'import sys, torch, torchvision, hydra; print("python", sys.version.split()[0], "torch", torch.__version__,
+    if [[ $SMOKE == 1 ]]; then  # the versions from the installed packages: a CPU check need not import torch
+      $PY -c 'import sys; from importlib.metadata import version as v; print("python", sys.version.split()[0], "torch",
+v("torch"), "torchvision", v("torchvision"), "hydra", v("hydra-core"), "(SMOKE: packages only)")'
+    else
+      $PY -c 'import sys, torch, torchvision, hydra; print("python", sys.version.split()[0], "torch", torch.__version__,
 "torchvision", torchvision.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(),
-"hydra", hydra.__version__, "gpus", torch.cuda.device_count())'; echo "cpu cores $(nproc)"; } > "$LOGS/gpu.txt" 2>&1
+"hydra", hydra.__version__, "gpus", torch.cuda.device_count())'
+    fi; echo "cpu cores $(nproc)"; } > "$LOGS/gpu.txt" 2>&1
   cat "$LOGS/gpu.txt"
   if (( NGPU < 2 )); then
     TABLES=("${TABLES[@]:0:3}"); RESULTS="overhead lm"

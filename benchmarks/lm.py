@@ -100,7 +100,8 @@ def hand_command(a) -> list:
     layers, heads, width = SHAPES[a.model]
     return [sys.executable, str(HERE / "lib" / "lm_handloop.py"), "--batch", a.batch, "--seq-len", a.seq_len,
             "--vocab", a.vocab, "--layers", layers, "--heads", heads, "--width", width, "--compile", a.compile,
-            "--warmup", a.warmup, "--steps", a.steps, "--window", a.window, "--device", a.device]
+            "--warmup", a.warmup, "--steps", a.steps, "--window", a.window, "--device", a.device,
+            *(["--smoke"] if a.smoke else [])]  # the same tiny GPT: the suite reads its JSON line in lm.log
 
 
 FP8 = "fastpipe fp8"

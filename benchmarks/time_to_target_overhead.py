@@ -66,6 +66,9 @@ SMOKE_RECIPE = ["model=tiny_cnn", "optimizer=sgd", "optimizer.lr=0.1", "train.lr
                 "runtime.progress=false", "device=cpu"]
 SMOKE_TARGET = ["report.objective=time_to_target", "train.target=0.3", "train.eval_every=4",
                 "train.target_eval_samples=32", "train.max_steps=40"]
+# the smoke's prep and its one job train in the Hydra process (no training process started, none ahead):
+# only the start-up rows are about a fresh process
+SMOKE_IN_PROCESS = ["device=cpu", "launcher.fresh_process=false"]
 PARTS = ("setup", "compile", "train", "eval", "checkpoint", "wall_s")
 SAMPLER = Path(__file__).resolve().parent / "lib" / "sampler"
 
@@ -136,7 +139,7 @@ def prepare(ph: Phase, deadline: Deadline) -> str:
     done = a.work / "prep.done"
     if not done.is_file():
         row = ph.fastpipe("prep", data_args(a) + ["model=tiny_cnn", "data=mmap", "train.max_steps=1",
-                                                  "runtime.progress=false"] + (["device=cpu"] if a.smoke else []),
+                                                  "runtime.progress=false"] + (SMOKE_IN_PROCESS if a.smoke else []),
                           run, deadline, 600)
         ph.add(dict(row, name="prep (the JPEG folder and its pack)"))
         if row.get("status") == "ok":
@@ -201,8 +204,8 @@ def batch_search(ph: Phase, deadline: Deadline) -> None:
 def jobs(ph: Phase, deadline: Deadline) -> None:
     a = ph.a
     # CPU compiles take minutes: the smoke runs one job of the sweep, compile=off
-    recipe = SMOKE_RECIPE + SMOKE_TARGET + ["compile=off", "train.batch_size=16"] if a.smoke else \
-        RECIPE + TARGET + GRID
+    recipe = SMOKE_RECIPE + SMOKE_TARGET + ["compile=off", "train.batch_size=16"] + SMOKE_IN_PROCESS[1:] if a.smoke \
+        else RECIPE + TARGET + GRID
     if a.no_grid:
         return eval_pairs(ph, deadline)
     cache = a.work / f"inductor-{int(time.time())}"  # empty: every compiled job pays its compilation

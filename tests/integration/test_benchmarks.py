@@ -200,8 +200,7 @@ def smokes(tmp_path_factory):
     def script(name, *args):
         return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
 
-    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "lm-handloop", "ttt",
-                                          "data-formats")}
+    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "ttt", "data-formats")}
     for folder in out.values():
         folder.mkdir()
     work = out["data-formats"] / "work"
@@ -215,7 +214,6 @@ def smokes(tmp_path_factory):
                       "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1"),
         "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
                                  "dali:data.no_such_key=1"),
-        "lm-handloop": script("lib/lm_handloop.py", "--device", "cpu", "--smoke"),
         # without the batch search and the evaluation pairs, for the suite's time (their tables: below)
         "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
                       "--work", out["ttt"] / "work", "--no-search", "--eval-pairs", "0"),
@@ -234,9 +232,15 @@ def smokes(tmp_path_factory):
 
 
 def test_lm_handloop_smoke(smokes):
-    _, proc = smokes["lm-handloop"]
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    """lib/lm_handloop.py --smoke's JSON line: lm.py --smoke (phase 1 below) runs it as its hand loop, its
+    output teed into lm.log."""
+    folder, proc = smokes["phase1"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (folder / "work" / "lm" / "lm.log").read_text()
+    assert "lm_handloop.py " in log and " --device cpu --smoke" in log, log[-3000:]
+    lines = [line for line in log.splitlines() if line.startswith('{"runner": "hand"')]
+    assert len(lines) == 1, log[-3000:]
+    result = json.loads(lines[0])
     assert result["tokens_per_s"] > 0 and result["step_ms_median"] > 0 and result["mfu"] is None  # no peak for a CPU
     from fastpipe.models import GPT
 
