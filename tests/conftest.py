@@ -308,8 +308,13 @@ needs_dali = pytest.mark.skipif(not HAVE_DALI, reason='NVIDIA DALI is not instal
 
 
 def load_benchmark_runner():
-    """benchmarks/lib/runner.py as a module (benchmarks/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "benchmarks" / "lib" / "runner.py")
+    """benchmarks/lib/runner.py as a module."""
+    return load_benchmark_lib("runner")
+
+
+def load_benchmark_lib(name: str):
+    """benchmarks/lib/NAME.py as a module (benchmarks/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / "lib" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses with postponed annotations look their module up there
     spec.loader.exec_module(module)

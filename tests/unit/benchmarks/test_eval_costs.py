@@ -1,20 +1,16 @@
 """benchmarks/lib/eval_costs.py: each evaluation's cost from a time-to-target run's curve."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import tarfile
 
 import pytest
-from conftest import REPO
+from conftest import load_benchmark_lib
 
 
 def _eval_costs():
-    spec = importlib.util.spec_from_file_location("bench_eval_costs", REPO / "benchmarks" / "lib" / "eval_costs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_lib("eval_costs")
 
 
 def metrics():

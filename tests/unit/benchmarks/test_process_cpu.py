@@ -1,18 +1,14 @@
 """benchmarks/lib/process_cpu.py: the suite's Python processes, by kind and by test, from the hook's log."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import load_benchmark_lib
 
 
 def _process_cpu():
-    spec = importlib.util.spec_from_file_location("bench_process_cpu", REPO / "benchmarks" / "lib" / "process_cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_lib("process_cpu")
 
 
 def test_the_hook_logs_a_process_and_the_summary_adds_it_up(tmp_path, capsys):

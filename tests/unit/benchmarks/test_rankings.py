@@ -3,18 +3,14 @@ as time_to_target.sh prints them (both machines)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 
-from conftest import REPO
+from conftest import load_benchmark_lib
 
 FIELDS = ["job", "overrides", "throughput", "best", "target_reached", "time_to_target_s", "target_seconds"]
 
 
 def _rankings():
-    spec = importlib.util.spec_from_file_location("bench_rankings", REPO / "benchmarks" / "lib" / "rankings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_lib("rankings")
 
 
 def _report(folder, rows):
