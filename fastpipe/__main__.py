@@ -42,7 +42,7 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name=CONFIG_NAME)
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
-    from fastpipe.launch.launcher import launch
+    from fastpipe.launch.launcher import checks_in_trainer, launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
@@ -63,7 +63,9 @@ def run(cfg: DictConfig):
     earlier = (results.read(run_dir) or {}).get("run_id")  # an earlier run's record in this folder
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
-            settings = to_settings(cfg, choices)
+            settings = to_settings(cfg, choices, check=False)
+            if hc.mode == RunMode.MULTIRUN or not checks_in_trainer(settings):
+                settings.check()  # else the training process checks first thing (never torch here)
             settings.overrides, settings.started_at = overrides, started_at
             if hc.mode != RunMode.MULTIRUN:
                 preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs

@@ -82,6 +82,7 @@ class Config:
         self.launch_notes: List[str] = []  # what launching the job has to say (launch/launcher.py)
         self.context = RunContext()  # the job's place, params and code, for its record and trackers (config/context.py)
         self.started_at: float = 0.0  # when this job started (Unix time): the end-to-end clock's start
+        self.checked: bool = False  # ``check`` has run: a single run's trainer runs it when its Hydra process did not
         if self.report.objective == "time_to_target" and self.train.target is None:
             raise ConfigError("report.objective=time_to_target ranks the jobs by when they reach train.target, which "
                               "is not set: add train.target=VALUE and train.eval_every=N")
@@ -94,7 +95,8 @@ class Config:
 
     def check(self) -> None:
         """The checks that import the project's callables: each ``_target_`` and its keys, and the
-        combinations that cannot work, refused before any training process starts."""
+        combinations that cannot work, refused before the job builds anything: in the Hydra process, or
+        first thing in a single run's fresh training process (launch/launcher.py ``checks_in_trainer``)."""
         for group in OBJECT_GROUPS:
             getattr(self, group).check()
         for hook in list(self.logger.values()) + list(self.callbacks.values()):
@@ -112,6 +114,7 @@ class Config:
         self.optimizer.refuse_auto_with(self.launcher.name, registry.choice("launcher", self.launcher.name).shards)
         if self.precision.name == "fp8":
             self._check_fp8()
+        self.checked = True
 
     def check_own_values(self, groups=tuple(OBJECT_GROUPS), target: bool = True) -> None:
         """What every job of a sweep is checked for before the first one starts (sweeps/check.py): the

@@ -44,8 +44,11 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     setup.imports_done()  # a process started ahead said so before its job came: that earlier time counts
     die_with_parent(parent)
     take_ctrl_c_once()
+    settings = read_settings(settings_path)
     try:
-        run_training(read_settings(settings_path), Path(run_dir))
+        if not settings.checked:  # left to this process, which imports torch anyway (checks_in_trainer)
+            _check_or_refuse(settings, Path(run_dir))
+        run_training(settings, Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
         if full_errors():
             traceback.print_exc()
@@ -55,6 +58,30 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     except BaseException:
         traceback.print_exc()
         sys.exit(1)
+
+
+def checks_in_trainer(settings: Config) -> bool:
+    """Whether a single run's fresh training process, not its Hydra process, runs ``Config.check``
+    (importing the project's callables): that process imports torch anyway, and the Hydra process then
+    never does (about 2 CPU-seconds a run, spent beside the trainer's own imports). A sweep checks in
+    its own process (it has imported them for every job's check: sweeps/check.py); ddp and fsdp check
+    before their ranks start, once rather than in each rank."""
+    return (settings.launcher.fresh_process and not choice("launcher", settings.launcher.name).process_group
+            and not started_by_torchrun())
+
+
+def _check_or_refuse(settings: Config, run_dir: Path) -> None:
+    """``Config.check`` in the training process: settings it refuses end the job as the Hydra process
+    would have ended it, with their one line as the record's reason (the parent prints it) and before
+    any logger or tracker starts."""
+    from fastpipe.machine import environment
+
+    try:
+        settings.check()
+    except FastpipeError as exc:
+        results.write_if_possible(run_dir, failed(str(exc), settings.choices, settings.overrides, environment(None, 1),
+                                                  run_id=settings.run_id, **(getattr(exc, "metrics", None) or {})))
+        raise
 
 
 def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:

@@ -1,18 +1,18 @@
 """A training process started before its job is known, so that its imports are off the critical path.
 
 A fresh training process spends seconds importing torch, torchvision and the stages before it reads
-its settings, and the Hydra process has spent as long importing them for its own config checks. So
-``prestart`` spawns the process as a job begins (its imports then run while the Hydra process
-composes and checks the config and records the run's provenance) and, in a sweep, again as each job
+its settings. So ``prestart`` spawns the process as a job begins (its imports then run while the
+Hydra process composes and checks the config and records the run's provenance) and, in a sweep, again as each job
 hands its process over (the next job's imports run while this one trains). ``take`` gives the
 launcher the waiting process, which then runs the job exactly as a process spawned for it would:
 same entry point, stop signals blocked from its start (processes.py), killed with the Hydra process.
 
 It is not used when the Hydra process's environment has changed since it started in a variable
 torch or the loaders read as they import (``CUDA_*``, ``TORCH*``, ``OMP_*``...), unless the waiting
-process's own imports left that variable with the same value: the Hydra process imports torch too
-(to check a project's callables), and torch's imports set variables of their own
-(``TORCHINDUCTOR_CACHE_DIR``, for one), which would otherwise refuse every process started ahead.
+process's own imports left that variable with the same value: a sweep's process imports torch too
+(to check its jobs' callables), and torch's imports set variables of their own
+(``TORCHINDUCTOR_CACHE_DIR``, for one), which would otherwise refuse every process started ahead. (A
+single run's Hydra process leaves those checks to the training process: launcher.py ``checks_in_trainer``.)
 A refused process is replaced by a freshly spawned one, and the run's warnings say why. Other
 changes (a tracker's settings) reach it with the job, as do ``sys.path`` entries added since (the
 working folder, for a project's modules).
