@@ -179,12 +179,10 @@ class FoldedForward:
             return self.model(inputs) if self.refused is not None else self.untuned(inputs)
         self.checked = True
         expected = self.model(inputs)
-        # the precision's own difference: the model in fp32, once (untuned: a dtype met once)
-        with torch.autocast(self.device_type, enabled=False), autotuning_off():
-            allowed = max(FLOOR, 2 * difference(expected, self.model(inputs)))
         try:
             got = self.untuned(inputs)
             gap = difference(got, expected)
+            allowed = FLOOR if gap <= FLOOR else self._allowed(inputs, expected)  # FLOOR passes whatever it says
             if gap > allowed:
                 self.refused = (f"its outputs differed from the model's by {gap:.2g} (relative L2; allowed "
                                 f"{allowed:.2g}: twice the precision's own)")
@@ -195,6 +193,14 @@ class FoldedForward:
                           f"{self.refused}", FastpipeWarning)
             return expected
         return got
+
+
+    def _allowed(self, inputs, expected) -> float:
+        """Twice the precision's own difference: the model in fp32 against ``expected`` (untuned: a
+        dtype met once). Asked only for a gap above FLOOR: that forward's new cuDNN plans cost an H200
+        0.14-0.22 s (ResNet-50, batch 256; benchmarks/results/eval-parts)."""
+        with torch.autocast(self.device_type, enabled=False), autotuning_off():
+            return max(FLOOR, 2 * difference(expected, self.model(inputs)))
 
 
 class EvalForwards:

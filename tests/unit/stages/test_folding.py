@@ -2,6 +2,8 @@
 falls back when it cannot trace or fails its check; and the screen's kept batches (data/kept.py)."""
 from __future__ import annotations
 
+import warnings
+
 from types import SimpleNamespace
 
 import pytest
@@ -110,10 +112,26 @@ def test_a_copy_that_fails_its_check_gives_way_to_the_model(monkeypatch):
     real = FoldedConv.refresh
     monkeypatch.setattr(FoldedConv, "refresh", lambda self: (real(self), self.bias.add_(1.0)))  # a wrong fold
     x = torch.randn(2, 3, 32, 32)
+    calls = []
+    model.register_forward_hook(lambda *_: calls.append(torch.is_autocast_enabled("cpu")))
     with torch.no_grad(), pytest.warns(FastpipeWarning, match="failed its check.*differed"):
         first = forwards(model)(x)
+    assert len(calls) == 2  # its outputs, then the model without autocast for the precision's own difference
     assert torch.equal(first, model(x)) and forwards(model) is model
     assert "failed its check" in forwards.describe()
+
+
+def test_a_copy_within_the_floor_passes_without_the_precisions_own_difference():
+    """A gap at most FLOOR passes whatever the precision's own difference is, so the model's forward
+    without autocast (new cuDNN plans on a GPU) is not run for it."""
+    model = settled(torchvision.models.resnet18(num_classes=5))
+    forwards = EvalForwards(True, CPU, None)
+    calls = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FastpipeWarning)
+        forwards(model)(torch.randn(2, 3, 32, 32))
+    assert len(calls) == 1 and forwards(model) is not model and "failed" not in forwards.describe()
 
 
 def test_an_untraceable_model_is_evaluated_as_it_is():
