@@ -42,7 +42,7 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name=CONFIG_NAME)
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
-    from fastpipe.launch.launcher import checks_in_trainer, launch
+    from fastpipe.launch.launcher import check_before_launch, launch
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
@@ -54,8 +54,7 @@ def run(cfg: DictConfig):
     if hc.mode != RunMode.MULTIRUN:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
     warm.prestart_for(cfg.launcher, sweep=hc.mode == RunMode.MULTIRUN)  # its imports overlap ours from now on
-    # The end-to-end clock's start: this process's for one run; in a sweep the job's own (the sweep's
-    # imports are paid once, so every job is measured alike).
+    # the end-to-end clock's start: this process's for one run; a sweep's job's own (its imports paid once)
     started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
@@ -64,8 +63,7 @@ def run(cfg: DictConfig):
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
             settings = to_settings(cfg, choices, check=False)
-            if hc.mode == RunMode.MULTIRUN or not checks_in_trainer(settings):
-                settings.check()  # else the training process checks first thing (never torch here)
+            check_before_launch(settings, sweep=hc.mode == RunMode.MULTIRUN)  # or the training process does
             settings.overrides, settings.started_at = overrides, started_at
             if hc.mode != RunMode.MULTIRUN:
                 preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs

@@ -70,6 +70,12 @@ def checks_in_trainer(settings: Config) -> bool:
             and not started_by_torchrun())
 
 
+def check_before_launch(settings: Config, sweep: bool) -> None:
+    """``Config.check`` in the Hydra process, unless a single run's training process will run it."""
+    if sweep or not checks_in_trainer(settings):
+        settings.check()
+
+
 def _check_or_refuse(settings: Config, run_dir: Path) -> None:
     """``Config.check`` in the training process: settings it refuses end the job as the Hydra process
     would have ended it, with their one line as the record's reason (the parent prints it) and before

@@ -1,9 +1,8 @@
 """The evaluation forward (``train.eval_fold``): a torch.fx copy of the model whose Conv2d -> BatchNorm2d
-chains run as one convolution with the normalisation folded into its weights, and on CUDA with the
-ReLU after it (and a residual add before that ReLU) fused into the same cuDNN call
-(``torch.cudnn_convolution_relu`` / ``torch.cudnn_convolution_add_relu``). The copy shares the model's
-modules: the folded weights are computed again at each evaluation, and its first forward is checked
-against the model's own, falling back to the model with a warning when they differ."""
+chains run as one convolution with the normalisation folded in, and on CUDA with the ReLU after it (and a
+residual add before it) in the same cuDNN call (``torch.cudnn_convolution_relu`` / ``_add_relu``). The copy
+shares the model's modules: each evaluation folds the current weights; its first forward is checked
+against the model's, which is evaluated instead, with a warning, when they differ."""
 from __future__ import annotations
 
 import operator
@@ -18,9 +17,8 @@ from fastpipe.errors import FastpipeWarning
 from fastpipe.runtime import autotuning_off
 
 ADDS = (operator.add, operator.iadd, torch.add)
-# The folded copy's outputs may differ from the model's (relative L2, at the first evaluation) by twice
-# what the run's precision itself changes them (the model under its autocast against the model in fp32:
-# bf16 rounds the folded weights and each fused output once, as it rounds the model's), or by this.
+# The folded copy's outputs may differ from the model's (relative L2, first evaluation) by this, or by twice
+# what the run's precision changes them (bf16 rounds the folded weights and fused outputs as it rounds the model's).
 FLOOR = 5e-3
 
 
@@ -31,8 +29,7 @@ class FoldedConv(nn.Module):
     def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d, relu: bool, add: bool,
                  dtype: Optional[torch.dtype]) -> None:
         super().__init__()
-        # held outside the module tree: the model owns them, and the copy must not list them twice
-        self.parts = (conv, bn)
+        self.parts = (conv, bn)  # outside the module tree: the model owns them; the copy must not list them twice
         self.relu, self.add, self.dtype = relu, add, dtype
         self.weight: Optional[torch.Tensor] = None
         self.bias: Optional[torch.Tensor] = None
@@ -142,12 +139,10 @@ def difference(folded_out, model_out) -> float:
         return float("inf")
     worst = 0.0
     for x, y in zip(a, b):
-        if x.shape != y.shape or x.dtype != y.dtype:
+        if x.shape != y.shape or x.dtype != y.dtype or not (y.is_floating_point() or torch.equal(x, y)):
             return float("inf")
-        if not y.is_floating_point():
-            worst = worst if torch.equal(x, y) else float("inf")
-            continue
-        worst = max(worst, ((x - y).norm() / y.norm().clamp_min(1e-12)).item())
+        if y.is_floating_point():
+            worst = max(worst, ((x - y).norm() / y.norm().clamp_min(1e-12)).item())
     return worst
 
 
@@ -196,9 +191,8 @@ class FoldedForward:
 
 
     def _allowed(self, inputs, expected) -> float:
-        """Twice the precision's own difference: the model in fp32 against ``expected`` (untuned: a
-        dtype met once). Asked only for a gap above FLOOR: that forward's new cuDNN plans cost an H200
-        0.14-0.22 s (ResNet-50, batch 256; benchmarks/results/eval-parts)."""
+        """Twice the precision's own difference: the model in fp32 (untuned: a dtype met once) against
+        ``expected``; only for a gap above FLOOR (its new cuDNN plans: 0.14-0.22 s, benchmarks/eval_parts.py)."""
         with torch.autocast(self.device_type, enabled=False), autotuning_off():
             return max(FLOOR, 2 * difference(expected, self.model(inputs)))
 
