@@ -57,7 +57,7 @@ def settings(a) -> dict:
     if a.smoke:
         data = ["dataset.source_size=[96,72]", f"dataset.num_images={a.images or 320}",
                 "dataset.image_size=32", "dataset.augment=true"]
-        train = ["device=cpu", "model=tiny_cnn", "compile=off", "train.batch_size=16", "train.epochs=2",
+        train = ["device=cpu", "model=tiny_cnn", "compile=off", "train.batch_size=16", "train.epochs=1",
                  "measure.warmup_steps=2", "measure.window=3", "launcher.fresh_process=false", "runtime.progress=false"]
         return {"data": data, "train": train, "read": ["device=cpu", "train.batch_size=16"], "decoders": ["cpu"],
                 "profile": PROFILE}
