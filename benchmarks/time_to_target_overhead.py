@@ -90,8 +90,8 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true", help="this CPU, tiny_cnn on 400 32-px images: checks the script")
     add_common_args(p, timeout_s=540)
     a = p.parse_args(argv)
-    if a.smoke:  # one start-up of each kind, its data=mmap run also the sampled one (start_up)
-        a.workers, a.repeats, a.sampled = 1, 1, 0
+    if a.smoke:
+        a.workers, a.repeats = 1, 1
     return a
 
 
@@ -162,14 +162,13 @@ def start_up(ph: Phase, deadline: Deadline, root: str) -> None:
     base += ["train.batch_size=16"] if a.smoke else ["train.batch_size=256"]
     for r in range(a.repeats + a.sampled):
         sampled = r >= a.repeats
-        # the smoke checks the commands, not what they measure: the hand loop and data=mmap, its one
-        # data=mmap run sampled as well (the sampled path, not what the timeline says: no run of its own)
-        kinds = ("hand", "mmap", "default") if not a.smoke else ("hand", "mmap")
+        tag = f"-sampled-{r - a.repeats}" if sampled else f"-{r}"
+        # the smoke checks the commands, not what they measure: the hand loop and data=mmap, then one
+        # sampled data=mmap run (the sampled path, not what the timelines say)
+        kinds = ("hand", "mmap", "default") if not a.smoke else ("mmap",) if sampled else ("hand", "mmap")
         for kind in kinds:
-            sample = sampled or (a.smoke and kind == "mmap")  # under the sampler, its timeline written
-            tag = f"-sampled-{r - a.repeats if sampled else r}" if sample else f"-{r}"
             samples = ph.out / f"samples-{kind}{tag}"
-            env = sampler_env(samples) if sample else None
+            env = sampler_env(samples) if sampled else None
             if kind == "hand":
                 why = deadline.skip_reason("hand")
                 row = skipped(why) if why else run_json(hand_command(a, root), deadline.timeout(300), ph.log, env=env)
@@ -180,10 +179,9 @@ def start_up(ph: Phase, deadline: Deadline, root: str) -> None:
                 row = ph.fastpipe(f"start-{kind}", base + extra, a.work / f"start-{kind}{tag}", deadline, 300, env=env)
                 row = dict(row, name=f"fastpipe data={kind}{' (sampled)' if sampled else ''} #{r + 1}",
                            kind=f"start-{kind}")
-            if sample:
+            if sampled:
                 (ph.out / f"timeline-{kind}{tag}.txt").write_text(timeline(samples))
                 shutil.rmtree(samples, ignore_errors=True)
-            if sampled:
                 row["kind"] = "sampled"
             ph.add(row)
 
