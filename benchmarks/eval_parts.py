@@ -28,20 +28,12 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-import torchvision
-
-from fastpipe.runtime import autotuning_off
-from fastpipe.stages.folding import FLOOR, EvalForwards, difference
-from fastpipe.stages.precision import Precision
-from fastpipe.stages.tasks import Classification
-from fastpipe.train.evaluation import evaluate
-from fastpipe.train.held_out import HeldOut
-
-FMT = torch.channels_last
+# torch and fastpipe are imported in the functions that use them: --help (the suite's usage check) needs neither
 
 
 def timed(fn):
+    import torch
+
     torch.cuda.synchronize()
     start = time.perf_counter()
     out = fn()
@@ -51,10 +43,12 @@ def timed(fn):
 
 def batches(samples: int, batch: int, classes: int, device) -> list:
     """Held-out batches as a kept loader holds them: fp32 channels_last images and int labels."""
+    import torch
+
     out, left = [], samples
     while left:
         n = min(batch, left)
-        out.append((torch.randn(n, 3, 224, 224, device=device).contiguous(memory_format=FMT),
+        out.append((torch.randn(n, 3, 224, 224, device=device).contiguous(memory_format=torch.channels_last),
                     torch.randint(0, classes, (n,), device=device)))
         left -= n
     return out
@@ -62,9 +56,11 @@ def batches(samples: int, batch: int, classes: int, device) -> list:
 
 def train_steps(model, batch: int, classes: int, steps: int, compiled: bool, device) -> None:
     """A run's first steps: the shapes cuDNN autotunes for training."""
+    import torch
+
     step_model = torch.compile(model) if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, 224, 224, device=device).contiguous(memory_format=FMT)
+    x = torch.randn(batch, 3, 224, 224, device=device).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, classes, (batch,), device=device)
     for _ in range(steps):
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -94,11 +90,21 @@ def main() -> None:
     parser.add_argument("--thread-probe", action="store_true",
                         help="first call at half the batch in another thread, then in the main thread")
     args = parser.parse_args()
+    import torch
+    import torchvision
+
+    from fastpipe.runtime import autotuning_off
+    from fastpipe.stages.folding import FLOOR, EvalForwards, difference
+    from fastpipe.stages.precision import Precision
+    from fastpipe.stages.tasks import Classification
+    from fastpipe.train.evaluation import evaluate
+    from fastpipe.train.held_out import HeldOut
+
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
-    model = torchvision.models.resnet50(num_classes=args.classes).to(device).to(memory_format=FMT)
+    model = torchvision.models.resnet50(num_classes=args.classes).to(device).to(memory_format=torch.channels_last)
     start = time.perf_counter()
     train_steps(model, args.batch, args.classes, 8, args.compiled, device)
     rows = [{"part": "training steps (8, with the first's autotuning or compilation)",
