@@ -1,6 +1,7 @@
 """Fixtures of the unit tier that several packages' tests share."""
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 
@@ -30,3 +31,15 @@ def app(monkeypatch, capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture(autouse=True, scope="module")
+def outlived_objects_frozen():
+    """After each test module (its own fixtures' teardown first), its garbage collected and every object
+    that outlived it frozen (gc.freeze): a worker process of the tier holds torch, dynamo and what the
+    modules before left, and each full collection, automatic or a gc.collect() in fastpipe (the range
+    test's, the batch search's), walked all of it, 0.5-1 s late in the tier; now it walks what the
+    current module made. A cycle that dies after its module is never freed: memory only, no test reads it."""
+    yield
+    gc.collect()
+    gc.freeze()
