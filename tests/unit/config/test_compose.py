@@ -28,6 +28,10 @@ def all_choices():
             yield pytest.param(group, path.stem, marks=marks, id=f"{group}-{path.stem}")
 
 
+COMPILE_MODES = {"off": None, "default": "default", "reduce-overhead": "reduce-overhead",
+                 "max-autotune": "max-autotune"}  # compile=CHOICE -> torch.compile's mode
+
+
 @pytest.mark.parametrize("group,choice", list(all_choices()))
 def test_every_choice_composes_and_builds(group, choice, tmp_path):
     from fastpipe.train import graph
@@ -55,6 +59,8 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
     if group == "model" and choice.startswith("resnet"):
         overrides += ["dataset.image_size=32"]
     settings = make_settings(overrides)
+    if group == "compile" and choice in COMPILE_MODES:  # test_compile_choices_map_to_torch_compile_modes
+        assert settings.compile.mode == COMPILE_MODES[choice]
     if choice == "fsdp":  # FSDP2 shards over a process group, which the launcher always starts: one rank here
         store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
         torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
@@ -82,9 +88,9 @@ def _check_graph(g, settings, lm: bool) -> None:
 
 
 def test_compile_choices_map_to_torch_compile_modes():
-    for choice, mode in [("off", None), ("default", "default"), ("reduce-overhead", "reduce-overhead"),
-                         ("max-autotune", "max-autotune")]:
-        assert make_settings([f"compile={choice}"]).compile.mode == mode
+    """Each choice's mode is checked on the settings test_every_choice_composes_and_builds composes for it
+    (one composition per choice); here, that every one of them is a choice it composes."""
+    assert set(COMPILE_MODES) <= {path.stem for path in (CONF_DIR / "compile").glob("*.yaml")}
 
 
 @pytest.mark.parametrize("override,message", [
