@@ -185,8 +185,8 @@ def test_a_resume_past_the_new_end_trains_nothing_says_so_and_keeps_the_runs_rec
 
 
 # ------------------------------------------------------------------ loud failures, one line each
-def test_resuming_another_models_checkpoint_says_what_it_holds(tmp_path):
-    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=3"])
+def test_resuming_another_models_checkpoint_says_what_it_holds(straight, tmp_path):
+    shutil.copytree(straight[0] / "checkpoints", tmp_path / "checkpoints")  # a TinyCNN of width 32's
     with pytest.raises(DataError, match=r"does not fit this run's model fastpipe.models.TinyCNN: "
                                         r"features.0.0.weight is \[32, 3, 3, 3\] there, \[8, 3, 3, 3\] here"):
         run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "+model.width=8"])
