@@ -46,11 +46,10 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
             "model.n_layer=1", f"{group}={choice}"]
     if (group, choice) == ("precision", "fp8"):
         overrides += ["compile=default", "compile.backend=eager"]
-    if choice == "imagefolder":
-        from conftest import cpu_runtime
-        from fastpipe.data.splits import build_dataset
+    if choice == "imagefolder":  # TINY's shapes images, generated once into the test cache, as a folder
+        from conftest import shapes_splits
 
-        shapes = build_dataset(make_settings(TINY).dataset, cpu_runtime(), "shapes")
+        shapes = shapes_splits(num_images=240, image_size=16)
         overrides = [o for o in overrides if not o.startswith("dataset.num")]
         overrides += [f"dataset.root={shapes.train.root}", "dataset.image_size=16"]
     if choice == "synthetic":
