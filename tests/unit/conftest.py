@@ -1,6 +1,7 @@
 """Fixtures of the unit tier that several packages' tests share."""
 from __future__ import annotations
 
+import copy
 import gc
 import signal
 import sys
@@ -31,6 +32,24 @@ def app(monkeypatch, capsys):
         return code, out, err
 
     return run
+
+
+_COMPOSED = {}
+
+
+def composed(overrides):
+    """conftest.make_settings(overrides), composed once per list of overrides in a test process; each call
+    gets its own deep copy, equal to a fresh composition (nothing a test changes in it reaches another).
+    A Hydra composition and its conversion cost 0.15-0.4 s, and the helpers that build loaders in
+    test_mmap, test_records, test_packs, test_schedules and test_batch_size composed the same lists up to
+    12 times a module. For settings that depend on the overrides and conf/ alone: not where a test
+    registers a choice, hides a package or changes a file that the composition reads."""
+    from conftest import make_settings
+
+    key = tuple(overrides)
+    if key not in _COMPOSED:
+        _COMPOSED[key] = make_settings(list(key))
+    return copy.deepcopy(_COMPOSED[key])
 
 
 @pytest.fixture(autouse=True, scope="module")

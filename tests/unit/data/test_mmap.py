@@ -18,6 +18,8 @@ from fastpipe.data.splits import build_dataset
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.runtime import Dist
 
+from ..conftest import composed
+
 TINY_MMAP = ["data=mmap", "dataset.num_images=240", "dataset.image_size=16", "train.batch_size=16",
              "runtime.progress=false"]
 
@@ -25,7 +27,7 @@ TINY_MMAP = ["data=mmap", "dataset.num_images=240", "dataset.image_size=16", "tr
 def build(overrides=(), train=True, dist=Dist(), channels_last=False, data="mmap"):
     """A loader built as graph.build builds it, on the CPU."""
     base = [o for o in TINY_MMAP if "dataset=imagefolder" not in overrides or not o.startswith("dataset.num")]
-    s = make_settings([*base, *overrides] if data == "mmap" else list(overrides))
+    s = composed([*base, *overrides] if data == "mmap" else list(overrides))  # 14 of them, 3 lists
     splits = build_dataset(s.dataset, cpu_runtime(), s.choices["dataset"])
     return build_loader(s.data, splits, cpu_runtime(dist), s.train.batch_size, s.seed, train, channels_last)
 
@@ -136,7 +138,7 @@ def test_one_process_packs_while_the_others_wait_for_it(tmp_path, monkeypatch):
     from fastpipe.data.pack.cache import ensure_cached_pack
 
     monkeypatch.setenv("FASTPIPE_CACHE", str(tmp_path))
-    spec = build_dataset(make_settings(TINY_MMAP).dataset, cpu_runtime(), "shapes")
+    spec = build_dataset(composed(TINY_MMAP).dataset, cpu_runtime(), "shapes")
     path, how = ensure_cached_pack(spec, tmp_path / "a", (16, 16))
     assert how == "packed now" and ensure_cached_pack(spec, tmp_path / "a", (16, 16)) == (path, "reused")
     target = tmp_path / "b" / "packs" / path.name

@@ -24,6 +24,8 @@ from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, DataError
 from fastpipe.runtime import Dist
 
+from ..conftest import composed
+
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),  # torch on read-only numpy views
               pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")]
 
@@ -48,7 +50,7 @@ def packs(folder, tmp_path_factory):
 
 
 def loader(folder, path, dist=Dist(), train=True, batch=8, extra=()):
-    s = make_settings(["data=mmap", f"data.path={path}", "dataset=imagefolder", f"dataset.root={folder}",
+    s = composed(["data=mmap", f"data.path={path}", "dataset=imagefolder", f"dataset.root={folder}",
                        "dataset.image_size=32", f"train.batch_size={batch}", "runtime.progress=false", *extra])
     splits = build_dataset(s.dataset, cpu_runtime(), "imagefolder")
     return build_loader(s.data, splits, cpu_runtime(dist), batch, s.seed, train, False)

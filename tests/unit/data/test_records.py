@@ -27,6 +27,8 @@ from fastpipe.data.pack.records import (
 from fastpipe.data.splits import build_dataset
 from fastpipe.errors import DataError
 
+from ..conftest import composed
+
 
 CONFIGS = {
     "dataset/vectors.yaml": "_target_: record_data.Vectors\nn: 60\nlabel_shape: []\n",
@@ -57,7 +59,7 @@ def own_cache(tmp_path, monkeypatch):
 
 def settings(conf, *overrides, data="mmap"):
     loader = ["data.num_workers=0"] if data == "default" else ["data.num_threads=1"]
-    return make_settings([f"hydra.searchpath=[file://{conf}]", f"data={data}", "train.batch_size=8",
+    return composed([f"hydra.searchpath=[file://{conf}]", f"data={data}", "train.batch_size=8",
                           "runtime.progress=false", *loader, *overrides])
 
 

@@ -10,12 +10,12 @@ from fastpipe.record.notes import collect_warnings
 from fastpipe.stages.optim import build_optimizer
 from fastpipe.stages.schedules import build_schedule
 
-from conftest import make_settings
+from ..conftest import composed
 
 
 # ------------------------------------------------------------------ schedules and parameter groups
 def schedule_of(overrides, total=20):
-    settings = make_settings(overrides)
+    settings = composed(overrides)
     model = torch.nn.Linear(3, 2)
     opt = build_optimizer(settings.optimizer, settings.train, model, torch.device("cpu"))
     return build_schedule(settings.lr_schedule, opt, total), opt

@@ -13,9 +13,11 @@ from fastpipe.train.batch_search import BatchSearch, Probe
 from fastpipe.train.batch_size import find_batch_size
 from fastpipe.errors import ConfigError, FastpipeError
 
+from ..conftest import composed
+
 
 def _settings(*extra):
-    return make_settings([o for o in TINY if not o.startswith("train.batch_size")] + ["train.batch_size=auto", *extra])
+    return composed([o for o in TINY if not o.startswith("train.batch_size")] + ["train.batch_size=auto", *extra])
 
 
 def _fake_steps(monkeypatch, fits_up_to: int, rate=lambda size: 100.0 * size):
