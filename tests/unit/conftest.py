@@ -5,6 +5,7 @@ import copy
 import gc
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,14 @@ def composed(overrides):
     if key not in _COMPOSED:
         _COMPOSED[key] = make_settings(list(key))
     return copy.deepcopy(_COMPOSED[key])
+
+
+def run_composed(run_dir, overrides=()):
+    """conftest.run_in_process on the settings of ``composed``: for the tests that run one command again
+    (a requeue, a resume), whose every run composed the same list."""
+    from fastpipe.train.job import run_training
+
+    return run_training(composed(overrides), Path(run_dir))
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -13,6 +13,8 @@ from conftest import RESUMABLE, RESUMABLE_TOTAL, assert_same_run, run_in_process
 from fastpipe.errors import DataError, TrainingError
 from fastpipe.record.results import read as read_metrics
 
+from ..conftest import run_composed
+
 
 def weights(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
@@ -156,7 +158,7 @@ def test_a_checkpoint_is_written_only_from_finite_weights(tmp_path):
 
 # ------------------------------------------------------------------ resumes that change the batch
 def test_a_resume_with_another_batch_size_goes_on_from_the_same_samples(tmp_path):
-    first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])  # batch 16: 112 samples, 7 of 11 steps
+    first = run_composed(tmp_path, RESUMABLE + ["train.max_steps=7"])  # batch 16: 112 samples, 7 of 11 steps
     assert first["status"] == "ok" and first["steps"] == 7
     resumed = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.batch_size=32"])
     assert resumed["status"] == "ok"
@@ -170,17 +172,17 @@ def test_a_resume_past_the_new_end_trains_nothing_says_so_and_keeps_the_runs_rec
 
     first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7", "train.checkpoint_every=7"])
     for _ in range(2):  # the same command again (a Slurm requeue), twice: the finished record stays
-        again = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=7", "train.checkpoint_every=7"])
+        again = run_composed(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=7", "train.checkpoint_every=7"])
         assert "at or past this run's end (step 7): nothing to train" in capfd.readouterr().err
         kept = read_metrics(tmp_path)
         for key in ("status", "steps", "throughput", "val_metrics", "best", "time_breakdown_s"):
             assert again[key] == kept[key] == first[key], key
-    done = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])
+    done = run_composed(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])
     assert done["status"] == "ok" and done["steps"] == 7 and done["throughput"] == first["throughput"]
     assert "at or past this run's end (step 5): nothing to train" in capfd.readouterr().err
     (tmp_path / "metrics.json").unlink()
     (tmp_path / "metrics.previous.json").unlink(missing_ok=True)
-    bare = run_in_process(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])  # no record to keep
+    bare = run_composed(tmp_path, RESUMABLE + ["train.resume=auto", "train.max_steps=5"])  # no record to keep
     assert bare["status"] == "ok" and bare["throughput"] is None and "nothing to train" in bare["reason"]
 
 
@@ -205,7 +207,7 @@ def test_a_finished_runs_folder_is_refused_to_another_run_before_anything_is_tou
 
     from fastpipe.report.callbacks import RunGuard
 
-    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=3", "train.checkpoint_every=0"])
+    run_composed(tmp_path, RESUMABLE + ["train.max_steps=3", "train.checkpoint_every=0"])
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as exit_info:
         RunGuard().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path)}}, "train": {"resume": None}}))
@@ -222,7 +224,7 @@ def test_a_finished_runs_folder_is_refused_to_another_run_before_anything_is_tou
 def test_resume_auto_on_a_finished_run_without_step_checkpoints_trains_nothing_and_keeps_it(tmp_path, capfd):
     """train.checkpoint_every=0 (the default) leaves no step checkpoint: resume=auto must not train the
     finished run again from step 0 over its weights and record."""
-    first = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=3", "train.checkpoint_every=0"])
+    first = run_composed(tmp_path, RESUMABLE + ["train.max_steps=3", "train.checkpoint_every=0"])
     weights = (tmp_path / "checkpoints" / "last.pt").read_bytes()
     again = run_in_process(tmp_path, RESUMABLE + ["train.max_steps=5", "train.checkpoint_every=0", "train.resume=auto"])
     assert (f"train.resume=auto: {tmp_path} holds a finished run (3 steps, status ok) and no step checkpoint to "
@@ -234,7 +236,7 @@ def test_resume_auto_on_a_finished_run_without_step_checkpoints_trains_nothing_a
 
 def test_resuming_on_a_smaller_dataset_is_refused_in_one_line(tmp_path):
     """The position (samples into the epoch, its order) belongs to the split the checkpoint was written on."""
-    run_in_process(tmp_path, RESUMABLE + ["train.max_steps=7"])  # checkpoints at steps 3, 6, 7 (epoch 1: 9 steps)
+    run_composed(tmp_path, RESUMABLE + ["train.max_steps=7"])  # checkpoints at steps 3, 6, 7 (epoch 1: 9 steps)
     with pytest.raises(DataError, match=r"step-00000007.pt \(step 7, epoch 1\) was written on a training split of "
                                         r"1\d\d samples, and this run's holds \d\d: a resume goes on in the data it "
                                         r"stopped in; resume with the dataset settings it was written with, or start"):

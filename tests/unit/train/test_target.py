@@ -8,6 +8,8 @@ from conftest import TINY, cpu_runtime, make_settings, run_in_process, shapes_sp
 
 from fastpipe.record.run_record import SCHEMA_VERSION
 
+from ..conftest import composed, run_composed
+
 TARGET = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.target_eval_samples=24"]
 
 
@@ -128,10 +130,10 @@ def test_a_run_that_reached_its_target_trains_nothing_when_resumed_and_keeps_its
 
     args = TINY + ["train.max_steps=30", f"train.eval_every={eval_every}", f"train.target={target}",
                    "train.checkpoint_every=100", "train.resume=auto"]
-    first = run_in_process(tmp_path, args)
+    first = run_composed(tmp_path, args)
     assert first["stopped_by"] == "target" and first["target"]["reached"], first.get("reason")
     capfd.readouterr()
-    again = run_in_process(tmp_path, args)
+    again = run_composed(tmp_path, args)  # the same command again
     err = capfd.readouterr().err
     assert f"train.target={target:g} was reached at step {first['steps']}" in err and "nothing to train" in err, err
     kept = read_metrics(tmp_path)
@@ -160,9 +162,9 @@ def test_a_run_stopped_early_trains_nothing_when_resumed_with_the_same_patience(
 
     args = TINY + ["train.max_steps=40", "train.eval_every=1", "train.early_stop_patience=1",
                    "train.early_stop_min_delta=0.5", "train.checkpoint_every=100", "train.resume=auto"]
-    first = run_in_process(tmp_path, args)  # no evaluation gains 0.5 on the first: stopped at the second
+    first = run_composed(tmp_path, args)  # no evaluation gains 0.5 on the first: stopped at the second
     assert first["stopped_by"] == "early_stop" and first["steps"] == 2, first.get("reason")
-    again = run_in_process(tmp_path, args)
+    again = run_composed(tmp_path, args)  # the same command again
     assert "shows early stopping: accuracy gained nothing for 1 evaluations" in capfd.readouterr().err
     assert again == {**read_metrics(tmp_path)} and again["throughput"] == first["throughput"]
     assert again["steps"] == 2 and again["best"] == first["best"]
@@ -179,11 +181,11 @@ def test_with_eval_batches_a_target_is_reached_only_on_the_whole_split(tmp_path)
     from fastpipe.train.evaluation import evaluate
 
     args = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.eval_batches=1"]
-    m = run_in_process(tmp_path, args)
+    m = run_composed(tmp_path, args)
     t = m["target"]
     assert m["status"] == "ok" and t["reached"], m.get("reason")
     assert any(c["subset"] for c in t["curve"])  # the one-batch evaluations screened
-    settings = make_settings(args)
+    settings = composed(args)  # the run's own settings
     g = graph.build(settings, cpu_runtime())
     g.model.load_state_dict(torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)["model"])
     whole = evaluate(graph.build_held_out(settings, cpu_runtime(), g.dataset), g.model)["accuracy"]
