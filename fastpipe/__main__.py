@@ -42,7 +42,7 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name=CONFIG_NAME)
 def run(cfg: DictConfig):
     """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
-    from fastpipe.launch.launcher import check_before_launch, launch
+    from fastpipe.launch.launcher import check_before_launch, launch, refused
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
@@ -118,15 +118,6 @@ def say_run_folder() -> None:
         folder = _RUN_FOLDER[0]
         shown = os.path.relpath(folder) if folder.is_relative_to(Path.cwd()) else str(folder)
         print(f"fastpipe: run folder: {shown}", flush=True)
-
-
-def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list) -> dict:
-    """Settings that cannot work, or a stop signal before training began: the job's failed record."""
-    from fastpipe.machine import environment
-
-    record = failed(str(exc), choices, overrides, environment(None, 1), **(getattr(exc, "metrics", None) or {}))
-    results.write_if_possible(run_dir, record)
-    return record.to_dict()
 
 
 def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = None) -> dict:

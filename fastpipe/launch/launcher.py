@@ -63,7 +63,7 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
 def checks_in_trainer(settings: Config) -> bool:
     """Whether a single run's fresh training process, not its Hydra process, runs ``Config.check``
     (importing the project's callables): that process imports torch anyway, and the Hydra process then
-    never does (about 2 CPU-seconds a run, spent beside the trainer's own imports). A sweep checks in
+    never does (its imports ran beside the trainer's own). A sweep checks in
     its own process (it has imported them for every job's check: sweeps/check.py); ddp and fsdp check
     before their ranks start, once rather than in each rank."""
     return (settings.launcher.fresh_process and not choice("launcher", settings.launcher.name).process_group
@@ -76,17 +76,23 @@ def check_before_launch(settings: Config, sweep: bool) -> None:
         settings.check()
 
 
+def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list, run_id: str = None) -> dict:
+    """Settings that cannot work, or a stop signal before training began: the job's failed record, written
+    (by the Hydra process, or by a single run's training process after its own check)."""
+    record = failed(str(exc), choices, overrides, environment(None, 1), run_id=run_id,
+                    **(getattr(exc, "metrics", None) or {}))
+    results.write_if_possible(run_dir, record)
+    return record.to_dict()
+
+
 def _check_or_refuse(settings: Config, run_dir: Path) -> None:
     """``Config.check`` in the training process: settings it refuses end the job as the Hydra process
     would have ended it, with their one line as the record's reason (the parent prints it) and before
     any logger or tracker starts."""
-    from fastpipe.machine import environment
-
     try:
         settings.check()
     except FastpipeError as exc:
-        results.write_if_possible(run_dir, failed(str(exc), settings.choices, settings.overrides, environment(None, 1),
-                                                  run_id=settings.run_id, **(getattr(exc, "metrics", None) or {})))
+        refused(run_dir, exc, settings.choices, settings.overrides, settings.run_id)
         raise
 
 

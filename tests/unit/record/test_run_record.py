@@ -174,7 +174,7 @@ def trainer(failure: BaseException, latest=None):
 
 def entry_point(exc):
     def path(run_dir):
-        from fastpipe.__main__ import refused
+        from fastpipe.launch.launcher import refused
 
         return refused(run_dir, exc, CHOICES, OVERRIDES)
     return path
