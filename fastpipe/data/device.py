@@ -6,6 +6,8 @@ pin); the float conversion and ImageNet normalisation run on the training device
 """
 from __future__ import annotations
 
+import contextlib
+import weakref
 from typing import Any, Callable, Iterator
 
 import torch
@@ -101,6 +103,7 @@ class DeviceLoader:
         self.sampler = sampler
         self.stream = torch.cuda.Stream() if prepare.device.type == "cuda" else None
         self._early = None  # (epoch, the host iterator started ahead by start_early)
+        self._reading = self._host = None  # weak references: the pass under way, its host iterator
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -129,11 +132,38 @@ class DeviceLoader:
         return True
 
     def __iter__(self) -> Iterator[tuple]:
+        batches = self._prepared()
+        self._reading = weakref.ref(batches)  # weak: a pass its reader dropped ends as it did
+        return batches
+
+    def close(self) -> None:
+        """End reading now, at the run's end: the epoch started early and the pass under way, whose
+        DataLoader workers stop at once (a failed run's traceback would keep them otherwise)."""
+        early, self._early = self._early, None
+        reading, self._reading = self._reading and self._reading(), None
+        host, self._host = self._host and self._host(), None
+        if reading is not None:
+            reading.close()
+        for iterator in (early and early[1], host):
+            end_workers(iterator)
+
+    def _prepared(self) -> Iterator[tuple]:
         host, self._early = (self._early[1] if self._early is not None else iter(self.loader)), None
-        if self.stream is None:
-            for batch in host:
-                yield self.prepare(batch)
-            return
+        try:
+            self._host = weakref.ref(host)
+        except TypeError:  # an iterator without weak references (a generator has them; a list iterator not)
+            self._host = None
+        try:
+            yield from (self._on_host(host) if self.stream is None else self._on_stream(host))
+        except Exception:
+            end_workers(host)  # the traceback keeps this iterator: its workers stop now
+            raise
+
+    def _on_host(self, host) -> Iterator[tuple]:
+        for batch in host:
+            yield self.prepare(batch)
+
+    def _on_stream(self, host) -> Iterator[tuple]:
         current = torch.cuda.current_stream()
         pending, batches = None, iter(host)
         while True:
@@ -154,3 +184,25 @@ class DeviceLoader:
             pending = ready
         if pending is not None:
             yield pending
+
+
+def end_workers(iterator) -> None:
+    """Stop a DataLoader iterator's worker processes now, as its ``__del__`` would. A failed run's
+    traceback keeps the iterator to a garbage collection, which frees it together with its queues:
+    its workers never hear the stop, and torch waits 5 s for each before killing it. PyTorch has no
+    public close for it; Lightning calls the same method when it tears a loader down."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+
+@contextlib.contextmanager
+def reading_ends_with_the_run(*loaders):
+    """On leaving (the run ended, failed or was stopped), ``close`` each of ``loaders`` that reads
+    through a DeviceLoader (a kept held-out loader passes it on to its own)."""
+    try:
+        yield
+    finally:
+        for loader in loaders:
+            close = getattr(loader, "close", None)
+            if callable(close):
+                close()

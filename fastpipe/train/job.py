@@ -20,6 +20,7 @@ from fastpipe.train.failures import fixable_failure, record_failure, write_recor
 from fastpipe.train import lr_find
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.held_out import reads_end_with_the_run
+from fastpipe.data.device import reading_ends_with_the_run
 from fastpipe.train.loop import train
 from fastpipe.measure import setup
 from fastpipe.measure.clock import RunClock, cache_counts, compile_cache
@@ -87,22 +88,24 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     g = training_graph.build(settings, runtime, progress=show, splits=splits)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
-    if not settings.train.resume and hasattr(g.train_loader, "start_early"):
-        with setup.setup_part("loader_start"):  # its workers start and read ahead while the rest sets up
-            g.train_loader.start_early(0)
-    with setup.setup_part("first_batch_check"):  # the project's parts on a first batch of each split
-        check_first_batches(g, settings)
-    description = describe(g, settings, search, lr_search)
-    if dist.is_main:
-        print(description, flush=True)
-    recorder.write_text("graph.txt", description)
-    meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
-                      settings.measure.gpu_util_interval_s, world_size=dist.world_size, run_clock=ckpt.clock)
-    profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main)
-    setup.close()  # what is timed from here on is training's (a resume's checkpoint load: set-up's other)
-    # a stop signal from here on: checkpoint at the next step boundary
-    with training(), profile as profiler, reads_end_with_the_run(g.target_held_out, g.held_out):
-        result = train(g, settings.train, meter, recorder, show, ckpt=ckpt, profiler=profiler)
+    # a failed run's DataLoader workers stop at once (data/device.py, close)
+    with reading_ends_with_the_run(g.train_loader, g.eval_loader, g.target_loader):
+        if not settings.train.resume and hasattr(g.train_loader, "start_early"):
+            with setup.setup_part("loader_start"):  # its workers start and read ahead while the rest sets up
+                g.train_loader.start_early(0)
+        with setup.setup_part("first_batch_check"):  # the project's parts on a first batch of each split
+            check_first_batches(g, settings)
+        description = describe(g, settings, search, lr_search)
+        if dist.is_main:
+            print(description, flush=True)
+        recorder.write_text("graph.txt", description)
+        meter = StepMeter(runtime.device, settings.measure.warmup_steps, settings.measure.window,
+                          settings.measure.gpu_util_interval_s, world_size=dist.world_size, run_clock=ckpt.clock)
+        profile = build_profiler(getattr(settings, "profile", None), run_dir, runtime.device, dist.is_main)
+        setup.close()  # what is timed from here on is training's (a resume's checkpoint load: set-up's other)
+        # a stop signal from here on: checkpoint at the next step boundary
+        with training(), profile as profiler, reads_end_with_the_run(g.target_held_out, g.held_out):
+            result = train(g, settings.train, meter, recorder, show, ckpt=ckpt, profiler=profiler)
     measured = combine_ranks(dist.gather(meter.summary()))  # job-level: throughput summed over ranks
     if measured["throughput"] is None:
         warnings.warn(f"only {result.steps} steps ran, none after the {settings.measure.warmup_steps} "
