@@ -7,10 +7,14 @@ pin); the float conversion and ImageNet normalisation run on the training device
 from __future__ import annotations
 
 import contextlib
+import types
+import warnings
 import weakref
 from typing import Any, Callable, Iterator
 
 import torch
+
+from fastpipe.errors import FastpipeWarning
 
 MEAN = (0.485, 0.456, 0.406)  # ImageNet statistics, as 0..1 fractions
 STD = (0.229, 0.224, 0.225)
@@ -142,10 +146,14 @@ class DeviceLoader:
         early, self._early = self._early, None
         reading, self._reading = self._reading and self._reading(), None
         host, self._host = self._host and self._host(), None
-        if reading is not None:
-            reading.close()
-        for iterator in (early and early[1], host):
-            end_workers(iterator)
+        try:
+            if reading is not None:
+                reading.close()
+        except ValueError:  # a held-out read ahead still runs this pass (its end was not waited for): below
+            pass
+        finally:
+            for iterator in (early and early[1], host):
+                end_workers(iterator)
 
     def _prepared(self) -> Iterator[tuple]:
         host, self._early = (self._early[1] if self._early is not None else iter(self.loader)), None
@@ -157,6 +165,8 @@ class DeviceLoader:
             yield from (self._on_host(host) if self.stream is None else self._on_stream(host))
         except Exception:
             end_workers(host)  # the traceback keeps this iterator: its workers stop now
+            if getattr(self.loader, "_iterator", None) is host:  # persistent workers: the next pass starts anew
+                self.loader._iterator = None
             raise
 
     def _on_host(self, host) -> Iterator[tuple]:
@@ -187,22 +197,37 @@ class DeviceLoader:
 
 
 def end_workers(iterator) -> None:
-    """Stop a DataLoader iterator's worker processes now, as its ``__del__`` would. A failed run's
-    traceback keeps the iterator to a garbage collection, which frees it together with its queues:
-    its workers never hear the stop, and torch waits 5 s for each before killing it. PyTorch has no
-    public close for it; Lightning calls the same method when it tears a loader down."""
+    """Stop a DataLoader iterator's worker processes now, as its ``__del__`` would (a host generator:
+    close it, so that what it holds is let go). A failed run's traceback keeps the iterator to a
+    garbage collection, which frees it together with its queues: its workers never hear the stop, and
+    torch waits 5 s for each before killing it. PyTorch has no public close for it; Lightning calls the
+    same method when it tears a loader down."""
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if callable(shutdown):
         shutdown()
+    elif isinstance(iterator, types.GeneratorType):
+        with contextlib.suppress(ValueError):  # running in another thread: it ends with that thread
+            iterator.close()
+
+
+def _device_loader(loader) -> "DeviceLoader | None":
+    """``loader``, or the loader a kept held-out loader wraps, where it is a DeviceLoader."""
+    for candidate in (loader, getattr(loader, "__dict__", {}).get("loader")):
+        if isinstance(candidate, DeviceLoader):
+            return candidate
+    return None
+
 
 @contextlib.contextmanager
 def reading_ends_with_the_run(*loaders):
-    """On leaving (the run ended, failed or was stopped), ``close`` each of ``loaders`` that reads
-    through a DeviceLoader (a kept held-out loader passes it on to its own)."""
+    """On leaving (the run ended, failed or was stopped), ``close`` each of ``loaders`` that is (or
+    wraps) a DeviceLoader; a close that fails is a warning, never the run's error."""
     try:
         yield
     finally:
-        for loader in loaders:
-            close = getattr(loader, "close", None)
-            if callable(close):
-                close()
+        for loader in map(_device_loader, loaders):
+            try:
+                if loader is not None:  # not filter(None, ...): an empty loader's len() is 0
+                    loader.close()
+            except Exception as exc:
+                warnings.warn(f"ending the loader's reading failed: {type(exc).__name__}: {exc}", FastpipeWarning)
