@@ -1,92 +1,16 @@
-"""Held-out evaluation: the task's metrics over the split, when to evaluate, the best weights so far,
+"""Held-out evaluation (a pass: train/held_out_pass.py): when to evaluate, the best weights so far,
 early stopping on the task's primary metric, and ``train.target`` (train/target.py)."""
 from __future__ import annotations
 
-import contextlib
-import itertools
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 
 from fastpipe.config import TrainConfig
-from fastpipe.data.kept import KeptBatches, batch_length
+from fastpipe.data.kept import KeptBatches
 from fastpipe.measure.clock import RunClock
-from fastpipe.runtime import autotuning_off
-from fastpipe.train.held_out import HeldOut
+from fastpipe.train.held_out_pass import Sums, evaluate, held_out_sums
 from fastpipe.train.target import OutOfReach, Target
-
-
-@torch.no_grad()
-def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None,
-             until: Optional[Callable[[Dict[str, torch.Tensor], int], bool]] = None) -> Optional[Dict[str, float]]:
-    """The task's held-out metrics of ``model``: per-batch sums kept on the device, summed over the
-    split (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce,
-    divided by the number of held-out samples; then ``summarize``. ``until(sums so far, samples so
-    far)``, called after each batch, ends the pass early when True (a screen whose outcome is settled:
-    train/target.py ``OutOfReach``); the metrics are then those of the samples evaluated. Images are
-    evaluated at the size the loader gives (the dataset's), whatever size a resize schedule trained at last."""
-    if held.loader is None:
-        return None
-    was_training = model.training
-    model.eval()
-    forward = held.forwards(model) if held.forwards is not None else model  # train.eval_fold
-    names, totals, count, device, full = None, None, 0, held.device, None
-    batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
-    for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
-                                       else ((batch, True) for batch in batches)):
-        size = batch_length(targets)
-        full = full or size
-        # the split's last, smaller batch is a shape met once per evaluation: cuDNN would autotune every
-        # convolution for it (seconds on a GPU) to run it a single time
-        with (autotuning_off() if size < full else contextlib.nullcontext()), held.precision.autocast():
-            outputs = forward(inputs)
-            if not counted:
-                continue
-            sums = held.task.metrics(outputs, targets)
-        if totals is None:
-            names = list(sums)
-            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
-        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=device).detach().double() for n in names])
-        count += size
-        if until is not None and until(dict(zip(names, totals)), count):
-            break
-    model.train(was_training)
-    if totals is None:
-        totals = torch.zeros(1, dtype=torch.float64, device=device)  # this rank had no batch
-    totals[-1] = count
-    totals = held.dist.all_reduce_sum(totals).tolist()
-    if not totals[-1] or names is None:
-        return None
-    means = {n: v / totals[-1] for n, v in zip(names, totals)}
-    summarize = getattr(held.task, "summarize", None)
-    return {**means, **(summarize(means) if callable(summarize) else {})}
-
-
-def in_lockstep(held: HeldOut, batches):
-    """(batch, counted) pairs with the same number of forwards on every rank, as a sharded model needs
-    (each forward gathers parameters from all ranks): a rank out of batches repeats its last one,
-    uncounted, while another still has some. One small all-reduce per batch."""
-    from fastpipe.errors import ConfigError
-
-    dist, device = held.dist, held.device
-    last = next(batches, None)
-    having = int(dist.all_reduce_sum(torch.tensor([float(last is not None)], device=device)).item())
-    if having == 0:
-        return
-    if having < dist.world_size:
-        raise ConfigError(f"the held-out split gives {dist.world_size - having} of {dist.world_size} ranks no batch, "
-                          "and a sharded model's ranks must evaluate together: hold out more samples (or a smaller "
-                          "train.batch_size)")
-    yield last, True
-    while True:
-        batch = next(batches, None)
-        if not bool(dist.any_rank(torch.tensor(batch is not None, device=device))):
-            return
-        if batch is None:
-            yield last, False
-        else:
-            last = batch
-            yield batch, True
 
 
 def epoch_ends_screened(cfg: TrainConfig) -> bool:
@@ -159,16 +83,17 @@ class Evaluator:
     def _run(self, step: int, screened: bool) -> Optional[Dict[str, float]]:
         primary = self.g.task.primary
         self.scalars = {}
+        hit = None  # the sums of a screen that reached the target: its confirmation adds them up
         if screened and self.target is not None and self.screen is not None:
             until = self._out_of_reach()
-            screened = evaluate(self.screen, self.ema.module if self.ema is not None else self.g.model, until=until)
-            value = (screened or {}).get(primary)
+            hit = held_out_sums(self.screen, self.counted_model, until=until)
+            value = None if hit is None else hit.metrics(self.g.task).get(primary)
             self.scalars[f"val_subset/{primary}"] = value
             if not self.target.note(step, self.samples(step), value, subset=True,
                                     evaluated=until and until.stopped_at):
                 return None  # short of the target on the subset: nothing that counts
         limit = self.cfg.eval_batches
-        self._evaluate(limit)
+        self._evaluate(limit, hit)
         if self.latest is not None and limit is not None and self.target is not None:
             # the first eval_batches batches screen as a subset does: a hit is confirmed on the whole split
             value = self.latest.get(primary)
@@ -199,8 +124,21 @@ class Evaluator:
         samples = loader.settled()  # after a read ahead under way: the same screens whatever its timing
         return None if samples is None else OutOfReach(self.target, bounds, samples)
 
-    def _evaluate(self, limit: Optional[int]) -> None:
-        """The raw weights' metrics, and the EMA's (the ones that count) when there is one."""
+    @property
+    def counted_model(self) -> torch.nn.Module:
+        """The module whose metrics count: the EMA's average when there is one, else the model."""
+        return self.ema.module if self.ema is not None else self.g.model
+
+    def _evaluate(self, limit: Optional[int], hit: Optional[Sums] = None) -> None:
+        """The raw weights' metrics, and the EMA's (the ones that count) when there is one. A
+        confirmation (``hit``: the sums of the subset that just reached the target, with these
+        weights) evaluates the rest of the split alone where it is kept apart (``target_rest``)."""
+        rest = getattr(self.g, "target_rest", None)
+        if hit is not None and rest is not None and limit is None:
+            others = held_out_sums(rest, self.counted_model)
+            self.latest = (hit + others if others is not None else hit).metrics(self.g.task)
+            self.raw = evaluate(self.held, self.g.model) if self.ema is not None else self.latest
+            return
         self.raw = evaluate(self.held, self.g.model, limit)
         self.latest = evaluate(self.held, self.ema.module, limit) if self.ema is not None else self.raw
 

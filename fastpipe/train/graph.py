@@ -62,6 +62,7 @@ class TrainingGraph:
     batch_recipe: Optional[BatchRecipe] = None  # MixUp / CutMix and the resize schedule (stages/batch_recipe.py)
     target_loader: Optional[Loader] = None  # train.target_eval_samples: N held-out samples (data/subset.py)
     eval_forwards: Optional[EvalForwards] = None  # train.eval_fold: the folded evaluation forward
+    rest_loader: Optional[Loader] = None  # the held-out samples the target's subset leaves out, where kept apart
 
     @property
     def model(self) -> nn.Module:
@@ -86,6 +87,12 @@ class TrainingGraph:
     def target_held_out(self) -> Optional[HeldOut]:
         """The held-out subset of ``train.target_eval_samples`` samples the target screens on, or None."""
         return None if self.target_loader is None else dataclasses.replace(self.held_out, loader=self.target_loader)
+
+    @property
+    def target_rest(self) -> Optional[HeldOut]:
+        """The rest of the held-out split beside the target's subset (a confirmation evaluates only
+        these), or None."""
+        return None if self.rest_loader is None else dataclasses.replace(self.held_out, loader=self.rest_loader)
 
 
 def steps_per_epoch(g: TrainingGraph, cfg: TrainConfig) -> int:
@@ -192,7 +199,7 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     with setup_part("loader_start"):
         train_loader = build_loader(loader_cfg, splits, runtime, train.batch_size, settings.seed, train=True,
                                     channels_last=parallel.channels_last)
-        eval_loader, target_loader = (None, None) if probe else held_out_loaders(
+        eval_loader, target_loader, rest_loader = (None, None, None) if probe else held_out_loaders(
             settings, splits, runtime, loader_cfg, parallel.channels_last)
     if not probe and len(train_loader) < train.grad_accum:
         raise ConfigError(f"train.grad_accum={train.grad_accum} exceeds the {len(train_loader)} "
@@ -207,7 +214,7 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     forwards = None if probe or eval_loader is None else eval_forwards(train, launcher.shards, device, precision,
                                                                         parallel.model, ema)
     return TrainingGraph(runtime, splits, task, parallel, precision, compiled, ema, optimizer, train_loader,
-                         eval_loader, schedule, recipe, target_loader, forwards)
+                         eval_loader, schedule, recipe, target_loader, forwards, rest_loader)
 
 
 def eval_forwards(train: TrainConfig, sharded: bool, device: torch.device, precision: Precision, model: nn.Module,

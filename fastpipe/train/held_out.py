@@ -5,9 +5,11 @@ parts evaluating a model takes (train/evaluation.py runs it)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 
 from fastpipe.config import Config, LoaderConfig, TrainConfig
@@ -51,18 +53,20 @@ def eval_batch_size(train: TrainConfig) -> int:
 
 def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loader_cfg: LoaderConfig,
                      channels_last: bool) -> tuple:
-    """(the held-out loader, the target's screening loader or None) at ``train.eval_batch_size``: the
-    screen reads ``train.target_eval_samples`` of the held-out split, class-balanced where the dataset
-    exposes its labels (data/subset.py), the same samples at every evaluation, its batches kept after
-    the first screen where the device has room (data/kept.py); the whole split's too where
-    ``keeps_whole_split``."""
+    """(the held-out loader, the target's screening loader, the rest of the split) at
+    ``train.eval_batch_size``; the last two None without ``train.target_eval_samples``. The screen reads
+    that many samples of the held-out split, class-balanced where the dataset exposes its labels
+    (data/subset.py), the same samples at every evaluation, its batches kept after the first screen
+    where the device has room (data/kept.py). Where the whole split's batches are kept too
+    (``keeps_whole_split``), the held-out loader is the screen's samples and then the rest's
+    (``SplitInParts``): each sample kept once, and a confirmation adds the screen's sums to a pass over
+    the rest alone (train/evaluation.py); the rest is None otherwise."""
     train = settings.train
     args = (loader_cfg, splits, runtime, eval_batch_size(train), settings.seed)
-    loader = build_loader(*args, train=False, channels_last=channels_last)
-    if loader is not None and keeps_whole_split(train, loader_cfg, splits):
-        loader = KeptBatches(loader)
-    if train.target_eval_samples is None or loader is None:
-        return loader, None
+    whole = build_loader(*args, train=False, channels_last=channels_last)
+    kept = whole is not None and keeps_whole_split(train, loader_cfg, splits)
+    if train.target_eval_samples is None or whole is None:
+        return (KeptBatches(whole) if kept else whole), None, None
     held = None if is_stream(splits.val) else len(splits.val)
     if held is not None and train.target_eval_samples >= held:
         raise ConfigError(f"train.target_eval_samples={train.target_eval_samples} is not fewer than the "
@@ -70,7 +74,36 @@ def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loa
                           f"whole split twice; lower it below {held}, or drop it (every evaluation is then whole)")
     # a stream has no positions to choose: build_loader refuses the subset in its own words
     subset = () if held is None else eval_subset(splits.val, train.target_eval_samples, settings.seed)
-    return loader, KeptBatches(build_loader(*args, train=False, channels_last=channels_last, subset=subset))
+    screen = KeptBatches(build_loader(*args, train=False, channels_last=channels_last, subset=subset))
+    if not kept:
+        return whole, screen, None
+    rest = KeptBatches(build_loader(*args, train=False, channels_last=channels_last,
+                                    subset=np.setdiff1d(np.arange(held), subset)))
+    return SplitInParts(screen, rest), screen, rest
+
+
+class SplitInParts:
+    """The held-out split read as its parts, one after the other (the screen's samples, then the
+    rest): a pass gives every sample once, as the split's own loader would, in another order."""
+
+    def __init__(self, *parts) -> None:
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def __iter__(self):
+        for part in self.parts:
+            yield from part
+
+
+def parts_of(held: Optional[HeldOut]) -> list:
+    """``held`` as the HeldOut of each part it reads (itself, unless its loader is a SplitInParts)."""
+    if held is None:
+        return []
+    if isinstance(held.loader, SplitInParts):
+        return [dataclasses.replace(held, loader=part) for part in held.loader.parts]
+    return [held]
 
 
 def keeps_whole_split(train: TrainConfig, loader_cfg: LoaderConfig, splits: DataSplits) -> bool:
@@ -82,8 +115,10 @@ def keeps_whole_split(train: TrainConfig, loader_cfg: LoaderConfig, splits: Data
 
 def reads_ahead(setting, held: Optional[HeldOut]) -> bool:
     """Whether ``held``'s batches are read ahead per ``train.eval_read_ahead`` (config/train.py says
-    what each value does)."""
+    what each value does); a split read in parts, where any part is."""
     loader = held.loader if held is not None else None
+    if isinstance(loader, SplitInParts):
+        return any(reads_ahead(setting, part) for part in parts_of(held))
     if not isinstance(loader, KeptBatches) or setting is False:
         return False
     device_loader = loader.loader
@@ -92,19 +127,24 @@ def reads_ahead(setting, held: Optional[HeldOut]) -> bool:
 
 
 def read_ahead(setting, *held: Optional[HeldOut]) -> None:
-    """Read each of ``held`` that ``reads_ahead`` into memory in one background thread, in the order
-    given (the screen's subset first: the first evaluation needs it): called once the run's first step
-    has run, so that the memory the step reserved is known."""
-    chosen = [h for h in held if reads_ahead(setting, h)]
+    """Read each of ``held`` (each part of a split read in parts, once) that ``reads_ahead`` into
+    memory in one background thread, in the order given (the screen's subset first: the first
+    evaluation needs it): called once the run's first step has run, so that the memory the step
+    reserved is known."""
+    chosen = list({id(h.loader): h for h in _parts(held) if reads_ahead(setting, h)}.values())
     if chosen:
         kept_read_ahead([h.loader for h in chosen], chosen[0].device)
+
+
+def _parts(held) -> list:
+    return [part for h in held for part in parts_of(h)]
 
 
 @contextlib.contextmanager
 def reads_end_with_the_run(*held: Optional[HeldOut]):
     """On leaving (the run ended: its target, its last step, an error or a stop signal), end a read
-    ahead of ``held`` still under way."""
+    ahead of ``held`` (or of its parts) still under way."""
     try:
         yield
     finally:
-        stop_reading(*(h.loader for h in held if h is not None))
+        stop_reading(*(h.loader for h in _parts(held)))

@@ -89,7 +89,7 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
     # a failed run's DataLoader workers stop at once (data/device.py, close)
-    with reading_ends_with_the_run(g.train_loader, g.eval_loader, g.target_loader):
+    with reading_ends_with_the_run(g.train_loader, g.eval_loader, g.target_loader, g.rest_loader):
         if not settings.train.resume and hasattr(g.train_loader, "start_early"):
             with setup.setup_part("loader_start"):  # its workers start and read ahead while the rest sets up
                 g.train_loader.start_early(0)

@@ -19,7 +19,7 @@ from fastpipe.errors import FastpipeWarning
 from fastpipe.stages import folding
 from fastpipe.stages.folding import EvalForwards, FoldedConv, fold
 from fastpipe.stages.precision import build_precision
-from fastpipe.train import evaluation
+from fastpipe.train import held_out_pass
 from fastpipe.train.held_out import HeldOut
 
 CPU = torch.device("cpu")
@@ -174,10 +174,10 @@ def test_an_evaluation_with_the_folded_copy_gives_the_models_metrics():
     task = SimpleNamespace(metrics=lambda out, y: {"loss": F.cross_entropy(out, y, reduction="sum"),
                                                    "accuracy": (out.argmax(1) == y).float().sum()})
     precision = build_precision(PrecisionConfig(name="fp32"), CPU)
-    plain = evaluation.evaluate(HeldOut(batches, task, precision, CPU), model)
+    plain = held_out_pass.evaluate(HeldOut(batches, task, precision, CPU), model)
     folded = HeldOut(batches, task, precision, CPU, forwards=EvalForwards(True, CPU, None))
     for _ in range(2):  # the first evaluation checks the copy, the second runs it alone
-        got = evaluation.evaluate(folded, model)
+        got = held_out_pass.evaluate(folded, model)
         assert got["accuracy"] == plain["accuracy"] and got["loss"] == pytest.approx(plain["loss"], rel=1e-5)
 
 

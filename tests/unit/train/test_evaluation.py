@@ -62,7 +62,7 @@ def test_min_delta_and_eval_every(monkeypatch):
 
 
 class _Ranks:
-    """What evaluation.in_lockstep needs of a graph: other ranks simulated by fixed answers."""
+    """What held_out_pass.in_lockstep needs of a graph: other ranks simulated by fixed answers."""
 
     def __init__(self, world: int, having: int, others_more: list) -> None:
         self.dist, self.world_size = self, world  # HeldOut.dist: these ranks' collectives
@@ -78,7 +78,7 @@ class _Ranks:
 
 
 def test_evaluation_in_lockstep_repeats_the_last_batch_uncounted_while_others_go_on():
-    from fastpipe.train.evaluation import in_lockstep
+    from fastpipe.train.held_out_pass import in_lockstep
 
     pairs = list(in_lockstep(_Ranks(2, 2, [False, True, True, False]), iter(["a", "b"])))
     assert pairs == [("a", True), ("b", True), ("b", False), ("b", False)]
@@ -93,6 +93,7 @@ def test_the_splits_last_smaller_batch_is_evaluated_without_cudnn_autotuning():
     from fastpipe.stages.precision import build_precision
     from fastpipe.config import PrecisionConfig
     from fastpipe.train.held_out import HeldOut
+    from fastpipe.train.held_out_pass import evaluate
 
     seen = []
 
@@ -108,7 +109,7 @@ def test_the_splits_last_smaller_batch_is_evaluated_without_cudnn_autotuning():
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
     try:
-        metrics = evaluation.evaluate(held, Spy())
+        metrics = evaluate(held, Spy())
     finally:
         torch.backends.cudnn.benchmark = before
     assert seen == [(4, True), (4, True), (3, False)] and metrics == {"accuracy": 1.0}

@@ -13,7 +13,7 @@ from conftest import TINY, run_in_process
 from fastpipe.data.kept import KeptBatches
 from fastpipe.measure.clock import RunClock
 from fastpipe.stages.tasks import Classification
-from fastpipe.train.evaluation import evaluate
+from fastpipe.train.held_out_pass import evaluate
 from fastpipe.train.held_out import HeldOut
 from fastpipe.train.target import OutOfReach, Target
 

@@ -1,0 +1,113 @@
+"""One pass of a model over held-out batches: the task's metric sums (``Sums``, which add up over the
+parts of a split evaluated with the same weights) and the metrics they give (``evaluate``)."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from fastpipe.data.kept import batch_length
+from fastpipe.runtime import autotuning_off
+from fastpipe.train.held_out import HeldOut
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A pass's sums of each metric over its samples (every rank's), and their number."""
+
+    names: List[str]
+    totals: List[float]
+    count: int
+
+    def __add__(self, other: "Sums") -> "Sums":
+        if self.names != other.names:
+            raise ValueError(f"the task's metrics differ between two passes: {self.names} against {other.names}")
+        return Sums(self.names, [a + b for a, b in zip(self.totals, other.totals)], self.count + other.count)
+
+    def metrics(self, task) -> Dict[str, float]:
+        """The means, then the task's ``summarize`` of them."""
+        means = {n: v / self.count for n, v in zip(self.names, self.totals)}
+        summarize = getattr(task, "summarize", None)
+        return {**means, **(summarize(means) if callable(summarize) else {})}
+
+
+def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None,
+             until: Optional[Callable[[Dict[str, torch.Tensor], int], bool]] = None) -> Optional[Dict[str, float]]:
+    """The task's held-out metrics of ``model`` (``held_out_sums``' means, then ``summarize``); None
+    when no sample was evaluated."""
+    sums = held_out_sums(held, model, limit, until)
+    return None if sums is None else sums.metrics(held.task)
+
+
+@torch.no_grad()
+def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None,
+                  until: Optional[Callable[[Dict[str, torch.Tensor], int], bool]] = None) -> Optional[Sums]:
+    """The task's metric sums of ``model``: per-batch sums kept on the device, summed over the split
+    (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce.
+    ``until(sums so far, samples so far)``, called after each batch, ends the pass early when True (a
+    screen whose outcome is settled: train/target.py ``OutOfReach``); the sums are then those of the
+    samples evaluated. Images are evaluated at the size the loader gives (the dataset's), whatever
+    size a resize schedule trained at last."""
+    if held.loader is None:
+        return None
+    was_training = model.training
+    model.eval()
+    forward = held.forwards(model) if held.forwards is not None else model  # train.eval_fold
+    names, totals, count, device, full = None, None, 0, held.device, None
+    batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
+    for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
+                                       else ((batch, True) for batch in batches)):
+        size = batch_length(targets)
+        full = full or size
+        # the split's last, smaller batch is a shape met once per evaluation: cuDNN would autotune every
+        # convolution for it (seconds on a GPU) to run it a single time
+        with (autotuning_off() if size < full else contextlib.nullcontext()), held.precision.autocast():
+            outputs = forward(inputs)
+            if not counted:
+                continue
+            sums = held.task.metrics(outputs, targets)
+        if totals is None:
+            names = list(sums)
+            totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)
+        totals[:-1] += torch.stack([torch.as_tensor(sums[n], device=device).detach().double() for n in names])
+        count += size
+        if until is not None and until(dict(zip(names, totals)), count):
+            break
+    model.train(was_training)
+    if totals is None:
+        totals = torch.zeros(1, dtype=torch.float64, device=device)  # this rank had no batch
+    totals[-1] = count
+    totals = held.dist.all_reduce_sum(totals).tolist()
+    if not totals[-1] or names is None:
+        return None
+    return Sums(names, totals[:-1], int(totals[-1]))
+
+
+def in_lockstep(held: HeldOut, batches):
+    """(batch, counted) pairs with the same number of forwards on every rank, as a sharded model needs
+    (each forward gathers parameters from all ranks): a rank out of batches repeats its last one,
+    uncounted, while another still has some. One small all-reduce per batch."""
+    from fastpipe.errors import ConfigError
+
+    dist, device = held.dist, held.device
+    last = next(batches, None)
+    having = int(dist.all_reduce_sum(torch.tensor([float(last is not None)], device=device)).item())
+    if having == 0:
+        return
+    if having < dist.world_size:
+        raise ConfigError(f"the held-out split gives {dist.world_size - having} of {dist.world_size} ranks no batch, "
+                          "and a sharded model's ranks must evaluate together: hold out more samples (or a smaller "
+                          "train.batch_size)")
+    yield last, True
+    while True:
+        batch = next(batches, None)
+        if not bool(dist.any_rank(torch.tensor(batch is not None, device=device))):
+            return
+        if batch is None:
+            yield last, False
+        else:
+            last = batch
+            yield batch, True
