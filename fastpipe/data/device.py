@@ -230,4 +230,5 @@ def reading_ends_with_the_run(*loaders):
                 if loader is not None:  # not filter(None, ...): an empty loader's len() is 0
                     loader.close()
             except Exception as exc:
-                warnings.warn(f"ending the loader's reading failed: {type(exc).__name__}: {exc}", FastpipeWarning)
+                warnings.warn(f"ending the data loader's reading at the run's end failed ({type(exc).__name__}: {exc}); "
+                              "the run's result stands, and its workers end with the process", FastpipeWarning)

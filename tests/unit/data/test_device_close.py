@@ -105,4 +105,5 @@ def test_only_device_loaders_are_closed_and_a_failing_close_is_a_warning():
                 raise KeyError("the run's error")
     assert not ProjectLoader.closed
     assert [str(w.message) for w in caught if issubclass(w.category, FastpipeWarning)] == [
-        "ending the loader's reading failed: OSError: no such device"]
+        "ending the data loader's reading at the run's end failed (OSError: no such device); the run's result "
+        "stands, and its workers end with the process"]
