@@ -37,7 +37,7 @@ class Trainer:
         import torch
         import torchvision
 
-        from fastpipe.stages.folding import EvalForwards
+        from fastpipe.stages.eval_forward import EvalForwards
 
         torch.backends.cudnn.benchmark = True
         torch.manual_seed(0)

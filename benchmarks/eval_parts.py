@@ -94,7 +94,8 @@ def main() -> None:
     import torchvision
 
     from fastpipe.runtime import autotuning_off
-    from fastpipe.stages.folding import FLOOR, EvalForwards, difference
+    from fastpipe.stages.eval_forward import FLOOR, EvalForwards, difference
+    from fastpipe.stages.folding import fold_weights
     from fastpipe.stages.precision import Precision
     from fastpipe.stages.tasks import Classification
     from fastpipe.train.held_out_pass import evaluate
@@ -145,14 +146,14 @@ def main() -> None:
         part("first: the model's forward (benchmark mode on)", lambda: model(x))
         with torch.autocast("cuda", enabled=False), autotuning_off():
             part("first: the model in fp32 (benchmark mode off)", lambda: model(x))
-        part("first: the folded copy's refresh", lambda: [u.refresh() for u in folded.units])
+        part("first: the folded copy's refresh", lambda: fold_weights(folded.units))
         folded.checked = True
         part("first: the folded copy's forward", lambda: folded.untuned(x))
         part("first: the folded copy at the split's last batch", lambda: folded.untuned(short))
         part("warm: the folded copy's forward", lambda: folded.untuned(x), args.repeats)
         part("warm: the folded copy at the split's last batch", lambda: folded.untuned(short), args.repeats)
-        part("warm: the folded copy's refresh", lambda: [u.refresh() for u in folded.units], args.repeats)
-        # the check's two numbers (stages/folding.py): the folded copy against the model, and the precision's own
+        part("warm: the folded copy's refresh", lambda: fold_weights(folded.units), args.repeats)
+        # the check's two numbers (stages/eval_forward.py): the folded copy against the model, and the precision's own
         expected = model(x)
         with torch.autocast("cuda", enabled=False), autotuning_off():
             own = difference(expected, model(x))

@@ -10,10 +10,11 @@ import contextlib
 import types
 import warnings
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 
+from fastpipe.data.batches import to_device
 from fastpipe.errors import FastpipeWarning
 
 MEAN = (0.485, 0.456, 0.406)  # ImageNet statistics, as 0..1 fractions
@@ -34,40 +35,6 @@ class Normalizer:
         if images.dtype == torch.uint8:
             images = images.float().sub_(self.mean).div_(self.std)
         return images.contiguous(memory_format=self.memory_format)
-
-
-def to_device(value: Any, device: torch.device) -> Any:
-    """``value`` (a tensor, or a tuple / list / dict of them) on ``device``; other leaves unchanged."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_device(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
-    return value
-
-
-def head(value: Any, n: int) -> Any:
-    """The first ``n`` samples of a batch structure (copies, so the batch itself can be freed)."""
-    if isinstance(value, torch.Tensor):
-        return value[:n].clone()
-    if isinstance(value, (tuple, list)):
-        return type(value)(head(v, n) for v in value)
-    if isinstance(value, dict):
-        return {k: head(v, n) for k, v in value.items()}
-    return value
-
-
-def tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a batch structure."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from tensors(v)
 
 
 class ImagePrep:

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from fastpipe.data.collate import NamedCollate
-from fastpipe.data.device import ImagePrep, MovePrep, Normalizer, tensors
+from fastpipe.data.batches import tensors
+from fastpipe.data.device import ImagePrep, MovePrep, Normalizer
 from fastpipe.data.splits import describe_value
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import FastpipeError, ProjectError

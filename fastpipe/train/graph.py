@@ -30,7 +30,7 @@ from fastpipe.runtime import Dist, Runtime
 from fastpipe.stages.batch_recipe import BatchRecipe, build_batch_recipe
 from fastpipe.stages.compile import CompiledModel, build_compiled
 from fastpipe.stages.ema import DeviceEMA, build_ema
-from fastpipe.stages.folding import EvalForwards
+from fastpipe.stages.eval_forward import EvalForwards
 from fastpipe.stages.optim import build_optimizer, lr_factor
 from fastpipe.stages.precision import Precision, build_precision
 from fastpipe.stages.schedules import Schedule, build_schedule

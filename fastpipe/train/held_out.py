@@ -22,7 +22,7 @@ from fastpipe.data.subset import eval_subset
 from fastpipe.errors import ConfigError
 from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime
-from fastpipe.stages.folding import EvalForwards
+from fastpipe.stages.eval_forward import EvalForwards
 from fastpipe.stages.precision import Precision
 from fastpipe.stages.tasks import Task
 

@@ -2,17 +2,20 @@
 parts of a split evaluated with the same weights) and the metrics they give (``evaluate``)."""
 from __future__ import annotations
 
-import contextlib
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 import torch
 
+from fastpipe.data.batches import batch_first, filled_up, head
 from fastpipe.data.kept import batch_length
 from fastpipe.runtime import autotuning_off
 from fastpipe.train.held_out import HeldOut
 
+# Where a split's last, shorter batch runs as it is: a new batch shape costs the CPU's kernels nothing,
+# where a GPU builds new ones for it (cuDNN plans); filling it up there would only add samples to compute.
+RUNS_SHORT_AS_IS = ("cpu",)
 
 @dataclass(frozen=True)
 class Sums:
@@ -56,16 +59,18 @@ def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = 
     was_training = model.training
     model.eval()
     forward = held.forwards(model) if held.forwards is not None else model  # train.eval_fold
-    names, totals, count, device, full = None, None, 0, held.device, None
+    names, totals, count, device = None, None, 0, held.device
+    first = None  # (the pass's first batch's inputs, its size, whether its outputs were batch-first)
     batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
                                        else ((batch, True) for batch in batches)):
         size = batch_length(targets)
-        full = full or size
-        # the split's last, smaller batch is a shape met once per evaluation: cuDNN would autotune every
-        # convolution for it (seconds on a GPU) to run it a single time
-        with (autotuning_off() if size < full else contextlib.nullcontext()), held.precision.autocast():
-            outputs = forward(inputs)
+        with held.precision.autocast():
+            if first is None:
+                outputs = forward(inputs)
+                first = (inputs, size, batch_first(outputs, size))
+            else:
+                outputs = _shorter_or_not(forward, inputs, size, first, held.device)
             if not counted:
                 continue
             sums = held.task.metrics(outputs, targets)
@@ -84,6 +89,24 @@ def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = 
     if not totals[-1] or names is None:
         return None
     return Sums(names, totals[:-1], int(totals[-1]))
+
+
+def _shorter_or_not(forward: Callable, inputs, size: int, first: tuple, device: torch.device):
+    """The outputs of a batch after the pass's first. One shorter than the first (the split's last) is a
+    shape met once per evaluation, for which a GPU builds new kernels (cuDNN plans: 0.11-0.16 s for
+    ResNet-50 on an H200, benchmarks/results/eval-parts). Off the CPU (``RUNS_SHORT_AS_IS``) it is filled
+    up to the first batch's size with that batch's samples, and the outputs cut back to its own, where the
+    inputs fill up alike and the model's outputs are batch-first tensors: a sample's outputs do not depend
+    on the others in its batch, as any evaluation batch size presumes. Else it runs as it is, cuDNN's
+    autotuning off (seconds of it to run one batch once)."""
+    filler, full, cuttable = first
+    if size >= full:
+        return forward(inputs)
+    filled = filled_up(inputs, filler, full) if cuttable and device.type not in RUNS_SHORT_AS_IS else None
+    if filled is not None:
+        return head(forward(filled), size, copy=False)
+    with autotuning_off():
+        return forward(inputs)
 
 
 def in_lockstep(held: HeldOut, batches):

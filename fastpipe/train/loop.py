@@ -13,7 +13,7 @@ from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import Position, global_batch
 from fastpipe.data.order import epoch_batches
 from fastpipe.config import TrainConfig
-from fastpipe.data.device import head
+from fastpipe.data.batches import head
 from fastpipe.stages.profiling import NoProfiler
 from fastpipe.train.evaluation import Evaluator, epoch_ends_screened
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch as epoch_steps, total_steps

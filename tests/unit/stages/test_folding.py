@@ -16,8 +16,9 @@ from fastpipe.config import PrecisionConfig
 from fastpipe.data import kept
 from fastpipe.data.kept import KeptBatches
 from fastpipe.errors import FastpipeWarning
-from fastpipe.stages import folding
-from fastpipe.stages.folding import EvalForwards, FoldedConv, fold
+from fastpipe.stages import eval_forward
+from fastpipe.stages.eval_forward import EvalForwards
+from fastpipe.stages.folding import FoldedConv, fold, fold_weights
 from fastpipe.stages.precision import build_precision
 from fastpipe.train import held_out_pass
 from fastpipe.train.held_out import HeldOut
@@ -85,8 +86,7 @@ def test_the_cuda_rewrite_fuses_only_chains_that_end_in_a_relu(monkeypatch):
     gm, units = fold(model, torch.float32)
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        for unit in units:
-            unit.refresh()
+        fold_weights(units)
         assert torch.allclose(gm(x), model(x), atol=1e-5, rtol=1e-4)
     # resnet18: 17 pairs end in a ReLU (8 of them after the residual add); the 3 downsample pairs stay
     assert len(units) == 17 and calls.count("add_relu") == 8 and calls.count("relu") == 9
@@ -109,8 +109,8 @@ def test_each_evaluation_folds_the_current_weights():
 def test_a_copy_that_fails_its_check_gives_way_to_the_model(monkeypatch):
     model = settled(torchvision.models.resnet18(num_classes=5))
     forwards = EvalForwards(True, CPU, None)
-    real = FoldedConv.refresh
-    monkeypatch.setattr(FoldedConv, "refresh", lambda self: (real(self), self.bias.add_(1.0)))  # a wrong fold
+    real = eval_forward.fold_weights
+    monkeypatch.setattr(eval_forward, "fold_weights", lambda units: (real(units), [u.bias.add_(1.0) for u in units]))  # a wrong fold
     x = torch.randn(2, 3, 32, 32)
     calls = []
     model.register_forward_hook(lambda *_: calls.append(torch.is_autocast_enabled("cpu")))
@@ -218,3 +218,35 @@ def test_a_pass_left_early_keeps_nothing_and_no_room_keeps_nothing(monkeypatch):
     tight = KeptBatches(Reusing(3))
     list(tight), list(tight)
     assert tight.passes == 2 and tight.kept is None and tight.refused
+
+
+def test_each_fold_casts_into_the_first_folds_buffers_in_the_weights_memory_format():
+    """A cast copy (the cuDNN call's dtype) is folded into the same buffers at every evaluation, with
+    every unit's weights as the model has them then; channels_last weights stay channels_last."""
+    model = settled(torchvision.models.resnet18(num_classes=5)).to(memory_format=torch.channels_last)
+    gm, units = fold(model, torch.float64)
+    buffers = [(u.weight.data_ptr(), u.bias.data_ptr()) for u in units]
+    with torch.no_grad():
+        for m in model.modules():  # a training step and new statistics, in place
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.mul_(1.5)
+                m.running_var.add_(0.25)
+    fold_weights(units)
+    assert [(u.weight.data_ptr(), u.bias.data_ptr()) for u in units] == buffers
+    for unit in units:
+        conv, bn = unit.parts
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        assert unit.weight.dtype == torch.float64 and unit.weight.is_contiguous(memory_format=torch.channels_last)
+        assert torch.allclose(unit.weight, (conv.weight * scale.reshape(-1, 1, 1, 1)).double(), rtol=1e-6, atol=1e-7)
+        assert torch.allclose(unit.bias, (bn.bias - bn.running_mean * scale).double(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_conv_bias_and_an_affine_less_batchnorm_fold_in():
+    conv, bn = nn.Conv2d(3, 4, 3, bias=True), nn.BatchNorm2d(4, affine=False)
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    unit = FoldedConv(conv, bn, relu=False, add=False, dtype=None)
+    fold_weights([unit])
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(unit(x), bn.eval()(conv(x)), atol=1e-5, rtol=1e-4)
