@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from fastpipe.data.batches import to_device
+from fastpipe.data.batches import tensors, to_device
 from fastpipe.errors import FastpipeWarning
 
 MEAN = (0.485, 0.456, 0.406)  # ImageNet statistics, as 0..1 fractions
