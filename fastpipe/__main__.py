@@ -53,7 +53,7 @@ def run(cfg: DictConfig):
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
-    warm.prestart_for(cfg.launcher, sweep=hc.mode == RunMode.MULTIRUN)  # its imports overlap ours from now on
+    warm.prestart_for(cfg.launcher, hc.mode == RunMode.MULTIRUN, cfg.get("device", "auto"))  # imports beside ours
     # the end-to-end clock's start: this process's for one run; a sweep's job's own (its imports paid once)
     started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
     run_dir = Path(hc.runtime.output_dir)

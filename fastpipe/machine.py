@@ -1,5 +1,5 @@
 """What this machine and process are: versions and hardware for the run's record, the CUDA devices
-training would use, whether the CPU computes bf16 natively, when the process started, which CPUs
+training would use (and whether it would use one, before torch is imported), whether the CPU computes bf16 natively, when the process started, which CPUs
 are left beyond a process's first physical cores. Reads the
 machine (torch's probes, /proc), never the environment's settings (runtime.py does). torch is imported
 by the functions that use it: the Hydra process asks when it started before it imports torch."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import List, Optional, Set
@@ -58,6 +59,29 @@ def _cpuinfo_words() -> Optional[set]:
         return None
     return {word for line in text.splitlines() if line.lower().startswith(("flags", "features"))
             for word in line.split(":", 1)[-1].split()}
+
+
+def nvml_gpu_count() -> int:
+    """The GPUs the NVIDIA driver sees (NVML); 0 without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def trains_on_a_gpu(requested_device: str) -> bool:
+    """Whether training with ``device=requested_device`` (auto | cpu | cuda...) runs on a GPU, asked
+    without importing torch where it is not imported yet: for auto, torch's answer once imported,
+    else the NVIDIA driver's GPU count."""
+    if requested_device == "cpu":
+        return False
+    if requested_device != "auto":
+        return True
+    torch = sys.modules.get("torch")
+    return torch.cuda.is_available() if torch is not None else nvml_gpu_count() > 0
 
 
 def visible_gpus(requested_device: str) -> int:

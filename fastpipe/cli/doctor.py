@@ -20,11 +20,11 @@ from typing import Dict, Optional
 import torch
 
 from fastpipe.cli.probes import (SWEEP_PLUGINS, compile_smoke, config_composes, dali, driver_version, gpus, nccl,
-                                 nvml_gpu_count, sweep_plugins, tf32)
+                                 sweep_plugins, tf32)
 from fastpipe.config.logger import logger_class, logger_names
 from fastpipe.config.registry import Requirement
 from fastpipe.config.registry import requirements as choice_requirements
-from fastpipe.machine import cpu_bf16
+from fastpipe.machine import cpu_bf16, nvml_gpu_count
 
 REQUIRED_RANGES = {"hydra-core": ("1.3.2", "1.4"), "omegaconf": ("2.3", "2.4")}  # pyproject's pins
 MACHINE = ("cuda", "nccl", "compile")  # what --require can make mandatory, beside the packages choices need

@@ -24,17 +24,6 @@ def driver_version() -> Optional[str]:
         return None
 
 
-def nvml_gpu_count() -> int:
-    """The GPUs the NVIDIA driver sees (NVML); 0 without a driver."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:
-        return 0
-
-
 def gpus() -> List[dict]:
     """Every GPU torch can use, with its memory and compute capability."""
     if not torch.cuda.is_available():

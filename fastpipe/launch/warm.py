@@ -2,8 +2,9 @@
 
 A fresh training process spends seconds importing torch, torchvision and the stages before it reads
 its settings. So ``prestart`` spawns the process as a job begins (its imports then run while the
-Hydra process composes and checks the config and records the run's provenance) and, in a sweep, again as each job
-hands its process over (the next job's imports run while this one trains). ``take`` gives the
+Hydra process composes and checks the config and records the run's provenance) and, in a sweep of jobs
+that train on a GPU, again as each job hands its process over (the next job's imports run while this
+one trains). ``take`` gives the
 launcher the waiting process, which then runs the job exactly as a process spawned for it would:
 same entry point, stop signals blocked from its start (processes.py), killed with the Hydra process.
 
@@ -125,19 +126,22 @@ def prestart_if_training(argv: Sequence[str]) -> None:
         prestart()
 
 
-def prestart_for(launcher_cfg, sweep: bool) -> None:
+def prestart_for(launcher_cfg, sweep: bool, device: str = "auto") -> None:
     """As a job starts: one waits for it when its launcher runs one fresh training process
     (launcher=single, ``launcher.fresh_process``), none otherwise (nor for a launcher no choice
-    registers); in a sweep, keep one ready for each next job."""
+    registers); in a sweep whose jobs train on a GPU (``device``), keep one ready for each next job.
+    Not on the CPU: there a job trains on every core, so the next job's imports beside it would stretch
+    its measured training clock (benchmarks/results/sweep-warm), and the last one would run no job."""
     global keep_one_ready
     from fastpipe.config.registry import choice, names
+    from fastpipe.machine import trains_on_a_gpu
 
     name = launcher_cfg.get("name")
     if (name not in names("launcher")  # an unknown one: to_settings refuses it in one line, after this
             or choice("launcher", name).process_group or not launcher_cfg.get("fresh_process", True)):
         dismiss()
         return
-    keep_one_ready = sweep
+    keep_one_ready = sweep and trains_on_a_gpu(str(device))
     prestart()
 
 

@@ -25,11 +25,12 @@ def test_sigkill_while_training_then_resume_completes(straight, tmp_path):
 
 # Runs fastpipe with the checkpoint write paused between fsync and rename at step 6.
 KILL_IN_WRITE = """
-import pathlib, sys, time
+import os, pathlib, sys, time
 import fastpipe.checkpoint.files as files
 def pause(tmp):
-    if "step-00000006" in tmp.name:
-        (tmp.parent.parent / "writing").write_text(tmp.name)
+    if "step-00000006" in tmp.name:  # the name, whole, before the test sees the file (a rename)
+        (tmp.parent.parent / "writing.part").write_text(tmp.name)
+        os.replace(tmp.parent.parent / "writing.part", tmp.parent.parent / "writing")
         time.sleep(120)
 files._before_publish = pause
 from fastpipe.__main__ import main

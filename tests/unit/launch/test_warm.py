@@ -3,6 +3,7 @@ would, and is not used where the environment changed in a variable read at impor
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 from fastpipe.launch import warm
 
@@ -57,3 +58,26 @@ def test_a_launcher_no_choice_registers_starts_nothing_and_ends_the_waiting_one(
     process = warm._ready.process
     warm.prestart_for(OmegaConf.create({"name": "no-such-launcher"}), sweep=False)
     assert warm._ready is None and not process.is_alive()
+
+
+def test_a_sweep_keeps_the_next_jobs_process_ready_only_for_jobs_that_train_on_a_gpu(monkeypatch):
+    """On the CPU a job's training takes every core: the next job's process is not started beside it
+    (its imports would take CPU from it, and the last one would run no job)."""
+    from omegaconf import OmegaConf
+
+    from fastpipe import machine
+
+    started = []
+    monkeypatch.setattr(warm, "prestart", lambda: started.append(1))
+    single = OmegaConf.create({"name": "single", "fresh_process": True})
+    for device, gpu, ready in (("cpu", True, False), ("cuda", False, True), ("auto", False, False), ("auto", True, True)):
+        monkeypatch.setattr(machine, "nvml_gpu_count", lambda: int(gpu))
+        monkeypatch.setattr(machine, "sys", SimpleNamespace(modules={}))  # torch not imported: auto asks the driver
+        warm.prestart_for(single, sweep=True, device=device)
+        assert warm.keep_one_ready is ready, device
+    warm.prestart_for(single, sweep=False, device="cuda")  # one run: one process, for this job
+    assert warm.keep_one_ready is False and len(started) == 5
+    monkeypatch.undo()
+    import torch
+
+    assert machine.trains_on_a_gpu("auto") is torch.cuda.is_available()  # torch imported: its answer
