@@ -43,8 +43,8 @@ def batch_first(value: Any, n: int) -> bool:
 
 def filled_up(value: Any, filler: Any, n: int) -> Any:
     """``value``, a batch structure, filled up to ``n`` samples with the first samples of ``filler`` (a
-    batch of the same structure, tensors of the same dtype, device and sample
-    shape); None where the two differ. Each tensor keeps its memory format (channels_last stays so)."""
+    batch of the same structure: tensors of the same dtype, device and sample shape); None where the
+    two differ. Each tensor keeps its memory format (channels_last stays so)."""
     if isinstance(value, torch.Tensor):
         if not (isinstance(filler, torch.Tensor) and value.dim() > 0 and filler.dim() == value.dim()
                 and filler.shape[1:] == value.shape[1:] and value.shape[0] <= n <= value.shape[0] + filler.shape[0]

@@ -4,9 +4,9 @@ A fresh training process spends seconds importing torch, torchvision and the sta
 its settings. So ``prestart`` spawns the process as a job begins (its imports then run while the
 Hydra process composes and checks the config and records the run's provenance) and, in a sweep of jobs
 that train on a GPU, again as each job hands its process over (the next job's imports run while this
-one trains). ``take`` gives the
-launcher the waiting process, which then runs the job exactly as a process spawned for it would:
-same entry point, stop signals blocked from its start (processes.py), killed with the Hydra process.
+one trains). ``take`` gives the launcher the waiting process, which then runs the job exactly as a
+process spawned for it would: same entry point, stop signals blocked from its start (processes.py),
+killed with the Hydra process.
 
 It is not used when the Hydra process's environment has changed since it started in a variable
 torch or the loaders read as they import (``CUDA_*``, ``TORCH*``, ``OMP_*``...), unless the waiting

@@ -83,7 +83,6 @@ class FoldedForward:
             return expected
         return got
 
-
     def _allowed(self, inputs, expected) -> float:
         """Twice the precision's own difference: the model in fp32 (untuned: a dtype met once) against
         ``expected``; only for a gap above FLOOR (its new cuDNN plans: 0.14-0.22 s, benchmarks/eval_parts.py)."""

@@ -14,6 +14,7 @@ from torch import fx, nn
 
 ADDS = (operator.add, operator.iadd, torch.add)
 
+
 class FoldedConv(nn.Module):
     """conv -> BatchNorm (eval statistics) [-> + residual] [-> ReLU] as one convolution; ``fold_weights``
     folds the current weights in (``dtype``: the cuDNN call's; None: F.conv2d under the run's autocast)."""
@@ -44,8 +45,9 @@ class FoldedConv(nn.Module):
 def fold_weights(units: list) -> None:
     """Fold each unit's current weights in: ``conv.weight * s`` and ``bn.bias - bn.running_mean * s``
     (``+ conv.bias * s``), ``s = bn.weight / sqrt(bn.running_var + bn.eps)``, for all units at once in
-    multi-tensor (foreach) calls, cast into the buffers of the last fold: a unit at a time took 4-7 ms an
-    evaluation for ResNet-50's 49 (benchmarks/results/eval-parts). Weights keep their memory format."""
+    multi-tensor (foreach) calls, cast into the buffers of the last fold: for ResNet-50's 49 units on an
+    H200, 1.7 ms an evaluation against 4.2-7.3 ms a unit at a time (benchmarks/results/eval-parts).
+    Weights keep their memory format."""
     if not units:
         return
     convs, bns = [u.parts[0] for u in units], [u.parts[1] for u in units]
