@@ -5,8 +5,9 @@ A sweep of ``--jobs`` small jobs on the CPU (TinyCNN on 240 shapes at 16 px, 12 
 each job's process is spawned for it) and ``kept ready`` (the next job's process started as each job
 hands its process over, as a sweep of GPU jobs does: ``trains_on_a_gpu`` answers yes). Each sweep's
 wall time, the CPU seconds of every process it started (user + system, the waited-for children of
-this script), and each job's training clock (``time_breakdown_s.train``): every job but the last
-trains beside the next one's imports when a process is kept ready. Writes ``$OUT/sweep_warm.md`` (printed) and ``sweep_warm.jsonl``.
+this script), and each job's training clock (``time_breakdown_s.train``): with a process kept ready
+every job trains beside the next one's imports (the last beside a process that runs no job). Writes
+``$OUT/sweep_warm.md`` (printed) and ``sweep_warm.jsonl``.
 
     python benchmarks/sweep_warm.py --out /tmp/sweep-warm
 """
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
                 log.write(json.dumps(rows[-1]) + "\n")
                 log.flush()
     lines = [f"# A sweep of {a.jobs} small CPU jobs, {a.repeats} runs each way, alternating", "",
-             "| way | CPU s (each run) | median | wall s (each run) | median | the jobs' training clocks (s, each run) |",
+             "| way | CPU s (each run) | median | wall s (each run) | median "
+             "| the jobs' training clocks (s, each run) |",
              "| --- | --- | ---: | --- | ---: | --- |"]
     for way in ("as built", "kept ready"):
         mine = [r for r in rows if r["way"] == way]

@@ -17,6 +17,7 @@ from fastpipe.train.held_out import HeldOut
 # where a GPU builds new ones for it (cuDNN plans); filling it up there would only add samples to compute.
 RUNS_SHORT_AS_IS = ("cpu",)
 
+
 @dataclass(frozen=True)
 class Sums:
     """A pass's sums of each metric over its samples (every rank's), and their number."""
@@ -60,17 +61,18 @@ def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = 
     model.eval()
     forward = held.forwards(model) if held.forwards is not None else model  # train.eval_fold
     names, totals, count, device = None, None, 0, held.device
-    first = None  # (the pass's first batch's inputs, its size, whether its outputs were batch-first)
+    fills = device.type not in RUNS_SHORT_AS_IS
+    full, filler = None, None  # the pass's first batch's size; its inputs, where a shorter batch fills up with them
     batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
                                        else ((batch, True) for batch in batches)):
         size = batch_length(targets)
         with held.precision.autocast():
-            if first is None:
+            if full is None:
                 outputs = forward(inputs)
-                first = (inputs, size, batch_first(outputs, size))
+                full, filler = size, (inputs if fills and batch_first(outputs, size) else None)
             else:
-                outputs = _shorter_or_not(forward, inputs, size, first, held.device)
+                outputs = _shorter_or_not(forward, inputs, size, full, filler)
             if not counted:
                 continue
             sums = held.task.metrics(outputs, targets)
@@ -91,18 +93,17 @@ def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = 
     return Sums(names, totals[:-1], int(totals[-1]))
 
 
-def _shorter_or_not(forward: Callable, inputs, size: int, first: tuple, device: torch.device):
+def _shorter_or_not(forward: Callable, inputs, size: int, full: int, filler):
     """The outputs of a batch after the pass's first. One shorter than the first (the split's last) is a
     shape met once per evaluation, for which a GPU builds new kernels (cuDNN plans: 0.11-0.16 s for
-    ResNet-50 on an H200, benchmarks/results/eval-parts). Off the CPU (``RUNS_SHORT_AS_IS``) it is filled
-    up to the first batch's size with that batch's samples, and the outputs cut back to its own, where the
-    inputs fill up alike and the model's outputs are batch-first tensors: a sample's outputs do not depend
-    on the others in its batch, as any evaluation batch size presumes. Else it runs as it is, cuDNN's
-    autotuning off (seconds of it to run one batch once)."""
-    filler, full, cuttable = first
+    ResNet-50 on an H200, benchmarks/results/eval-parts). Given ``filler`` (the first batch's inputs: off
+    the CPU, ``RUNS_SHORT_AS_IS``, where the model's outputs were batch-first tensors) it is filled up to
+    ``full`` samples with that batch's, and the outputs cut back to its own, where the inputs fill up
+    alike: a sample's outputs do not depend on the others in its batch, as any evaluation batch size
+    presumes. Else it runs as it is, cuDNN's autotuning off (seconds of it to run one batch once)."""
     if size >= full:
         return forward(inputs)
-    filled = filled_up(inputs, filler, full) if cuttable and device.type not in RUNS_SHORT_AS_IS else None
+    filled = None if filler is None else filled_up(inputs, filler, full)
     if filled is not None:
         return head(forward(filled), size, copy=False)
     with autotuning_off():
