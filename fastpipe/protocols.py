@@ -55,8 +55,8 @@ class PrecisionBuilder(Protocol):
 
 class Task(Protocol):
     """The objective (``task._target_``): what the loop, evaluation and the reports ask of a task
-    (stages/tasks.py describes its optional members: ``summarize``, ``bounds``, ``per_sample``,
-    ``dataset_kinds``, ``soft_targets``, ``check_batch``, ``check_output``)."""
+    (stages/tasks.py describes its optional members: ``summarize``, ``bounds``, ``dataset_kinds``,
+    ``soft_targets``, ``check_batch``, ``check_output``)."""
 
     primary: str  # the metric parity, the target, the winner and HParams use
     higher_is_better: bool

@@ -62,39 +62,6 @@ def filled_up(value: Any, filler: Any, n: int) -> Any:
     return None
 
 
-def joined(batches: list) -> Any:
-    """Batch structures alike (the same structure; tensors of the same dtype, device and sample shape)
-    as one, each tensor concatenated along the first dimension in its memory format; None where they
-    are not alike (a leaf that is not a tensor, another structure or sample shape)."""
-    first = batches[0]
-    if isinstance(first, torch.Tensor):
-        if not all(isinstance(b, torch.Tensor) and b.dim() > 0 and b.shape[1:] == first.shape[1:]
-                   and b.dtype == first.dtype and b.device == first.device for b in batches):
-            return None
-        channels_last = first.dim() == 4 and first.is_contiguous(memory_format=torch.channels_last)
-        out = torch.cat(batches)
-        return out.contiguous(memory_format=torch.channels_last) if channels_last else out
-    if isinstance(first, (tuple, list)) and all(type(b) is type(first) and len(b) == len(first) for b in batches):
-        parts = [joined([b[i] for b in batches]) for i in range(len(first))]
-        return None if any(p is None for p in parts) else type(first)(parts)
-    if isinstance(first, dict) and all(isinstance(b, dict) and b.keys() == first.keys() for b in batches):
-        parts = {k: joined([b[k] for b in batches]) for k in first}
-        return None if any(p is None for p in parts.values()) else parts
-    return None
-
-
-def rows(value: Any, index) -> Any:
-    """The samples ``index`` picks (a slice: views; a tensor of positions: copies, each tensor in its
-    memory format, as advanced indexing keeps it) of a batch structure of tensors."""
-    if isinstance(value, torch.Tensor):
-        return value[index]
-    if isinstance(value, (tuple, list)):
-        return type(value)(rows(v, index) for v in value)
-    if isinstance(value, dict):
-        return {k: rows(v, index) for k, v in value.items()}
-    return value
-
-
 def tensors(value: Any) -> Iterator[torch.Tensor]:
     """Every tensor in a batch structure."""
     if isinstance(value, torch.Tensor):

@@ -4,8 +4,7 @@ so that an evaluation costs the forward alone. Kept only while the device has ro
 the batches' bytes free, beside what the training step has already reserved. ``read_ahead`` makes
 that first pass in a background thread while training runs (train.eval_read_ahead), so that no
 evaluation waits on the loader. Kept batches also say how many samples they hold, which lets a screen
-end as soon as the rest cannot change its outcome (train/target.py ``OutOfReach``), and can be given in
-another order of their samples (``in_order``: train/screen_order.py orders a screen's worst first).
+end as soon as the rest cannot change its outcome (train/target.py ``OutOfReach``).
 """
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ from typing import Iterator, List, Optional, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
-
-from fastpipe.data.batches import batch_first, joined, rows
 
 
 def batch_length(target) -> int:
@@ -72,8 +69,6 @@ class KeptBatches:
         self.kept: Optional[List] = None
         self.kept_bytes = 0
         self.samples: Optional[int] = None  # in the kept batches, once kept
-        self.joined = None  # the kept batches as one batch (``regroupable``); the kept ones are then views of it
-        self.sizes: Optional[List[int]] = None  # the kept batches' lengths
         self.refused = False  # the device had no room: read through the loader every time
         self._pending: Optional[threading.Event] = None  # set when its read ahead has ended
         self._failure: Optional[BaseException] = None
@@ -98,29 +93,6 @@ class KeptBatches:
         """The samples kept, once a read ahead under way has ended (None: nothing kept)."""
         self._wait()
         return self.samples
-
-    def regroupable(self) -> bool:
-        """Whether the kept samples can be given in another order (``in_order``): kept, each leaf a tensor
-        whose first dimension is its batch's length, and the device has twice their bytes free to join
-        them into one batch once (the kept batches are views of it from then on)."""
-        self._wait()
-        if self.joined is None and self.kept:
-            device = next((t.device for t in tree_leaves(self.kept[0]) if isinstance(t, torch.Tensor)), None)
-            sizes = [batch_length(batch[1]) for batch in self.kept]
-            if device is not None and free_bytes(device) >= 2 * self.kept_bytes and all(
-                    batch_first(batch, n) for batch, n in zip(self.kept, sizes)):
-                self.joined, self.sizes = joined(self.kept), sizes
-                if self.joined is not None:
-                    self.kept = list(self.in_order())
-        return self.joined is not None
-
-    def in_order(self, order: Optional[torch.Tensor] = None) -> Iterator:
-        """The kept samples in ``order`` (their positions in the kept order, on the device; None: that
-        order, as views), in batches of the kept batches' lengths; only once ``regroupable``."""
-        start = 0
-        for size in self.sizes:
-            yield rows(self.joined, slice(start, start + size) if order is None else order[start:start + size])
-            start += size
 
     def _wait(self) -> None:
         """Wait for a read ahead under way; raise here what it raised."""

@@ -14,9 +14,7 @@ An optional ``dataset_kinds`` (e.g. ``("tokens",)``) lets fastpipe refuse a data
 another kind before anything is built; an optional ``bounds = (low, high)`` (None: unbounded) is the
 range the primary metric can take, and each sample's share of its sum, so that a ``train.target``
 outside it is refused and a target's screen ends once the target is out of its reach; an optional
-``per_sample(output, target)`` gives each sample's primary metric, a tensor [N] whose sum is that
-metric's, so that such a screen evaluates the samples it got worst last time first (it ends sooner;
-its outcome is the same, train/screen_order.py); an optional ``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix). Optional ``check_batch(inputs, target)`` and
+``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix). Optional ``check_batch(inputs, target)`` and
 ``check_output(output, target)`` say, for a first batch of each split (train/first_batch.py),
 what the task cannot train on (a sentence naming it and the fix; None: fine), before the first step.
 """
@@ -50,11 +48,8 @@ class Classification:
         return F.cross_entropy(output, target, label_smoothing=self.label_smoothing)
 
     def metrics(self, output: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
-        return {"accuracy": self.per_sample(output, target).sum(),
+        return {"accuracy": (output.argmax(1) == target).sum(),
                 "loss": F.cross_entropy(output.float(), target, reduction="sum")}
-
-    def per_sample(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return output.argmax(1) == target  # each sample's accuracy: right or not
 
     def check_batch(self, inputs, target) -> Optional[str]:
         if not _is_int_tensor(target) or target.dim() != 1:
@@ -91,11 +86,8 @@ class LanguageModelling:
         return F.cross_entropy(output.flatten(0, -2), target.flatten())
 
     def metrics(self, output: torch.Tensor, target: torch.Tensor) -> Dict[str, torch.Tensor]:
-        return {"loss": self.per_sample(output, target).sum()}
-
-    def per_sample(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         per_token = F.cross_entropy(output.float().flatten(0, -2), target.flatten(), reduction="none")
-        return per_token.view(target.shape).flatten(1).mean(1)  # each sequence's mean loss
+        return {"loss": per_token.view(target.shape).flatten(1).mean(1).sum()}  # each sequence's mean, summed
 
     def summarize(self, means: Dict[str, float]) -> Dict[str, float]:
         return {"perplexity": math.exp(min(means["loss"], 700.0))}

@@ -10,7 +10,6 @@ from fastpipe.config import TrainConfig
 from fastpipe.data.kept import KeptBatches
 from fastpipe.measure.clock import RunClock
 from fastpipe.train.held_out_pass import Sums, evaluate, held_out_sums
-from fastpipe.train.screen_order import WorstFirst
 from fastpipe.train.target import OutOfReach, Target
 
 
@@ -33,8 +32,6 @@ class Evaluator:
         self.g, self.cfg, self.ckpt, self.ema = g, cfg, ckpt, ema
         self.held, self.screen = g.held_out, getattr(g, "target_held_out", None)
         self.clock, self.samples = clock or RunClock(), samples  # samples(step): trained on by then, all ranks
-        # a screen that can end early evaluates its samples worst first, where the task gives per_sample()
-        self.worst_first = WorstFirst(g.task) if callable(getattr(g.task, "per_sample", None)) else None
         self.latest: Optional[Dict[str, float]] = None
         self.raw: Optional[Dict[str, float]] = None
         self.scalars: Dict[str, float] = {}  # the last evaluation's, for TensorBoard
@@ -89,8 +86,7 @@ class Evaluator:
         hit = None  # the sums of a screen that reached the target: its confirmation adds them up
         if screened and self.target is not None and self.screen is not None:
             until = self._out_of_reach()
-            hit = held_out_sums(self.screen, self.counted_model, until=until,
-                                order=self.worst_first if until is not None else None)
+            hit = held_out_sums(self.screen, self.counted_model, until=until)
             value = None if hit is None else hit.metrics(self.g.task).get(primary)
             self.scalars[f"val_subset/{primary}"] = value
             if not self.target.note(step, self.samples(step), value, subset=True,

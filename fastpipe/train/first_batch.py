@@ -27,12 +27,10 @@ from torch import nn
 from fastpipe.data.collate import NamedCollate
 from fastpipe.data.batches import tensors
 from fastpipe.data.device import ImagePrep, MovePrep, Normalizer
-from fastpipe.data.kept import batch_length
 from fastpipe.data.splits import describe_value
 from fastpipe.data.streams import is_stream
 from fastpipe.errors import FastpipeError, ProjectError
 from fastpipe.runtime import autotuning_off
-from fastpipe.train.screen_order import per_sample_problem
 
 SAMPLES = 8  # per split: enough to meet samples of different shapes, cheap next to the run
 
@@ -192,12 +190,6 @@ def _check_metrics(g, batch: Optional[tuple], output, split: str, names: dict) -
                            f"({', '.join(sorted(map(str, given))) or 'nothing'}) on the first batch of "
                            f"{names['dataset']}'s {split} split; return {task.primary!r} from metrics() (a per-batch "
                            "sum), or set primary to one of those names")
-    if callable(getattr(task, "per_sample", None)):  # ordering a target's screens: train/screen_order.py
-        with g.precision.autocast():
-            problem = per_sample_problem(task.per_sample(output, target), batch_length(target),
-                                         f"the first batch of {names['dataset']}'s {split} split")
-        if problem:
-            raise ProjectError(f"{names['task']}'s {problem}")
 
 
 def _splits_differ(exc: Exception, train: Optional[tuple], held: tuple, names: dict) -> ProjectError:

@@ -12,7 +12,6 @@ from fastpipe.data.batches import batch_first, filled_up, head
 from fastpipe.data.kept import batch_length
 from fastpipe.runtime import autotuning_off
 from fastpipe.train.held_out import HeldOut
-from fastpipe.train.screen_order import WorstFirst
 
 # Where a split's last, shorter batch runs as it is: a new batch shape costs the CPU's kernels nothing,
 # where a GPU builds new ones for it (cuDNN plans); filling it up there would only add samples to compute.
@@ -49,15 +48,13 @@ def evaluate(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None,
 
 @torch.no_grad()
 def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = None,
-                  until: Optional[Callable[[Dict[str, torch.Tensor], int], bool]] = None,
-                  order: Optional[WorstFirst] = None) -> Optional[Sums]:
+                  until: Optional[Callable[[Dict[str, torch.Tensor], int], bool]] = None) -> Optional[Sums]:
     """The task's metric sums of ``model``: per-batch sums kept on the device, summed over the split
     (its first ``limit`` batches, when given: train.eval_batches) and the ranks in one all-reduce.
     ``until(sums so far, samples so far)``, called after each batch, ends the pass early when True (a
     screen whose outcome is settled: train/target.py ``OutOfReach``); the sums are then those of the
-    samples evaluated. ``order`` gives a screen's kept samples worst first (train/screen_order.py).
-    Images are evaluated at the size the loader gives (the dataset's), whatever size a resize schedule
-    trained at last."""
+    samples evaluated. Images are evaluated at the size the loader gives (the dataset's), whatever
+    size a resize schedule trained at last."""
     if held.loader is None:
         return None
     was_training = model.training
@@ -66,8 +63,7 @@ def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = 
     names, totals, count, device = None, None, 0, held.device
     fills = device.type not in RUNS_SHORT_AS_IS
     full, filler = None, None  # the pass's first batch's size; its inputs, where a shorter batch fills up with them
-    batches = (order.batches(held.loader) if order is not None
-               else iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit))
+    batches = iter(held.loader) if limit is None else itertools.islice(iter(held.loader), limit)
     for (inputs, targets), counted in (in_lockstep(held, batches) if held.lockstep
                                        else ((batch, True) for batch in batches)):
         size = batch_length(targets)
@@ -80,8 +76,6 @@ def held_out_sums(held: HeldOut, model: torch.nn.Module, limit: Optional[int] = 
             if not counted:
                 continue
             sums = held.task.metrics(outputs, targets)
-            if order is not None:
-                order.note(outputs, targets)
         if totals is None:
             names = list(sums)
             totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=device)

@@ -22,7 +22,7 @@ CONFIGS = {  # the project's conf/: group/name -> the config's lines
     "dataset/tokens300": "_target_: bad_project.Tokens\nvocab: 300",
     "dataset/undeclared300": "_target_: bad_project.Tokens\nvocab: 300\ndeclares: false",
     "model/linear": "_target_: bad_project.Linear", "task/f1": "_target_: bad_project.F1Task",
-    "task/nan_accuracy": "_target_: bad_project.NaNAccuracy", "task/summed": "_target_: bad_project.SummedPerSample",
+    "task/nan_accuracy": "_target_: bad_project.NaNAccuracy",
 }
 
 
@@ -112,13 +112,6 @@ def test_a_primary_metric_that_metrics_never_gives(project, tmp_path):
     assert reason == ("task=f1's primary metric 'f1' is not among what its metrics() gives (accuracy) on the first "
                       "batch of dataset=tab's held-out split; return 'f1' from metrics() (a per-batch sum), or set "
                       "primary to one of those names")
-
-
-def test_a_per_sample_that_is_not_one_value_per_sample(project, tmp_path):
-    reason = refused(tmp_path, project + ["dataset=tab", "model=linear", "task=summed"])
-    assert reason == ("task=summed's per_sample(output, target) gives [] for the first batch of dataset=tab's held-out "
-                      "split of 8 samples; return each sample's primary metric, a tensor [N] (docs/project.md), or "
-                      "drop per_sample")
 
 
 def test_a_nan_primary_metric_fails_a_run_with_a_held_out_split_only(project, tmp_path):
