@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAVE_DALI, REPO, load_benchmark_runner, needs_dali, run_side_by_side
+from conftest import HAVE_DALI, REPO, load_benchmark_lib, load_benchmark_runner, needs_dali, run_side_by_side
 
 # data_formats.py's JPEG decoders in its smoke: the script passes data.decoder on as any other; DALI's own
 # decoding, a training run through it included, is tests/unit/data/test_pack_dali.py's
 SMOKE_DECODERS = ("cpu",)
 SMOKE_SHAPES = ["dataset=shapes", "dataset.source_size=[96,72]", "dataset.num_images=320", "dataset.image_size=32",
-                "dataset.augment=true", "train.batch_size=16"]  # data_formats.py --smoke's dataset
+                "dataset.augment=true"]  # data_formats.py --smoke's dataset
+BESIDE_SHAPES = SMOKE_SHAPES + ["train.batch_size=4"]
 
 
 def _check_overhead(out):
@@ -200,7 +201,7 @@ def smokes(tmp_path_factory):
     def script(name, *args):
         return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
 
-    out = {name: root / name for name in ("phase1", "ddp", "loaders", "loaders-failed", "ttt", "data-formats")}
+    out = {name: root / name for name in ("phase1", "ddp", "loaders", "ttt", "data-formats")}
     for folder in out.values():
         folder.mkdir()
     work = out["data-formats"] / "work"
@@ -210,24 +211,25 @@ def smokes(tmp_path_factory):
                    # a loaded 2-core machine it skipped checkpoint_stall.py's last rows (2026-12-03)
                    {"env": dict(os.environ, SMOKE="1", WORK=str(out["phase1"] / "work"),
                                 OUT=str(out["phase1"] / "out"), PY=sys.executable, DEADLINE_SMOKE="600")}),
-        "ddp": script("ddp.py", "--smoke", "--out", out["ddp"], "--profile", "--variant",
-                      "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1"),
-        "loaders-failed": script("loaders.py", "--out", out["loaders-failed"], "--smoke", "--loaders", "dali",
-                                 "dali:data.no_such_key=1"),
+        # --variant's runs are DDP runs like --profile's: test_ddp_variants_... below, with a stand-in
+        "ddp": script("ddp.py", "--smoke", "--out", out["ddp"], "--profile"),
         # without the batch search and the evaluation pairs, for the suite's time (their tables: below)
         "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
                       "--work", out["ttt"] / "work", "--no-search", "--eval-pairs", "0"),
-        # then lib/decode_beside_step.py on the packs it made
+        # every kind of step, training and reading the JPEG pack only (the raw pack's reads: in the test),
+        # then lib/decode_beside_step.py on the packs it made, at batch 4 (its ResNet-50 steps in bf16
+        # autocast cost a CPU without bf16 units about a second per 4 images)
         "data-formats": (["bash", "-c", shlex.join(script(
             "data_formats.py", "--smoke", "--out", out["data-formats"] / "out", "--work", out["data-formats"] / "work",
-            "--steps", "generate,pack,train,read,profile", "--decoders", ",".join(SMOKE_DECODERS))) + " && " + shlex.join(
+            "--steps", "generate,pack,train,read,profile", "--codecs", "jpeg", "--decoders", ",".join(SMOKE_DECODERS)))
+            + " && " + shlex.join(
             script("lib/decode_beside_step.py", "--raw", work / "pack-raw.fppack", "--jpeg", work / "pack-jpeg.fppack",
                    "--out", out["data-formats"] / "beside", "--eager", "--warmup", "1", "--steps", "1",
-                   "--variants", "raw,jpeg+data.decode_workers=1+burn=1,alone:jpeg", "--", *SMOKE_SHAPES))],
+                   "--variants", "raw,jpeg+data.decode_workers=1+burn=1,alone:jpeg", "--", *BESIDE_SHAPES))],
                          {"env": dict(os.environ, FASTPIPE_CACHE=str(work / "cache"))}),
     }
-    if HAVE_DALI:
-        commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke")
+    if HAVE_DALI:  # DALI's run: the others' overrides are composed in the test
+        commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke", "--loaders", "dali")
     return {name: (out[name], proc) for name, proc in run_side_by_side(commands, timeout=400).items()}
 
 
@@ -377,35 +379,77 @@ def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypa
 
 
 def test_benchmark_script_smoke_mode(smokes):
+    """ddp.py --smoke --profile: the single run, the DDP run and the profiled DDP run, their table, the
+    profile's trace of rank 0 (a DDP run's comm hook in its graph.txt: test_ddp.py's torchrun run)."""
     out, proc = smokes["ddp"]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     table = (out / "ddp.md").read_text()
     assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table
-    assert "| ddp bf16 | 2 |" in table and "| profile=on ddp | 2 |" in table
-    assert table.count("| ok |") == 4 and "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
+    assert "| profile=on ddp | 2 |" in table
+    assert table.count("| ok |") == 3 and "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
     assert "profile=on ddp / single: " in table and "(profiled: timing distorted)" in table
     log = (out / "ddp.log").read_text()
-    assert "launcher=ddp" in log and "fastpipe run summary" in log and "launcher.comm_hook=bf16" in log
+    assert "launcher=ddp" in log and "fastpipe run summary" in log
     ddp = json.loads((out / "runs" / "ddp" / "metrics.json").read_text())
     assert ddp["env"]["world_size"] == 2 and ddp["throughput"] > 0
-    graph = (out / "runs" / "bf16" / "graph.txt").read_text()
-    assert "bucket_cap_mb=1  comm_hook=bf16" in graph
     traces = list((out / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
     assert len(traces) == 1  # rank 0 only
     summary = _script("lib/trace_summary.py", traces[0])
     assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
 
 
-def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(smokes):
-    """benchmarks/data_formats.py --smoke with every step: a row each, the decoder named in each JPEG run's
-    graph.txt, and the profile step's trace summary (and the small trace, gzipped) in OUT."""
+# A stand-in for `python -m fastpipe` under ddp.py: every config composes; a run records its command line.
+FAKE_DDP_RUN = r'''
+import json, sys
+from pathlib import Path
+if "--cfg" not in sys.argv:
+    run_dir = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra.run.dir=")))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    world = 2 if "launcher=ddp" in sys.argv else 1
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "ok", "throughput": 100.0 * world, "argv": sys.argv[1:],
+                                                      "env": {"world_size": world}}))
+'''
+
+
+def test_ddp_variants_are_extra_ddp_runs_with_their_overrides(tmp_path, monkeypatch):
+    """ddp.py --variant (what the smoke above leaves out): the variant's config composed first, then a DDP run
+    with its overrides after the DDP run's, a row and a ratio to the single run; fastpipe is a stand-in."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    ddp = importlib.import_module("ddp")
+    fake = tmp_path / "fake_fastpipe.py"
+    fake.write_text(FAKE_DDP_RUN)
+    monkeypatch.setattr(sys.modules["lib.runner"], "FASTPIPE", [sys.executable, str(fake)])
+    out = tmp_path / "out"
+    variant = "bf16:launcher.comm_hook=bf16 launcher.bucket_cap_mb=1"
+    assert ddp.main(["--smoke", "--out", str(out), "--variant", variant]) == 0
+    table = (out / "ddp.md").read_text()
+    assert "| ddp bf16 | 2 |" in table and table.count("| ok |") == 3 and "ddp bf16 / single: 2.00x" in table
+    argv = json.loads((out / "runs" / "bf16" / "metrics.json").read_text())["argv"]
+    assert argv[-5:-1] == ["launcher=ddp", "launcher.nproc_per_node=2", "launcher.comm_hook=bf16",
+                           "launcher.bucket_cap_mb=1"] and argv[-1].startswith("hydra.run.dir="), argv
+    assert "launcher.comm_hook=bf16 launcher.bucket_cap_mb=1 --cfg job" in (out / "ddp.log").read_text()
+
+
+def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(smokes, capsys, monkeypatch):
+    """benchmarks/data_formats.py --smoke with every kind of step (--codecs jpeg): a row each, the decoder
+    named in each JPEG run's graph.txt, and the profile step's trace summary (and the small trace, gzipped)
+    in OUT; and the raw pack read as the script reads it with --codecs raw, evicted first (in this process)."""
     folder, proc = smokes["data-formats"]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = folder / "out"
     rows = {r["step"]: r for r in map(json.loads, (out / "data_formats.jsonl").read_text().splitlines())}
-    assert set(rows) == {"generate the JPEG folder", "pack raw", "pack jpeg", "train raw", "read raw, evicted first",
+    assert set(rows) == {"generate the JPEG folder", "pack raw", "pack jpeg",
                          *(f"{kind} jpeg ({d} decode)" for kind in ("train", "read", "profile") for d in SMOKE_DECODERS)}
     assert all(r["status"] == "ok" for r in rows.values()), rows
+    monkeypatch.setenv("FASTPIPE_CACHE", str(folder / "work" / "cache"))  # the smoke's dataset, not generated again
+    raw = folder / "work" / "pack-raw.fppack"
+    assert load_benchmark_lib("pack_read").main(["--pack", str(raw), "--epochs", "2", "--cold", "--", *SMOKE_SHAPES,
+                                                 "device=cpu", "train.batch_size=16", "data.decoder=auto"]) == 0
+    read = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert read["cold"] and len(read["img_per_s"]) == 2 and min(read["img_per_s"]) > 0, read
+    assert read["pack_bytes"] == raw.stat().st_size and read["images_per_epoch"] > 0
     for d in SMOKE_DECODERS:
         assert rows[f"train jpeg ({d} decode)"]["img_per_s"] > 0 and rows[f"read jpeg ({d} decode)"]["img_per_s"] > 0
         assert f"codec=jpeg  decoder={d}" in (out / "runs" / f"train-jpeg-{d}-decode" / "graph.txt").read_text()
@@ -437,23 +481,41 @@ def _rows(out) -> dict:
                               for line in table.splitlines() if line.startswith("| ") and "---" not in line)}
 
 
+def _loaders_script(monkeypatch):
+    """benchmarks/loaders.py as a module (imported as its recipe runs it, from the benchmarks folder)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    return importlib.import_module("loaders")
+
+
 @needs_dali
-def test_loader_benchmark_smoke(smokes):
-    """benchmarks/loaders.py --smoke: all three loaders, tiny, on the CPU; the table has a row each."""
+def test_loader_benchmark_smoke(smokes, monkeypatch):
+    """benchmarks/loaders.py --smoke --loaders dali: the run, tiny, on the CPU, its table row; each other
+    loader's smoke overrides compose into its settings (the loaders themselves: test_learning.py)."""
+    from conftest import make_settings
+
     out, proc = smokes["loaders"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out)
-    for name in ("default", "mmap", "dali"):
-        assert rows[name][-1] == "ok" and float(rows[name][1].replace(",", "")) > 0, rows[name]
-        assert 0 <= float(rows[name][2]) <= 100 and float(rows[name][3]) >= 0  # the table rounds to 0.1 s
-        metrics = json.loads((out / name / "metrics.json").read_text())
-        assert metrics["choices"]["data"] == name and metrics["warmup_s"] > 0
-    assert len((out / "loaders.jsonl").read_text().splitlines()) == 3
+    assert list(rows) == ["loader", "dali"], rows
+    assert rows["dali"][-1] == "ok" and float(rows["dali"][1].replace(",", "")) > 0, rows["dali"]
+    assert 0 <= float(rows["dali"][2]) <= 100 and float(rows["dali"][3]) >= 0  # the table rounds to 0.1 s
+    metrics = json.loads((out / "dali" / "metrics.json").read_text())
+    assert metrics["choices"]["data"] == "dali" and metrics["warmup_s"] > 0
+    assert len((out / "loaders.jsonl").read_text().splitlines()) == 1
+    loaders = _loaders_script(monkeypatch)
+    a = loaders.parse_args(["--out", str(out), "--smoke"])
+    assert a.loaders == ["default", "mmap", "dali"]  # what a plain --smoke runs
+    for name in a.loaders:
+        settings = make_settings(loaders.overrides_for(name, a))
+        assert type(settings.data).__name__.lower() == f"{name}loaderconfig" and settings.train.max_steps == 10
 
 
-def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(smokes):
-    out, proc = smokes["loaders-failed"]
-    assert proc.returncode == 1
-    reason = _rows(out)["dali"][-1]
+def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path, monkeypatch):
+    """In this process (the script's own imports are here already); its run is a `python -m fastpipe`."""
+    loaders = _loaders_script(monkeypatch)
+    assert loaders.main(["--out", str(tmp_path), "--smoke", "--loaders", "dali", "dali:data.no_such_key=1"]) == 1
+    reason = _rows(tmp_path)["dali"][-1]
     assert reason.startswith("failed: data.no_such_key is not a key of DaliLoaderConfig (its keys: "), reason
     assert "num_threads" in reason and reason.endswith("; fix the spelling"), reason

@@ -34,22 +34,26 @@ BAD_INPUTS = {  # name: (overrides, what the one line says)
 def commands(tmp_path_factory):
     """Every command of this module run once, side by side: {name: (CompletedProcess, its run or sweep folder)}."""
     root = tmp_path_factory.mktemp("cli")
+    refused = "launcher.fresh_process=false"  # refused before it trains: no training process started for it
     args = {
-        "unknown-choice": ["precision=fp64"],
+        "unknown-choice": ["precision=fp64", refused],
         "slurm-config": ["hydra/launcher=fastpipe_slurm", "--cfg", "hydra", "--package", "hydra.launcher"],
         "default-run": [f"hydra.run.dir={root / 'default-run'}", "runtime.progress=false"],
-        "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1",
+        "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1", refused,
                                 f"hydra.sweep.dir={root / 'sweep-value-refused'}"],
-        "sweep-unknown-choice": ["-m", "task=classification,clasification", f"hydra.sweep.dir={root / 'sweep-unknown-choice'}"],
-        "sweep-key-refused": ["-m", "+model.widht=8,16", "train.max_steps=1", f"hydra.sweep.dir={root / 'sweep-key-refused'}"],
-        "sweep-target-refused": ["-m", "train.target=0.5,1.5", "train.eval_every=1", "train.max_steps=1",
+        "sweep-unknown-choice": ["-m", "task=classification,clasification", refused,
+                                 f"hydra.sweep.dir={root / 'sweep-unknown-choice'}"],
+        "sweep-key-refused": ["-m", "+model.widht=8,16", "train.max_steps=1", refused,
+                              f"hydra.sweep.dir={root / 'sweep-key-refused'}"],
+        "sweep-target-refused": ["-m", "train.target=0.5,1.5", "train.eval_every=1", "train.max_steps=1", refused,
                                  f"hydra.sweep.dir={root / 'sweep-target-refused'}"],
         "oom-in-training": [*RUN, "model._target_=fault_models.OutOfMemoryNet",
                             f"hydra.run.dir={root / 'oom-in-training'}"],
     }
+    # bad input, refused in the Hydra process (a fresh training process's failure coming back: oom-in-training)
     for name, (overrides, _) in BAD_INPUTS.items():
         args[name] = ((without_shapes(TINY) if "dataset=imagefolder" in overrides else TINY) + overrides
-                      + [f"hydra.run.dir={root / name}"])
+                      + [refused, f"hydra.run.dir={root / name}"])
     return {name: (proc, root / name) for name, proc in run_clis(args, timeout=600).items()}
 
 
@@ -111,11 +115,12 @@ def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(commands):
     proc, sweep_dir = commands["sweep-value-refused"]
     assert proc.returncode == EXIT_CODE
     assert proc.stderr.strip().splitlines()[-1] == (
-        "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1): train.batch_size='abc' is "
-        "not valid; use 'auto' or an integer >= 1; nothing was run")
+        "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1 launcher.fresh_process=False): "
+        "train.batch_size='abc' is not valid; use 'auto' or an integer >= 1; nothing was run")
     assert not list(sweep_dir.rglob("metrics.json"))
     # A misspelt key of a _target_ group, a target its task's metric can never reach: also every job's values.
-    for name, job, says in (("sweep-key-refused", "job 0 of the sweep (+model.widht=8 train.max_steps=1)",
+    for name, job, says in (("sweep-key-refused", "job 0 of the sweep (+model.widht=8 train.max_steps=1 "
+                                                  "launcher.fresh_process=False)",
                              "model.widht is not a parameter of fastpipe.models.TinyCNN"),
                             ("sweep-target-refused", "job 1 of the sweep (train.target=1.5 ", "train.target=1.5")):
         proc, sweep_dir = commands[name]

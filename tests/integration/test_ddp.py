@@ -34,11 +34,40 @@ def _jobs(sweep_dir: Path) -> dict:
 
 
 # ---------------------------------------------------------------- end to end (slow)
-def test_sweep_single_and_ddp_rows_train_to_the_same_accuracy(tmp_path):
-    proc = _run([sys.executable, "-m", "fastpipe", "-m", "launcher=single,ddp", "dataset.num_images=800",
-                 "train.batch_size=32", "train.epochs=6", f"hydra.sweep.dir={tmp_path}", *SMALL])
+SAME = "dataset:\n  num_images: 800\ntrain:\n  batch_size: 32\n  epochs: 6\n"  # single and ddp: one training
+SHORT = "dataset:\n  num_images: 200\ntrain:\n  batch_size: 16\n  max_steps: {}\n"
+DDP = "defaults:\n  - override /launcher: ddp\n"
+# Each a job of one sweep (+case=...): launcher=single (in the sweep's process: the launcher's process is not
+# the subject) and launcher=ddp training the same epochs; then launcher=ddp jobs: a rank that raises, a model
+# with an unused head, that model with launcher.find_unused_parameters=true.
+DDP_CASES = {
+    "single": "defaults:\n  - override /launcher: single\nlauncher:\n  fresh_process: false\n" + SAME,
+    "ddp": DDP + SAME,
+    "crash": DDP + SHORT.format(10) + "model:\n  _target_: ddp_helpers.CrashOnRank\n",
+    "unused": DDP + SHORT.format(4) + "model:\n  _target_: fault_models.UnusedHead\n",
+    "unused_found": DDP + SHORT.format(4) + "model:\n  _target_: fault_models.UnusedHead\n"
+                    "launcher:\n  find_unused_parameters: true\n",
+}
+
+
+@pytest.fixture(scope="module")
+def ddp_sweep(tmp_path_factory):
+    """The DDP_CASES sweep, run once: (its folder, the finished process, its seconds)."""
+    root = tmp_path_factory.mktemp("ddp_sweep")
+    conf = root / "conf" / "case"
+    conf.mkdir(parents=True)
+    for name, text in DDP_CASES.items():
+        (conf / f"{name}.yaml").write_text("# @package _global_\n" + text)
+    start = time.monotonic()
+    proc = _run([sys.executable, "-m", "fastpipe", "-m", "--config-dir", str(root / "conf"),
+                 f"+case={','.join(DDP_CASES)}", f"hydra.sweep.dir={root / 'sweep'}", *SMALL])
+    return root / "sweep", proc, time.monotonic() - start
+
+
+def test_sweep_single_and_ddp_rows_train_to_the_same_accuracy(ddp_sweep):
+    sweep_dir, proc, _ = ddp_sweep
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = _jobs(tmp_path)
+    jobs = _jobs(sweep_dir)
     single, ddp = jobs[0], jobs[1]
     assert single["status"] == ddp["status"] == "ok", (single["reason"], ddp["reason"])
     assert (single["choices"]["launcher"], ddp["choices"]["launcher"]) == ("single", "ddp")
@@ -55,36 +84,18 @@ def test_sweep_single_and_ddp_rows_train_to_the_same_accuracy(tmp_path):
     assert ddp["data_wait_frac"] == max(per_rank["data_wait_frac"])
     assert ddp["peak_mem_gb"] == max(per_rank["peak_mem_gb"])
     # Only rank 0 wrote the run folder: one TensorBoard event file, the graph names DDP.
-    assert len(list((tmp_path / "1" / "tb").glob("events.out.tfevents.*"))) == 1
-    assert "DistributedDataParallel" in (tmp_path / "1" / "graph.txt").read_text()
+    assert len(list((sweep_dir / "1" / "tb").glob("events.out.tfevents.*"))) == 1
+    assert "DistributedDataParallel" in (sweep_dir / "1" / "graph.txt").read_text()
 
 
-# Each a launcher=ddp job of one sweep (+case=...): a rank that raises, a model with an unused head, that
-# model with launcher.find_unused_parameters=true.
-DDP_CASES = {
-    "crash": "model:\n  _target_: ddp_helpers.CrashOnRank\ntrain:\n  max_steps: 10\n",
-    "unused": "model:\n  _target_: fault_models.UnusedHead\ntrain:\n  max_steps: 4\n",
-    "unused_found": "model:\n  _target_: fault_models.UnusedHead\nlauncher:\n  find_unused_parameters: true\n"
-                    "train:\n  max_steps: 4\n",
-}
-
-
-def test_failing_ranks_fail_their_job_quickly_with_the_cause_and_the_sweep_goes_on(tmp_path):
-    """Job 0: rank 1 raises at its 3rd forward while rank 0 waits in the gradient all-reduce: the job fails
-    on the crash (not by waiting out the collective), with that rank's own traceback. Job 1: a model with
-    an unused head fails, naming the setting; job 2 trains it with that setting. A failed job is a row:
+def test_failing_ranks_fail_their_job_quickly_with_the_cause_and_the_sweep_goes_on(ddp_sweep):
+    """Job 2: rank 1 raises at its 3rd forward while rank 0 waits in the gradient all-reduce: the job fails
+    on the crash (not by waiting out the collective), with that rank's own traceback. Job 3: a model with
+    an unused head fails, naming the setting; job 4 trains it with that setting. A failed job is a row:
     the sweep goes on."""
-    conf = tmp_path / "conf" / "case"
-    conf.mkdir(parents=True)
-    for name, text in DDP_CASES.items():
-        (conf / f"{name}.yaml").write_text("# @package _global_\n" + text)
-    start = time.monotonic()
-    proc = _run([sys.executable, "-m", "fastpipe", "-m", "--config-dir", str(tmp_path / "conf"), "launcher=ddp",
-                 f"+case={','.join(DDP_CASES)}", "dataset.num_images=200", "train.batch_size=16",
-                 f"hydra.sweep.dir={tmp_path / 'sweep'}", *SMALL])
-    elapsed = time.monotonic() - start
+    sweep_dir, proc, elapsed = ddp_sweep
     assert proc.returncode == 0, proc.stderr[-3000:]  # in a sweep a failed job is a row
-    crashed, unused, found = (job for _, job in sorted(_jobs(tmp_path / "sweep").items()))
+    crashed, unused, found = (job for n, job in sorted(_jobs(sweep_dir).items()) if n >= 2)
     assert crashed["status"] == "failed" and crashed["choices"]["launcher"] == "ddp"
     assert crashed["reason"].startswith("rank 1 of 2 failed: RuntimeError: injected failure on rank 1"), crashed["reason"]
     assert "ddp_helpers.py" in crashed["traceback"]  # the failing rank's own traceback
@@ -96,10 +107,12 @@ def test_failing_ranks_fail_their_job_quickly_with_the_cause_and_the_sweep_goes_
 
 
 def test_under_torchrun_fastpipe_joins_the_group_and_writes_one_run_folder(tmp_path):
+    """Also the DDP settings reaching the wrapper (gradients rounded to bf16 in 1 MB buckets), as graph.txt
+    says (benchmarks/ddp.py's variants set them)."""
     # No fixed hydra.run.dir: every rank's Hydra picks a folder; all record in rank 0's.
     proc = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                  "-m", "fastpipe", "launcher=ddp", "dataset.num_images=200", "train.batch_size=16",
-                 "train.max_steps=8", *SMALL], cwd=tmp_path)
+                 "train.max_steps=8", "launcher.comm_hook=bf16", "launcher.bucket_cap_mb=1", *SMALL], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = list((tmp_path / "outputs").rglob("metrics.json"))
     assert len(files) == 1, files
@@ -107,6 +120,7 @@ def test_under_torchrun_fastpipe_joins_the_group_and_writes_one_run_folder(tmp_p
     assert metrics["status"] == "ok" and metrics["env"]["world_size"] == 2 and metrics["throughput"] > 0
     assert len(metrics["per_rank"]["throughput"]) == 2
     assert proc.stdout.count("fastpipe run summary") == 1  # rank 0 prints; the others stay quiet
+    assert "bucket_cap_mb=1  comm_hook=bf16" in (files[0].parent / "graph.txt").read_text()
 
 
 def test_ddp_wrap_sets_bucket_size_compression_and_buffer_broadcast(tmp_path):

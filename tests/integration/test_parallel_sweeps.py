@@ -35,12 +35,38 @@ def span(job_dir: Path):
 
 
 @pytest.fixture(scope="module")
-def parallel_sweep(tmp_path_factory):
+def stopped_sweep(tmp_path_factory):
+    """A parallel sweep (fp32 and amp, each job training in its slot's process) stopped by SIGTERM while both
+    jobs train, then resumed to its end: {"dir", "stop": (exit code, stderr), "stopped": each job's metrics
+    and whether a report was written when it stopped, "resumed": the finished resume}."""
     sweep_dir = tmp_path_factory.mktemp("parallel") / "sweep"
-    # each job trains in its own process (launcher.fresh_process=false): the slot's process is the subject
-    proc = sweep(sweep_dir, PARALLEL + ["precision=fp32,amp", "launcher.fresh_process=false"] + TINY)
+    hold = sweep_dir.parent / "jobs.hold"  # both jobs wait in step 7 until the signal reaches them
+    held = [*held_model(hold), "launcher.fresh_process=false"]
+    args = PARALLEL + ["precision=fp32,amp"] + [t for t in TINY if not t.startswith("train.max_steps")] + held + \
+        ["train.max_steps=30", "train.checkpoint_every=0"]
+    proc = subprocess.Popen([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not all((sweep_dir / str(n) / "tb").is_dir() for n in (0, 1)):  # both jobs are training
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    records = [sweep_dir / str(n) / "metrics.json" for n in (0, 1)]
+    stopped = {"jobs": [json.loads(p.read_text()) if p.exists() else {"status": None, "steps": None, "reason": None}
+                        for p in records], "report": (sweep_dir / "report.md").exists()}
+    hold.unlink()  # the resumed jobs train straight through
+    return {"dir": sweep_dir, "stop": (proc.returncode, stderr.decode()), "stopped": stopped,
+            "resumed": sweep(sweep_dir, args + ["sweep.resume=true"])}
+
+
+@pytest.fixture(scope="module")
+def parallel_sweep(stopped_sweep):
+    """The resume above: a parallel sweep of two jobs run to its end, each in its slot's process (the
+    slot's process is the subject)."""
+    proc = stopped_sweep["resumed"]
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    return sweep_dir, proc
+    return stopped_sweep["dir"], proc
 
 
 def test_two_jobs_run_at_once_each_on_its_own_core(parallel_sweep):
@@ -77,32 +103,18 @@ def test_parallel_report_has_the_serial_columns_plus_gpus(parallel_sweep, grid_s
     assert (sweep_dir / "best.yaml").is_file() and (sweep_dir / "hparams").is_dir()
 
 
-def test_a_stop_signal_ends_a_parallel_sweep_with_75_and_resume_finishes_it(tmp_path):
-    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # both jobs wait in step 7 until the signal reaches them
-    held = [*held_model(hold), "launcher.fresh_process=false"]
-    args = PARALLEL + ["precision=fp32,amp"] + [t for t in TINY if not t.startswith("train.max_steps")] + held + \
-        ["train.max_steps=30", "train.checkpoint_every=0"]
-    proc = subprocess.Popen([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={tmp_path}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    while not all((tmp_path / str(n) / "tb").is_dir() for n in (0, 1)):  # both jobs are training
-        assert proc.poll() is None and time.time() < deadline, proc.stderr.read().decode()[-3000:]
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == EXIT_PREEMPTED, stderr.decode()[-3000:]
-    assert "stopped by SIGTERM" in stderr.decode() and "sweep.resume=true" in stderr.decode()
-    for n in (0, 1):  # the signal reached both running jobs: each checkpointed and stopped
-        m = json.loads((tmp_path / str(n) / "metrics.json").read_text())
+def test_a_stop_signal_ends_a_parallel_sweep_with_75_and_resume_finishes_it(stopped_sweep, parallel_sweep):
+    code, stderr = stopped_sweep["stop"]
+    assert code == EXIT_PREEMPTED, stderr[-3000:]
+    assert "stopped by SIGTERM" in stderr and "sweep.resume=true" in stderr
+    for m in stopped_sweep["stopped"]["jobs"]:  # the signal reached both running jobs: each checkpointed and stopped
         assert m["status"] == "preempted" and m["steps"] < 30, m["reason"]
-    assert not (tmp_path / "report.md").exists()  # as in a serial sweep: stopped, not reported
-    hold.unlink()  # the resumed jobs train straight through
-    resumed = sweep(tmp_path, args + ["sweep.resume=true"])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows = read_csv(tmp_path / "report.csv")
+    assert not stopped_sweep["stopped"]["report"]  # as in a serial sweep: stopped, not reported
+    sweep_dir, _ = parallel_sweep  # the resume finished
+    rows = read_csv(sweep_dir / "report.csv")
     assert [r["status"] for r in rows] == ["ok", "ok"]
     for n in (0, 1):
-        m = json.loads((tmp_path / str(n) / "metrics.json").read_text())
+        m = json.loads((sweep_dir / str(n) / "metrics.json").read_text())
         assert m["steps"] == 30 and any("at step" in w for w in m["warnings"])  # continued from its checkpoint
 
 
