@@ -432,10 +432,11 @@ def test_ddp_variants_are_extra_ddp_runs_with_their_overrides(tmp_path, monkeypa
     assert "launcher.comm_hook=bf16 launcher.bucket_cap_mb=1 --cfg job" in (out / "ddp.log").read_text()
 
 
-def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(smokes, capsys, monkeypatch):
-    """benchmarks/data_formats.py --smoke with every kind of step (--codecs jpeg): a row each, the decoder
-    named in each JPEG run's graph.txt, and the profile step's trace summary (and the small trace, gzipped)
-    in OUT; and the raw pack read as the script reads it with --codecs raw, evicted first (in this process)."""
+def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(smokes, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """benchmarks/data_formats.py --smoke with every kind of step, on the JPEG pack (--codecs jpeg): a row each,
+    the decoder named in each JPEG run's graph.txt, and the profile step's trace summary (and the small trace,
+    gzipped) in OUT; then its raw pack's rows from the script's own steps, in this process."""
     folder, proc = smokes["data-formats"]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = folder / "out"
@@ -443,19 +444,45 @@ def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_de
     assert set(rows) == {"generate the JPEG folder", "pack raw", "pack jpeg",
                          *(f"{kind} jpeg ({d} decode)" for kind in ("train", "read", "profile") for d in SMOKE_DECODERS)}
     assert all(r["status"] == "ok" for r in rows.values()), rows
-    monkeypatch.setenv("FASTPIPE_CACHE", str(folder / "work" / "cache"))  # the smoke's dataset, not generated again
-    raw = folder / "work" / "pack-raw.fppack"
-    assert load_benchmark_lib("pack_read").main(["--pack", str(raw), "--epochs", "2", "--cold", "--", *SMOKE_SHAPES,
-                                                 "device=cpu", "train.batch_size=16", "data.decoder=auto"]) == 0
-    read = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert read["cold"] and len(read["img_per_s"]) == 2 and min(read["img_per_s"]) > 0, read
-    assert read["pack_bytes"] == raw.stat().st_size and read["images_per_epoch"] > 0
     for d in SMOKE_DECODERS:
         assert rows[f"train jpeg ({d} decode)"]["img_per_s"] > 0 and rows[f"read jpeg ({d} decode)"]["img_per_s"] > 0
         assert f"codec=jpeg  decoder={d}" in (out / "runs" / f"train-jpeg-{d}-decode" / "graph.txt").read_text()
         summary = (out / f"profile-jpeg-{d}.txt").read_text()
         assert f"codec=jpeg  decoder={d}" in summary and "5 profiled steps" in summary
         assert 0 < (out / f"profile-jpeg-{d}.pt.trace.json.gz").stat().st_size < 5_000_000
+    _raw_pack_rows(folder / "work", tmp_path, capsys, monkeypatch)
+
+
+def _raw_pack_rows(work, tmp_path, capsys, monkeypatch):
+    """data_formats.py's rows of the raw pack (--codecs raw) with the script's own commands: its read, evicted
+    first, by lib/pack_read.py in this process; its training run's overrides composed (the training of a raw
+    pack: test_learning.py)."""
+    import importlib
+    import io
+    from types import SimpleNamespace
+
+    from conftest import make_settings
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.setenv("FASTPIPE_CACHE", str(work / "cache"))  # the smoke's dataset, not generated again
+    df, pack_read = importlib.import_module("data_formats"), load_benchmark_lib("pack_read")
+
+    def run_json(cmd, timeout_s, log):  # what lib/runner.py's would give, the script run in this process
+        assert Path(cmd[1]).name == "pack_read.py" and pack_read.main([str(c) for c in cmd[2:]]) == 0, cmd
+        return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]), status="ok")
+
+    trained = []
+    monkeypatch.setattr(df, "run_json", run_json)
+    monkeypatch.setattr(df, "run_fastpipe", lambda overrides, *args, **kw: trained.append(overrides) or {"status": "ok"})
+    a = SimpleNamespace(smoke=True, images=None, work=work, out=tmp_path, timeout=200)
+    s, deadline, log, raw = df.settings(a), df.Deadline(None), io.StringIO(), work / "pack-raw.fppack"
+    read = df.read(a, s, "raw", "auto", True, log, deadline)
+    assert (read["step"], read["status"], read["cold"], read["pack_bytes"]) == (
+        "read raw, evicted first", "ok", True, raw.stat().st_size), read
+    assert read["first_img_per_s"] > 0 and read["img_per_s"] > 0
+    assert df.train(a, s, "raw", "auto", log, deadline)["step"] == "train raw"
+    settings = make_settings(trained[0])
+    assert settings.data.path == str(raw) and settings.data.decoder == "auto" and settings.train.epochs == 1
 
 
 def test_decode_beside_step_smoke_trains_each_loader_variant_in_one_process(smokes):
