@@ -83,6 +83,11 @@ class TrainConfig:
     # evaluation. A subset that reaches the target is confirmed at once on the whole split, and only
     # the confirmed evaluation counts.
     target_eval_samples: Optional[int] = None
+    # A screen on that subset ends as a miss once its samples so far make a hit on the whole subset less
+    # likely than this (Bernstein's bound, for a task that bounds its metric; the subset is read in a
+    # seeded random order): a screen whose whole subset would reach the target is missed with at most
+    # this probability, and the next screen gets its chance. 0 = only once a hit is impossible (exact).
+    target_screen_risk: float = 0.001
     # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
     # compilation included) passes this many seconds: a final evaluation, a checkpoint (to resume from)
     # and the results. Checked where the host syncs anyway (window edges, evaluations, epoch ends) and
@@ -170,6 +175,9 @@ class TrainConfig:
             if self.target_eval_samples < 1:
                 raise ConfigError(f"train.target_eval_samples={self.target_eval_samples} must be >= 1 (held-out "
                                   "samples), or null for the whole split")
+        if not 0 <= self.target_screen_risk < 1:
+            raise ConfigError(f"train.target_screen_risk={self.target_screen_risk} must be in [0, 1): the chance a "
+                              "screen may miss a subset that reaches the target (default 0.001; 0: exact screens)")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ConfigError(f"train.time_budget_s={self.time_budget_s} must be > 0 (training-clock seconds), or "
                               "null for no limit")

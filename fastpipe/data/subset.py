@@ -5,7 +5,9 @@ sample, as torchvision's ``ImageFolder`` and fastpipe's image datasets do; throu
 labels of its indices) gets a class-balanced subset: every class the same share (classes with fewer
 samples give all they have, the rest goes to the others), drawn within each class with the run's
 seed. Any other dataset gets a seeded random subset. Either way the subset is drawn once and every
-screening evaluation reads the same samples, as positions in the held-out split, ascending.
+screening evaluation reads the same samples, as positions in the held-out split in a seeded random
+order: a screen's first samples are then a random draw of its subset (an image folder's split is
+listed class by class), which a screen's statistical early end relies on (train/target.py OutOfReach).
 """
 from __future__ import annotations
 
@@ -37,15 +39,15 @@ def labels_of(dataset) -> Optional[np.ndarray]:
 
 def eval_subset(dataset, samples: int, seed: int) -> np.ndarray:
     """``samples`` positions of ``dataset`` (class-balanced when it exposes labels, else random),
-    drawn with ``seed``; ascending. All of them when ``samples`` is not fewer than the dataset's."""
+    drawn with ``seed``, in a random order drawn with it. All of them, in order, when ``samples`` is
+    not fewer than the dataset's."""
     n = len(dataset)
     if samples >= n:
         return np.arange(n)
     rng = np.random.default_rng([seed % 2**32, 0xE7A1])  # the run's seed, a stream of its own
     labels = labels_of(dataset)
-    if labels is None:
-        return np.sort(rng.choice(n, size=samples, replace=False))
-    return np.sort(balanced(labels, samples, rng))
+    chosen = rng.choice(n, size=samples, replace=False) if labels is None else balanced(labels, samples, rng)
+    return rng.permutation(chosen)
 
 
 def balanced(labels: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Iterable, List, Optional, TypedDict
 
 # What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 STATUSES = ("ok", "failed", "preempted", "interrupted", "running")
 UNFINISHED = STATUSES[1:]  # what a run that did not finish is (running: began, no outcome yet)
 

@@ -56,7 +56,7 @@ def target_fields(m: dict, clock: str, aggregate: str = "median") -> dict:
             "time_to_target_s": seconds if reached else None, "target_seconds": seconds,
             "target_steps": t.get("steps"), "target_samples": t.get("samples"), "target_best": t.get("best_value"),
             "target_higher": t.get("higher_is_better", True), "target_eval_every": t.get("eval_every"),
-            "target_eval_samples": t.get("eval_samples"),
+            "target_eval_samples": t.get("eval_samples"), "target_screen_risk": t.get("screen_risk"),
             "target_min": min(spread) if len(spread) > 1 else None, "target_max": max(spread) if len(spread) > 1 else None,
             "target_repeats": len(repeats.get("reached") or []) or 1, "target_runs": runs,
             "compile_cache": (m.get("compile_cache") or {}).get("state"), "curve": t.get("curve") or []}
@@ -108,8 +108,10 @@ def header_lines(result, clock: str) -> List[str]:
         return ["- target: no job recorded one (train.target): nothing to rank by time"]
     r = rows[0]
     sign = ">=" if r["target_higher"] else "<="
+    risk = r.get("target_screen_risk")
     subset = (f", screened on {r['target_eval_samples']} held-out samples (seeded; class-balanced where the dataset "
-              "exposes its labels) and confirmed on the whole split" if r["target_eval_samples"] else "")
+              "exposes its labels" + (f"; a screen ends as a miss at a risk of {risk:g}" if risk else "") +
+              ") and confirmed on the whole split" if r["target_eval_samples"] else "")
     what = ("training clock: from the first training step, with compilation, every evaluation and checkpoint"
             if clock == "training" else "end-to-end clock: from the job's start (imports, data, model build, then "
                                         "training)")

@@ -87,7 +87,8 @@ def target_overrides(best: dict) -> List[str]:
     if best.get("target") is None:
         return []
     keys = {"train.target": best["target"], "train.eval_every": best.get("target_eval_every"),
-            "train.target_eval_samples": best.get("target_eval_samples")}
+            "train.target_eval_samples": best.get("target_eval_samples"),
+            "train.target_screen_risk": best.get("target_screen_risk")}
     given = {override_key(o) for o in best["overrides"]}
     return [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in keys.items() if v is not None and k not in given]
 

@@ -44,7 +44,7 @@ class Evaluator:
         target = getattr(cfg, "target", None)
         self.target = None if target is None else Target(
             target, g.task.primary, g.task.higher_is_better, self.clock, cfg.eval_every, cfg.target_eval_samples,
-            resumed.get("target"))
+            resumed.get("target"), cfg.target_screen_risk)
 
     def state(self) -> Optional[dict]:
         """What a checkpoint keeps of this Evaluator (Position.evaluation), the run's clock with it."""
@@ -112,7 +112,7 @@ class Evaluator:
         return self.latest
 
     def _out_of_reach(self) -> Optional[OutOfReach]:
-        """What ends a screen early once the target is out of its reach: only where its batches are
+        """What ends a screen early once its outcome is settled as a miss: only where its batches are
         kept (their number of samples known; a first pass is read whole, to keep it), in one process
         (the sums of other ranks are unknown mid-pass), for a task that bounds its metric and has no
         ``summarize`` (which may derive the primary metric from the sums otherwise)."""

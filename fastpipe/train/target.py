@@ -31,9 +31,11 @@ class Target:
     """The target of one run and what its evaluations showed."""
 
     def __init__(self, value: float, metric: str, higher_is_better: bool, clock: RunClock,
-                 eval_every: int, subset: Optional[int] = None, resumed: Optional[dict] = None) -> None:
+                 eval_every: int, subset: Optional[int] = None, resumed: Optional[dict] = None,
+                 screen_risk: float = 0.0) -> None:
         self.value, self.metric, self.higher = float(value), metric, higher_is_better
         self.clock, self.eval_every, self.subset = clock, eval_every, subset
+        self.screen_risk = screen_risk  # train.target_screen_risk: OutOfReach's
         resumed = resumed or {}
         self.reached: Optional[dict] = resumed.get("reached")  # {step, seconds, samples, value}
         self.best: Optional[float] = resumed.get("best_value")
@@ -79,6 +81,7 @@ class Target:
                 "steps": reached["step"] if reached else steps, "samples": reached["samples"] if reached else samples,
                 "reached_value": reached["value"] if reached else None, "best_value": self.best,
                 "eval_every": self.eval_every, "eval_samples": self.subset,
+                "screen_risk": self.screen_risk if self.subset else None,
                 "curve": [{k: v for k, v in c.items() if k != "samples"} for c in self.curve]}
 
     def describe_reached(self) -> str:
@@ -89,30 +92,64 @@ class Target:
 
 
 class OutOfReach:
-    """Ends a screen as soon as its subset can no longer reach the target, whatever its remaining
-    samples give: with ``seen`` of its ``samples`` evaluated, their sum of the primary metric, and
-    every remaining sample at the best the task's ``bounds`` allow, the subset's mean still misses.
-    The screen's outcome is the one the whole subset would have given (a miss: no confirmation), so the
-    reached step is unchanged; the value on the curve is the evaluated samples' mean, on the missing
-    side of the target too. Called by evaluate() after each batch with the sums so far."""
+    """Ends a screen once its subset's outcome is settled as a miss, checked after each batch with the
+    sums so far (``seen`` of its ``samples`` evaluated) by evaluate():
+
+    - certainly: even with every remaining sample at the best the task's ``bounds`` allow, the
+      subset's mean would miss the target;
+    - or, with ``target.screen_risk`` > 0 and both bounds finite, beyond that risk: were the whole
+      subset's mean to reach the target, a first ``seen`` of its samples (in the subset's random
+      order: data/subset.py) would fall this far short of it with a probability under the risk
+      shared over the screen's checks. Bernstein's inequality bounds that probability; it holds for
+      samples drawn without replacement (Hoeffding 1963, section 6), with the largest variance a
+      subset reaching the target can have (Bhatia-Davis: (hi - mean)(mean - lo)).
+
+    A screen ended either way is a miss (no confirmation); the value on the curve is the evaluated
+    samples' mean, on the missing side of the target. With no risk the outcome is the one the whole
+    subset would give, so the reached step is unchanged; a risk r makes a screen whose whole subset
+    would reach the target a miss with probability at most r (its next screen may then reach it)."""
 
     def __init__(self, target: Target, bounds, samples: int) -> None:
         self.target, self.samples = target, samples
-        self.best = bounds[1] if target.higher else bounds[0]  # a sample's best possible value; None: unbounded
-        worst = bounds[0] if target.higher else bounds[1]
+        lo, hi = bounds
+        self.best = hi if target.higher else lo  # a sample's best possible value; None: unbounded
+        worst = lo if target.higher else hi
         # no check (each reads the sum back from the device) before k samples at their worst could put the
         # target out of reach: k > n (best - target) / (best - worst); one fewer, for rounding; an unbounded
         # worst: from the first
         self.from_seen = 0 if worst is None or self.best is None or worst == self.best else max(
             0, math.floor(samples * (self.best - target.value) / (self.best - worst)) - 1)
+        self.variance = None  # the statistical check's: None = off
+        if target.screen_risk > 0 and lo is not None and hi is not None and hi > lo:
+            mid = (lo + hi) / 2
+            nearest = max(target.value, mid) if target.higher else min(target.value, mid)
+            self.variance, self.spread = (hi - nearest) * (nearest - lo), hi - lo
+            self.from_seen = 0
+        self.checks: Optional[int] = None  # the most checks a screen makes: from its first batch
         self.stopped_at: Optional[int] = None  # samples evaluated when it ended the screen
 
     def __call__(self, sums: dict, seen: int) -> bool:
         total = sums.get(self.target.metric)
-        if total is None or self.best is None or seen >= self.samples or seen < self.from_seen:
+        if total is None or self.best is None or seen >= self.samples:  # best None: neither check can end it
             return False
-        best_mean = (float(total) + (self.samples - seen) * float(self.best)) / self.samples
-        if self.target.hit(best_mean):
+        if self.checks is None:
+            self.checks = max(1, math.ceil(self.samples / seen) - 1)
+        if seen < self.from_seen:
+            return False
+        total = float(total)
+        if not (self._certain(total, seen) or self._beyond_risk(total, seen)):
             return False
         self.stopped_at = seen
         return True
+
+    def _certain(self, total: float, seen: int) -> bool:
+        return not self.target.hit((total + (self.samples - seen) * float(self.best)) / self.samples)
+
+    def _beyond_risk(self, total: float, seen: int) -> bool:
+        if self.variance is None:
+            return False
+        short = (self.target.value - total / seen) * (1 if self.target.higher else -1)
+        if short <= 0:
+            return False
+        bound = math.exp(-seen * short ** 2 / (2 * self.variance + 2 * self.spread * short / 3))
+        return bound <= self.target.screen_risk / self.checks

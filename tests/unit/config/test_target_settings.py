@@ -17,6 +17,8 @@ from fastpipe.errors import ConfigError
     (["train.target=inf", "train.eval_every=5"], r"train.target=inf is not a number a metric can reach"),
     (["train.target_eval_samples=100"], "train.target, which is not set"),
     (["train.target=0.9", "train.eval_every=5", "train.target_eval_samples=0"], "must be >= 1"),
+    (["train.target_screen_risk=1"], r"must be in \[0, 1\)"),
+    (["train.target_screen_risk=-0.1"], r"must be in \[0, 1\)"),
     (["train.time_budget_s=0"], "must be > 0"),
     (["train.mixup_alpha=-1"], "must be > 0"),
     (["report.objective=time_to_target"], "add train.target=VALUE"),

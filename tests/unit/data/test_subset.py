@@ -1,5 +1,5 @@
 """train.target_eval_samples' subset (data/subset.py): class-balanced where a dataset exposes its labels,
-seeded random otherwise, the same for the same seed."""
+seeded random otherwise, the same for the same seed, in a seeded random order."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +27,17 @@ def test_a_small_class_gives_all_it_has_and_the_others_share_the_rest():
     data = Labelled([0] * 2 + [1] * 50 + [2] * 50)
     subset = eval_subset(data, 20, seed=3)
     counts = np.bincount(np.asarray(data.targets)[subset]).tolist()
-    assert counts == [2, 9, 9] and len(set(subset.tolist())) == 20 and list(subset) == sorted(subset)
+    assert counts == [2, 9, 9] and len(set(subset.tolist())) == 20
+
+
+def test_the_subset_is_read_in_a_seeded_random_order_so_its_first_samples_are_a_random_draw():
+    """A split listed class by class (as an image folder's is): the subset's first samples are not its
+    first class's, and the order is the seed's."""
+    data = Labelled([c for c in range(10) for _ in range(100)])
+    subset = eval_subset(data, 200, seed=0)
+    first = np.asarray(data.targets)[subset[:40]]
+    assert list(subset) != sorted(subset) and len(set(first.tolist())) >= 6, first
+    assert np.array_equal(subset, eval_subset(data, 200, seed=0))  # the same order at every evaluation
 
 
 def test_labels_come_through_a_subset_and_from_a_targets_method():

@@ -1,5 +1,7 @@
-"""A target's screen ends once the target is out of its reach (train/target.py OutOfReach): the
-outcome is the whole subset's, the value on the curve the evaluated samples', on the missing side."""
+"""A target's screen ends once its outcome is settled as a miss (train/target.py OutOfReach): certainly
+(the outcome is the whole subset's), or with train.target_screen_risk beyond that risk (a subset that
+reaches the target is missed at most that often); the value on the curve is the evaluated samples', on
+the missing side."""
 from __future__ import annotations
 
 import contextlib
@@ -60,6 +62,53 @@ def test_a_screen_ends_where_the_target_is_out_of_reach_and_its_outcome_is_the_w
         best = (before.sum().item() + (n - len(before))) / n
         assert target.hit(best)
     assert ended > 50  # the property was tested on screens that ended early, not only on whole ones
+
+
+def screen(rights, batch: int, target: Target) -> OutOfReach:
+    """``rights`` screened in their order at ``batch``: the OutOfReach that watched it."""
+    held = held_out(rights, batch)
+    until = OutOfReach(target, Classification.bounds, held.loader.samples)
+    evaluate(held, Correct(), until=until)
+    return until
+
+
+def test_a_subset_that_reaches_the_target_is_missed_less_often_than_the_risk():
+    """Subsets whose mean is at the target, in random orders: the share of screens that end as a miss
+    stays under train.target_screen_risk (here 0.2, to be seen in 400 orders), and with no risk none do."""
+    rng = random.Random(1)
+    rights = torch.tensor([True] * 461 + [False] * 51)  # 0.9004 of 512: a hit at 0.9
+    for risk, most in ((0.2, 0.2), (0.0, 0.0)):
+        missed = 0
+        for _ in range(400):
+            target = Target(0.9, "accuracy", True, RunClock(), 1, screen_risk=risk)
+            missed += screen(rights[torch.tensor(rng.sample(range(512), 512))], 32, target).stopped_at is not None
+        assert missed / 400 <= most, (risk, missed)
+
+
+def test_a_subset_well_short_of_the_target_ends_sooner_than_certainty_allows():
+    """2,048 samples at batch 256 against 0.9 (at most 204 misses): at 78 % right the risk (0.001) ends
+    the screen after its first batch, where certainty needs 1,024 samples; at 83 %, after 512 against
+    1,280. Each batch is as right as the whole, so the ends do not hang on a draw."""
+    for right, risky, certain in ((0.78, 256, 1024), (0.83, 512, 1280)):
+        misses = round(2048 * (1 - right)) // 8
+        rights = torch.tensor(([True] * (256 - misses) + [False] * misses) * 8)
+        ends = {risk: screen(rights, 256, Target(0.9, "accuracy", True, RunClock(), 1, screen_risk=risk)).stopped_at
+                for risk in (0.001, 0.0)}
+        assert ends == {0.001: risky, 0.0: certain}, (right, ends)
+
+
+def test_the_risk_needs_both_bounds_and_is_recorded():
+    """A loss bounded below only ends a screen certainly, never by the risk; a lower-is-better metric with
+    both bounds ends by it on its upper side; metrics.json's target keeps the risk (null without a subset)."""
+    loss = Target(0.5, "loss", False, RunClock(), 1, subset=10, screen_risk=0.5)
+    half = OutOfReach(loss, (0.0, None), samples=1000)
+    assert not half({"loss": torch.tensor(150.0)}, 100) and half.variance is None  # mean 1.5: certainty needs more
+    error = Target(0.1, "error", False, RunClock(), 1, subset=10, screen_risk=0.001)
+    both = OutOfReach(error, (0.0, 1.0), samples=2048)
+    assert not both({"error": torch.tensor(25.0)}, 256)  # a mean of 0.098: on the target's side
+    assert both({"error": torch.tensor(60.0)}, 256) and both.stopped_at == 256  # 0.23: far beyond it
+    assert loss.record(0, 0)["screen_risk"] == 0.5
+    assert Target(0.5, "loss", False, RunClock(), 1, screen_risk=0.5).record(0, 0)["screen_risk"] is None
 
 
 def test_a_lower_is_better_metric_ends_on_its_lower_bound_and_an_unbounded_side_never_ends():
