@@ -13,12 +13,12 @@ from fastpipe.errors import FastpipeWarning
 from fastpipe.runtime import autotuning_off
 from fastpipe.stages.folding import fold, fold_weights
 
-# The folded copy's outputs may differ from the model's (relative L2, first evaluation) by this, or by
-# PRECISION_TIMES what the run's precision changes them: each differs from fp32 by about that much (bf16
-# rounds the folded weights and fused outputs as it rounds the model's), the copy by more where a fused call
-# rounds what the model keeps in fp32, so the two may differ by up to about three times it. A correct fold
-# of ResNet-50 in bf16 on an H200 differed by 2.1 times it (a model still near its initialisation, at its
-# first evaluation: benchmarks/results/time-to-target-overhead/README.md); a wrong one by far more.
+# The folded copy's outputs may differ from the model's (relative L2, first evaluation) by the floor
+# (FLOOR; under an autocast dtype at least twice its machine epsilon, 0.016 for bf16, which rounds every
+# fused output), or by PRECISION_TIMES what the run's precision changes them: the copy and the model each
+# differ from fp32 by about that much, the copy by more where a fused call rounds what the model keeps
+# in fp32. A correct fold of ResNet-50 in bf16 on an H200 differed by 0.0056, 2.1 times it, at a first
+# evaluation (benchmarks/results/time-to-target-overhead/README.md); a wrong one differs by far more.
 FLOOR = 5e-3
 PRECISION_TIMES = 3
 
@@ -49,8 +49,9 @@ def difference(folded_out, model_out) -> float:
 class FoldedForward:
     """A model's folded copy for evaluation: ``refresh`` at each evaluation, the first call checked."""
 
-    def __init__(self, model: nn.Module, gm: fx.GraphModule, units: list, device_type: str) -> None:
-        self.model, self.gm, self.units, self.device_type = model, gm, units, device_type
+    def __init__(self, model: nn.Module, gm: fx.GraphModule, units: list, device_type: str,
+                 floor: float = FLOOR) -> None:
+        self.model, self.gm, self.units, self.device_type, self.floor = model, gm, units, device_type, floor
         self.checked, self.refused = False, None  # refused: why the model runs as it is from now on
 
     def untuned(self, inputs):
@@ -76,7 +77,7 @@ class FoldedForward:
         try:
             got = self.untuned(inputs)
             gap = difference(got, expected)
-            allowed = FLOOR if gap <= FLOOR else self._allowed(inputs, expected)  # FLOOR passes whatever it says
+            allowed = self.floor if gap <= self.floor else self._allowed(inputs, expected)  # the floor passes as it is
             if gap > allowed:
                 self.refused = (f"its outputs differed from the model's by {gap:.2g} (relative L2; allowed "
                                 f"{allowed:.2g}: {PRECISION_TIMES} times the precision's own)")
@@ -90,9 +91,9 @@ class FoldedForward:
 
     def _allowed(self, inputs, expected) -> float:
         """PRECISION_TIMES the precision's own difference: the model in fp32 (untuned: a dtype met once) against
-        ``expected``; only for a gap above FLOOR (its new cuDNN plans: 0.14-0.22 s, benchmarks/eval_parts.py)."""
+        ``expected``; only for a gap above the floor (its new cuDNN plans: 0.14-0.22 s, benchmarks/eval_parts.py)."""
         with torch.autocast(self.device_type, enabled=False), autotuning_off():
-            return max(FLOOR, PRECISION_TIMES * difference(expected, self.model(inputs)))
+            return max(self.floor, PRECISION_TIMES * difference(expected, self.model(inputs)))
 
 
 class EvalForwards:
@@ -110,6 +111,7 @@ class EvalForwards:
         # on CUDA the fused cuDNN calls (folding alone was slower than the model there); on the CPU
         # F.conv2d with the folded bias under the run's autocast
         self.dtype = (dtype or torch.float32) if device.type == "cuda" else None
+        self.floor = max(FLOOR, 2 * torch.finfo(dtype).eps) if dtype is not None and dtype.is_floating_point else FLOOR
         self.forwards: Dict[int, Tuple[nn.Module, Optional[FoldedForward]]] = {}
         self.summary = ""
 
@@ -123,7 +125,7 @@ class EvalForwards:
                 self.summary = (f"the model as it is (train.eval_fold: torch.fx could not trace it: "
                                 f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:120]})")
                 return
-            forward = FoldedForward(module, gm, units, self.device.type) if units else None
+            forward = FoldedForward(module, gm, units, self.device.type, self.floor) if units else None
             self.forwards[id(module)] = (module, forward)
             fused = self.dtype is not None  # on CUDA every folded pair ends in a fused ReLU
             self.summary = self.summary or (
