@@ -83,10 +83,10 @@ class TrainConfig:
     # evaluation. A subset that reaches the target is confirmed at once on the whole split, and only
     # the confirmed evaluation counts.
     target_eval_samples: Optional[int] = None
-    # A screen on that subset ends as a miss once its samples so far make a hit on the whole subset less
-    # likely than this (Bernstein's bound, for a task that bounds its metric; the subset is read in a
-    # seeded random order): a screen whose whole subset would reach the target is missed with at most
-    # this probability, and the next screen gets its chance. 0 = only once a hit is impossible (exact).
+    # A screen on that subset also ends as a miss once its samples so far fall further short of the target
+    # than a subset reaching it would with this probability (Bernstein's bound, for a task whose metric has
+    # both bounds; the subset is read in a seeded random order): a screen whose whole subset would reach
+    # the target is missed with at most this probability. 0 = only once a hit is impossible (exact).
     target_screen_risk: float = 0.001
     # Stop cleanly once the training clock (from the first step; evaluations, checkpoints and
     # compilation included) passes this many seconds: a final evaluation, a checkpoint (to resume from)

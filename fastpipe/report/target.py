@@ -56,7 +56,8 @@ def target_fields(m: dict, clock: str, aggregate: str = "median") -> dict:
             "time_to_target_s": seconds if reached else None, "target_seconds": seconds,
             "target_steps": t.get("steps"), "target_samples": t.get("samples"), "target_best": t.get("best_value"),
             "target_higher": t.get("higher_is_better", True), "target_eval_every": t.get("eval_every"),
-            "target_eval_samples": t.get("eval_samples"), "target_screen_risk": t.get("screen_risk"),
+            "target_eval_samples": t.get("eval_samples"),
+            "target_screen_risk": t.get("screen_risk", 0.0 if t.get("eval_samples") else None),  # before schema 7: exact
             "target_min": min(spread) if len(spread) > 1 else None, "target_max": max(spread) if len(spread) > 1 else None,
             "target_repeats": len(repeats.get("reached") or []) or 1, "target_runs": runs,
             "compile_cache": (m.get("compile_cache") or {}).get("state"), "curve": t.get("curve") or []}

@@ -13,7 +13,7 @@ held-out samples; an optional ``summarize(means) -> dict`` derives more (perplex
 An optional ``dataset_kinds`` (e.g. ``("tokens",)``) lets fastpipe refuse a dataset that declares
 another kind before anything is built; an optional ``bounds = (low, high)`` (None: unbounded) is the
 range the primary metric can take, and each sample's share of its sum, so that a ``train.target``
-outside it is refused and a target's screen ends once the target is out of its reach; an optional
+outside it is refused and a target's screen ends once its outcome is settled as a miss; an optional
 ``soft_targets = True`` says the loss takes class probabilities (MixUp / CutMix). Optional ``check_batch(inputs, target)`` and
 ``check_output(output, target)`` say, for a first batch of each split (train/first_batch.py),
 what the task cannot train on (a sentence naming it and the fix; None: fine), before the first step.

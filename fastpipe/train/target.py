@@ -55,7 +55,7 @@ class Target:
              evaluated: Optional[int] = None) -> bool:
         """An evaluation ended now with primary metric ``value``; True when it reached the target (a
         whole-split evaluation: the run stops; a subset one: confirm on the whole split). ``evaluated``:
-        the held-out samples a screen ended at, once the target was out of its reach (``OutOfReach``)."""
+        the held-out samples a screen ended at, once its outcome was settled as a miss (``OutOfReach``)."""
         seconds = self.clock.elapsed()
         self.curve.append({"step": step, "seconds": seconds, "value": value, "subset": subset, "samples": samples,
                            **({"evaluated": evaluated} if evaluated else {})})
@@ -107,7 +107,8 @@ class OutOfReach:
     A screen ended either way is a miss (no confirmation); the value on the curve is the evaluated
     samples' mean, on the missing side of the target. With no risk the outcome is the one the whole
     subset would give, so the reached step is unchanged; a risk r makes a screen whose whole subset
-    would reach the target a miss with probability at most r (its next screen may then reach it)."""
+    would reach the target a miss with probability at most r (each screen: a run's screens share one
+    order, so they are not independent draws)."""
 
     def __init__(self, target: Target, bounds, samples: int) -> None:
         self.target, self.samples = target, samples
@@ -130,7 +131,7 @@ class OutOfReach:
 
     def __call__(self, sums: dict, seen: int) -> bool:
         total = sums.get(self.target.metric)
-        if total is None or self.best is None or seen >= self.samples:  # best None: neither check can end it
+        if total is None or self.best is None or not 0 < seen < self.samples:  # best None: neither check can end it
             return False
         if self.checks is None:
             self.checks = max(1, math.ceil(self.samples / seen) - 1)

@@ -134,6 +134,23 @@ def test_a_copy_within_the_floor_passes_without_the_precisions_own_difference():
     assert len(calls) == 1 and forwards(model) is not model and "failed" not in forwards.describe()
 
 
+@pytest.mark.parametrize("own, gap, passes, words", [(0.01, 0.029, True, None), (0.01, 0.031, False, "3 times"),
+                                                     (0.001, 0.006, False, "the floor")])
+def test_above_its_floor_the_copy_passes_within_three_times_the_precisions_own(monkeypatch, own, gap, passes, words):
+    """A gap above the floor (0.005 in fp32; under bf16 autocast twice bf16's machine epsilon, 0.016) passes
+    within three times the precision's own difference and fails beyond it; the warning says which limit."""
+    assert EvalForwards(True, CPU, torch.bfloat16).floor == pytest.approx(2 * 2 ** -7)
+    assert EvalForwards(True, CPU, None).floor == eval_forward.FLOOR == EvalForwards(True, CPU, torch.float32).floor
+    model, forwards = settled(torchvision.models.resnet18(num_classes=5)), EvalForwards(True, CPU, None)
+    seq = iter([gap, own])  # the copy against the model, then the model under autocast against fp32
+    monkeypatch.setattr(eval_forward, "difference", lambda a, b: next(seq))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        forwards(model)(torch.randn(2, 3, 32, 32))
+    refused = [str(w.message) for w in caught if "failed its check" in str(w.message)]
+    assert (not refused) is passes and (passes or words in refused[0]), refused
+
+
 def test_an_untraceable_model_is_evaluated_as_it_is():
     class DataDependent(nn.Module):
         def __init__(self):

@@ -5,6 +5,7 @@ the missing side."""
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from types import SimpleNamespace
 
@@ -72,17 +73,28 @@ def screen(rights, batch: int, target: Target) -> OutOfReach:
     return until
 
 
-def test_a_subset_that_reaches_the_target_is_missed_less_often_than_the_risk():
-    """Subsets whose mean is at the target, in random orders: the share of screens that end as a miss
-    stays under train.target_screen_risk (here 0.2, to be seen in 400 orders), and with no risk none do."""
-    rng = random.Random(1)
-    rights = torch.tensor([True] * 461 + [False] * 51)  # 0.9004 of 512: a hit at 0.9
-    for risk, most in ((0.2, 0.2), (0.0, 0.0)):
-        missed = 0
-        for _ in range(400):
-            target = Target(0.9, "accuracy", True, RunClock(), 1, screen_risk=risk)
-            missed += screen(rights[torch.tensor(rng.sample(range(512), 512))], 32, target).stopped_at is not None
-        assert missed / 400 <= most, (risk, missed)
+def early_end_chance(ones: int, samples: int, batch: int, target: Target) -> float:
+    """The exact chance, over the random orders of a subset of 0/1 samples (``ones`` right), that a screen
+    ends early, summed over its checks (hypergeometric: the first n samples hold k right ones)."""
+    chance = 0.0
+    for n in range(batch, samples, batch):
+        for k in range(n + 1):  # fewer right ones end it sooner: from none up to the first that does not end it
+            until = OutOfReach(target, Classification.bounds, samples)
+            until({"accuracy": float(batch)}, batch)  # a first batch all right: it counts the checks
+            if not until({"accuracy": float(k)}, n):
+                break
+            chance += math.comb(ones, k) * math.comb(samples - ones, n - k) / math.comb(samples, n)
+    return chance
+
+
+def test_a_subset_at_the_target_ends_early_less_often_than_the_risk():
+    """0/1 samples (the largest variance a subset at the target can have), a subset just reaching 0.9: the
+    exact chance that its screen ends early stays under the risk, and is not nothing (the rule fires)."""
+    for samples, batch, risk in ((2048, 256, 0.001), (512, 32, 0.2)):
+        ones = math.ceil(0.9 * samples)
+        chance = early_end_chance(ones, samples, batch, Target(0.9, "accuracy", True, RunClock(), 1, screen_risk=risk))
+        assert 0 < chance <= risk, (samples, risk, chance)
+    assert early_end_chance(461, 512, 32, Target(0.9, "accuracy", True, RunClock(), 1)) == 0  # no risk: exact
 
 
 def test_a_subset_well_short_of_the_target_ends_sooner_than_certainty_allows():
@@ -95,6 +107,20 @@ def test_a_subset_well_short_of_the_target_ends_sooner_than_certainty_allows():
         ends = {risk: screen(rights, 256, Target(0.9, "accuracy", True, RunClock(), 1, screen_risk=risk)).stopped_at
                 for risk in (0.001, 0.0)}
         assert ends == {0.001: risky, 0.0: certain}, (right, ends)
+
+
+@pytest.mark.parametrize("higher, value, variance", [(True, 0.9, 0.09), (False, 0.3, 0.21), (True, 0.3, 0.25)])
+def test_the_risk_is_shared_over_the_checks_at_the_largest_variance_in_reach(higher, value, variance):
+    """At 512 of 2,048 samples (batch 256: 7 checks), a shortfall whose Bernstein bound is twice risk / 7
+    does not end the screen and one at half of it does: the risk is shared over the checks, at the largest
+    variance a subset reaching the target can have ((1 - mean) mean at the reachable mean nearest 0.5)."""
+    risk, n, checks = 0.01, 512, 7
+    for factor, ends in ((2.0, False), (0.5, True)):
+        e = math.log(checks / (risk * factor))  # solve n s^2 = e (2 variance + 2 s / 3) for the shortfall s
+        short = (2 * e / 3 + math.sqrt((2 * e / 3) ** 2 + 8 * n * variance * e)) / (2 * n)
+        until = OutOfReach(Target(value, "m", higher, RunClock(), 1, screen_risk=risk), (0.0, 1.0), 2048)
+        assert not until({"m": 256.0 if higher else 0.0}, 256)  # a first batch at its best
+        assert until({"m": n * (value - short if higher else value + short)}, n) is ends, (factor, short)
 
 
 def test_the_risk_needs_both_bounds_and_is_recorded():
