@@ -125,7 +125,7 @@ def test_what_is_kept_and_read_ahead_and_where_a_screen_may_end_early():
     kept = KeptBatches([(torch.zeros(2), torch.zeros(2))])
     list(kept)
     task = SimpleNamespace(bounds=(0.0, 1.0), primary="accuracy")
-    target = SimpleNamespace(higher=True, value=0.9, metric="accuracy", hit=lambda v: v >= 0.9)
+    target = SimpleNamespace(higher=True, value=0.9, metric="accuracy", hit=lambda v: v >= 0.9, screen_risk=0.0)
 
     def until(task=task, loader=kept, world=1, lockstep=False):
         screen = SimpleNamespace(loader=loader, dist=SimpleNamespace(world_size=world), lockstep=lockstep)

@@ -42,7 +42,7 @@ def evaluator(screen, rest, target=0.75):
     g = SimpleNamespace(task=task, model=model, held_out=held, target_held_out=parts_of(held)[0],
                         target_rest=parts_of(held)[1])
     cfg = SimpleNamespace(eval_every=1, early_stop_patience=None, early_stop_min_delta=0.0, eval_batches=None,
-                          target=target, target_eval_samples=8)
+                          target=target, target_eval_samples=8, target_screen_risk=0.001)
     ckpt = SimpleNamespace(save_weights=lambda *a: None)
     return evaluation.Evaluator(g, cfg, ckpt), model, held
 
