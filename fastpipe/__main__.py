@@ -1,14 +1,9 @@
-"""``python -m fastpipe``: the Hydra entry point. Compose, convert, hand over to the launcher."""
+"""``python -m fastpipe``: the Hydra entry point. Compose, convert, launch: a single run trains in
+this process (launch/launcher.py says where sweep jobs and repeats train)."""
 from __future__ import annotations
 
 import os
 import sys
-
-if __name__ == "__main__":  # before the imports below: the training process imports torch meanwhile (launch/warm.py)
-    from fastpipe.launch import warm as _warm_first
-
-    _warm_first.prestart_if_training(sys.argv[1:])
-
 import time
 import traceback
 from pathlib import Path
@@ -26,10 +21,11 @@ from fastpipe.config import config_dir, job_choices, register_configs, to_settin
 from fastpipe.config.keys import old_spelling_note
 from fastpipe.record import results
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED, FastpipeError, Preempted, cannot_write, unwritable
-from fastpipe.launch import warm
+from fastpipe.runtime import process_state_kept
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+EXIT_WITHIN_S = 3.0  # after its record and last line, the command ends within this, whatever threads or pools remain
 CONFIG_NAME = "config"  # conf/config.yaml
 _RUN_FOLDER: list = []  # a single run's folder, said first and last
 
@@ -41,33 +37,43 @@ register_sweep_plugins()  # Hydra's plugin scan misses them under an editable in
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name=CONFIG_NAME)
 def run(cfg: DictConfig):
-    """One job: returns its metrics (a sweep's callbacks read them from metrics.json)."""
-    from fastpipe.launch.launcher import check_before_launch, launch, refused
+    """One job: returns its metrics (a sweep's callbacks read them from metrics.json). What the job sets
+    in this process (the environment, torch's switches, signal handlers) is put back as it ends: a
+    sweep's next job, or a program calling fastpipe again, starts from the same state."""
+    with process_state_kept():
+        return _run(cfg)
+
+
+def _run(cfg: DictConfig):
+    from fastpipe.launch.launcher import launch, refused, resolve_fresh_process
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
     from fastpipe.machine import process_started_at
+    from fastpipe.runtime import process_environment
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:  # a sweep's report names its jobs' folders
+    sweep = hc.mode == RunMode.MULTIRUN
+    if not sweep:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
-    warm.prestart_for(cfg.launcher, hc.mode == RunMode.MULTIRUN, cfg.get("device", "auto"))  # imports beside ours
     # the end-to-end clock's start: this process's for one run; a sweep's job's own (its imports paid once)
-    started_at = time.time() if hc.mode == RunMode.MULTIRUN else process_started_at()
+    started_at = time.time() if sweep else process_started_at()
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
     earlier = (results.read(run_dir) or {}).get("run_id")  # an earlier run's record in this folder
     try:
-        with stop_while_launching():  # SIGTERM/SIGUSR1 before the trainer runs: exit 75
+        with stop_while_launching():  # SIGTERM/SIGUSR1/SIGUSR2 before training begins: exit 75
             settings = to_settings(cfg, choices, check=False)
-            check_before_launch(settings, sweep=hc.mode == RunMode.MULTIRUN)  # or the training process does
+            resolve_fresh_process(settings, sweep, str(hc.launcher.get("_target_", "")))
+            process_environment(settings)  # before the check imports the project's modules, which may touch CUDA
+            settings.check()
             settings.overrides, settings.started_at = overrides, started_at
-            if hc.mode != RunMode.MULTIRUN:
+            if not sweep:
                 preflight(settings.logger.values())  # a sweep checked its loggers once, before its jobs
-            resume = hc.mode == RunMode.MULTIRUN and settings.sweep.resume
+            resume = sweep and settings.sweep.resume
             if resume:
                 done = finished_metrics(run_dir, overrides)  # this job already finished ok in this folder
                 if done is not None:
@@ -97,7 +103,7 @@ def run(cfg: DictConfig):
         print(f"fastpipe: error: {metrics.get('reason')}", file=sys.stderr, flush=True)
         if status in ("preempted", "interrupted"):  # for the whole run or sweep
             sys.exit(EXIT_PREEMPTED if status == "preempted" else EXIT_INTERRUPTED)
-        if hc.mode != RunMode.MULTIRUN:  # in a sweep a failed job is a row; the sweep goes on
+        if not sweep:  # in a sweep a failed job is a row; the sweep goes on
             sys.exit(EXIT_CODE)
     return metrics
 
@@ -158,25 +164,49 @@ def hydra_app() -> None:
 
 
 def main() -> None:
+    """The command, for a caller that goes on after it (a test, a program): raises SystemExit with the
+    command's exit code, as Hydra does; what the command set in this process is put back."""
     from fastpipe.signals import exit_on_stop_signals
 
-    exit_on_stop_signals()
-    warm.prestart_if_training(sys.argv[1:])  # the training process imports while Hydra composes
+    with process_state_kept():
+        exit_on_stop_signals()
+        try:
+            hydra_app()
+        except SystemExit as exc:  # Hydra's own error (exit 1: a key it cannot compose), or a refused run
+            if exc.code not in (0, None):
+                explain_failure(sys.argv[1:], getattr(exc, "explanation", None))
+            raise
+        except Preempted as exc:  # a stop signal outside any job (between a sweep's jobs)
+            print(f"fastpipe: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_PREEMPTED)
+        except KeyboardInterrupt:
+            print("fastpipe: error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            say_run_folder()  # last, after the summary or the error: where the run's files are
+
+
+def cli() -> None:
+    """``python -m fastpipe`` and the ``fastpipe`` command: ``main``, then the process ends within
+    EXIT_WITHIN_S of its last line with the command's exit code, whatever threads or pools are still
+    winding down (a tracker's uploader, decode workers, Inductor's compile workers): the run's record
+    is written by then, and nothing the process still does can change it."""
+    from fastpipe.processes import exit_within
+
+    code = 0
     try:
-        hydra_app()
-    except SystemExit as exc:  # Hydra's own error (exit 1: a key it cannot compose), or a refused run
-        if exc.code not in (0, None):
-            explain_failure(sys.argv[1:], getattr(exc, "explanation", None))
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         raise
-    except Preempted as exc:  # a stop signal outside any job (between a sweep's jobs)
-        print(f"fastpipe: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_PREEMPTED)
-    except KeyboardInterrupt:
-        print("fastpipe: error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except BaseException:
+        code = 1
+        raise
     finally:
-        say_run_folder()  # last, after the summary or the error: where the run's files are
+        sys.stdout.flush()
+        sys.stderr.flush()
+        exit_within(EXIT_WITHIN_S, code)
 
 
 if __name__ == "__main__":
-    main()
+    cli()

@@ -1,6 +1,7 @@
-"""A training process and the process that starts it: the start with stop signals held, so that none is
-lost or kills the child unrecorded (the child acts on them once it can: signals.stop_on_signals), the
-child's death with its parent, words for the child's exit code, and one Ctrl-C taken once. Imports no torch."""
+"""Processes fastpipe starts (a sweep job's training process, a fork pool for start-up work) and how a
+command's process ends: the start with stop signals held, so that none is lost or kills the child
+unrecorded (the child acts on them once it can: signals.stop_on_signals), the child's end with its
+parent, words for the child's exit code, one Ctrl-C taken once, and a bounded exit. Imports no torch."""
 from __future__ import annotations
 
 import contextlib
@@ -129,17 +130,30 @@ def exit_reason(code: int) -> str:
     return f"training process exited with code {code}"
 
 
-def die_with_parent(parent: int) -> None:
-    """This (worker) process is killed when ``parent``, the process that started it, dies: on Linux
-    through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
-    is gone; a parent already gone by now means exit at once. (This module imports no torch, so that
-    a sweep's job process can call it before it imports torch.)"""
+def die_with_parent(parent: int, how: int = signal.SIGKILL) -> None:
+    """This (worker) process gets signal ``how`` when ``parent``, the process that started it, dies: on
+    Linux through prctl(PR_SET_PDEATHSIG), so an orphan never goes on writing a run folder whose owner
+    is gone. A training process asks for SIGTERM, its stop signal: it checkpoints once training and
+    exits 75, as when preempted; a pool's worker for SIGKILL. A parent already gone by now means exit
+    at once. (This module imports no torch, so that a sweep's job process can call it before it
+    imports torch.)"""
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, how)  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+
+
+def exit_within(seconds: float, code: int) -> None:
+    """End this process with ``code`` at most ``seconds`` from now: as it exits, Python joins its
+    remaining threads and runs its exit handlers (a tracker's uploader, a pool's workers), any of which
+    may wait without a bound; a daemon thread ends the process once the time is up."""
+    def end() -> None:
+        time.sleep(seconds)
+        os._exit(code)
+
+    threading.Thread(target=end, name="fastpipe-exit", daemon=True).start()
 
 
 ONE_CTRL_C_S = 2.0  # SIGINTs this close together are one Ctrl-C (to the process group, and passed on)

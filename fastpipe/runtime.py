@@ -2,8 +2,10 @@
 
 Stages receive the resulting ``Runtime`` (device, process-group position, cache folder) and never
 read ``os.environ``, ``torch.backends`` or the process group themselves. torch is imported by the
-functions that use it, not with the module: the Hydra process reads the environment here before it
-has imported torch, and the training process started ahead imports it meanwhile (launch/warm.py).
+functions that use it, not with the module: the entry point reads the environment here before it
+has imported torch. A run may train in a process that goes on after it (a single run in the process
+the user started, a test, a program that calls fastpipe twice): ``process_state_kept`` puts back
+everything the run set.
 """
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import contextlib
 import logging
 import os
 import random
+import signal
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, List
 
 from fastpipe.errors import EnvironmentProblem
 
@@ -140,18 +145,25 @@ def resolve_device(requested: str, dist: Dist) -> torch.device:
     return torch.device("cpu")
 
 
-def setup_runtime(settings) -> Runtime:
-    """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per process."""
-    import torch
+def process_environment(settings) -> None:
+    """What torch reads from the environment at its first CUDA call, set before anything of the run can
+    make one (the project's own modules as the config check imports them included): ``runtime.cuda_alloc_conf``
+    as ``PYTORCH_CUDA_ALLOC_CONF``, which the CUDA caching allocator reads once, as it initialises."""
     if settings.runtime.cuda_alloc_conf:
-        # Must be set before the CUDA caching allocator initialises, i.e. before any CUDA call.
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = settings.runtime.cuda_alloc_conf
+
+
+def setup_runtime(settings) -> Runtime:
+    """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per run, inside
+    ``process_state_kept``."""
+    import torch
+    process_environment(settings)  # a no-op where the entry point did it already
     dist = dist_from_env()
     device = resolve_device(settings.device, dist)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
-        logging.getLogger("torch.utils.cpp_extension").addFilter(_no_cuda_runtime_note)
+        _undo_later(_filtered(logging.getLogger("torch.utils.cpp_extension"), _no_cuda_runtime_note))
     torch.backends.cudnn.benchmark = settings.runtime.cudnn_benchmark
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
@@ -161,6 +173,89 @@ def setup_runtime(settings) -> Runtime:
     if device.type == "cpu" and dist.local_world_size > 1:
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
     return Runtime(device, dist, cache_root(), cpu_cores())
+
+
+_undo: List[List[Callable[[], None]]] = []  # per open ``process_state_kept``: what puts back the run's changes
+
+
+def _undo_later(action: Callable[[], None]) -> None:
+    """``action`` runs as the innermost ``process_state_kept`` ends (nothing to undo outside one)."""
+    if _undo:
+        _undo[-1].append(action)
+
+
+def _filtered(logger: logging.Logger, rule) -> Callable[[], None]:
+    """``rule`` added to ``logger``'s filters; returns what removes it."""
+    logger.addFilter(rule)
+    return lambda: logger.removeFilter(rule)
+
+
+@contextlib.contextmanager
+def process_state_kept() -> Iterator[None]:
+    """Around a run: the process-wide state it sets put back as it was before, however the run ends, so
+    that a program or a test running fastpipe twice in one process sees no leak from the first run:
+    the environment, ``sys.path``, the stop and Ctrl-C signal handlers, Python's, NumPy's and torch's
+    random generators, torch's cuDNN/TF32 switches and thread count, and the compiler switches and log
+    filters ``setup_runtime`` set."""
+    environ, path = dict(os.environ), list(sys.path)
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1,
+                                                       signal.SIGUSR2)} if main_thread else {}
+    generators = _generators()
+    torch = sys.modules.get("torch")
+    switches = _torch_switches(torch) if torch is not None else None
+    _undo.append([])
+    try:
+        yield
+    finally:
+        for action in reversed(_undo.pop()):
+            action()
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
+        sys.path[:] = path
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+        _set_generators(generators)
+        if switches is not None:
+            _set_torch_switches(torch, switches)
+
+
+def _generators() -> dict:
+    """The random generators' states: Python's, and NumPy's and torch's where imported (CUDA's once initialised)."""
+    states = {"python": random.getstate()}
+    numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    if numpy is not None:
+        states["numpy"] = numpy.random.get_state()
+    if torch is not None:
+        states["torch"] = torch.get_rng_state()
+        if torch.cuda.is_initialized():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_generators(states: dict) -> None:
+    random.setstate(states["python"])
+    if "numpy" in states:
+        sys.modules["numpy"].random.set_state(states["numpy"])
+    if "torch" in states:
+        torch = sys.modules["torch"]
+        torch.set_rng_state(states["torch"])
+        if "cuda" in states:
+            torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _torch_switches(torch) -> tuple:
+    return (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+            torch.get_num_threads())
+
+
+def _set_torch_switches(torch, switches: tuple) -> None:
+    (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+     threads) = switches
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
@@ -196,17 +291,25 @@ def seed_everything(seed: int) -> None:
 def _compiler_switches(cfg, precision=None) -> None:
     """Dynamo's process-wide DDP switch, per ``compile.optimize_ddp`` (compiled autograd is turned on around
     each backward: CompiledModel.backward_context); Inductor's exact rounding of casts for fp8's rowwise
-    recipe (without it the fused rowwise scaling can round differently from eager and lose accuracy)."""
+    recipe (without it the fused rowwise scaling can round differently from eager and lose accuracy).
+    Each put back as the run ends (``process_state_kept``)."""
     if cfg is None or cfg.name == "off":
         return
     import torch._dynamo.config as dynamo
 
     if cfg.optimize_ddp != "auto":
-        dynamo.optimize_ddp = cfg.optimize_ddp
+        _undo_later(_switched(dynamo, "optimize_ddp", cfg.optimize_ddp))
     if getattr(precision, "name", None) == "fp8" and precision.recipe == "rowwise":
         import torch._inductor.config as inductor
 
-        inductor.emulate_precision_casts = True
+        _undo_later(_switched(inductor, "emulate_precision_casts", True))
+
+
+def _switched(config, key: str, value) -> Callable[[], None]:
+    """``config.key`` set to ``value``; returns what sets it back."""
+    before = getattr(config, key)
+    setattr(config, key, value)
+    return lambda: setattr(config, key, before)
 
 
 def cpu_cores() -> int:

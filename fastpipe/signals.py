@@ -1,19 +1,20 @@
-"""Preemption signals: SIGTERM / SIGUSR1 stop a run at any moment with exit code 75 (EXIT_PREEMPTED).
+"""Stop signals: SIGTERM / SIGUSR1 / SIGUSR2 stop a run at any moment with exit code 75 (EXIT_PREEMPTED).
 
 Slurm sends SIGTERM before it preempts or ends a job (or the signal named by ``--signal=USR1@60``
-ahead of time). What a stop signal does depends on where the run is:
+ahead of time; submitit asks for SIGUSR2). What a stop signal does depends on where the run is:
 
-- starting up (the Hydra process composing and launching; the trainer building its graph, packing
-  a dataset): there is nothing to checkpoint yet, so it stops at once (``Preempted`` is raised where
-  the signal lands; files being written are temporary files, cleaned up);
-- training: the trainer notes the signal; the loop checks the note at each step boundary (under
-  DDP at measurement-window edges, where all ranks agree), writes a checkpoint and stops;
+- starting up (composing and checking the config; building the graph, packing a dataset): there is
+  nothing to checkpoint yet, so it stops at once (``Preempted`` is raised where the signal lands;
+  files being written are temporary files, cleaned up);
+- training: the run notes the signal; the loop checks the note at each step boundary (under DDP at
+  measurement-window edges, where all ranks agree), writes a checkpoint and stops;
 - finishing (training done, results being written): the note is kept and the run completes.
 
-The Hydra process that started the training process forwards the signals to it
-(processes.started_with_signals_held), so signalling either one works. Ctrl-C (SIGINT) stays an interrupt: exit code 130, no checkpoint;
-the Hydra process passes it on too, and the trainer takes the one its process group got and the one
-passed on as one Ctrl-C (processes.take_ctrl_c_once).
+A single run trains in the process the user started, so the signals reach its loop directly. A sweep
+job's training process is started with them held and the sweep process forwards them to it
+(processes.started_with_signals_held), so signalling either one works. Ctrl-C (SIGINT) stays an
+interrupt: exit code 130, no checkpoint; a sweep process passes it on to its job's process too, which
+takes the one its process group got and the one passed on as one Ctrl-C (processes.take_ctrl_c_once).
 """
 from __future__ import annotations
 

@@ -285,17 +285,6 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def no_waiting_trainer_left():
-    """A test that runs a job in this process (a Hydra launcher suite, a sweep) leaves a training process
-    waiting for the next job (launch/warm.py): end it, so no later test is handed it unasked."""
-    yield
-    from fastpipe.launch import warm
-
-    warm.dismiss()
-    warm.keep_one_ready = False
-
-
 @pytest.fixture
 def tiny():
     return list(TINY)

@@ -48,7 +48,7 @@ def weights_path(run_dir: Path, which: str, option: str = "which='{}'") -> Path:
 
 def _why_missing(run_dir: Path, which: str, option: str) -> str:
     """Why a run has no ``which`` weights file, and what to load instead."""
-    from fastpipe.record.results import read
+    from fastpipe.record.results import outcome
     from fastpipe.record.runlock import holder
 
     other = "last" if which == "best" else "best"
@@ -57,9 +57,10 @@ def _why_missing(run_dir: Path, which: str, option: str) -> str:
     if running is not None:
         return (f"the run is still going ({running}): {which}.pt is written {written}; load it once the run has "
                 f"{'evaluated' if which == 'best' else 'finished'}, or a step-*.pt checkpoint")
-    status = (read(run_dir) or {}).get("status")
-    if status in ("failed", "preempted", "interrupted", "running"):
-        ended = "its process died" if status == "running" else f"it ended {status}"
+    record = outcome(run_dir) or {}
+    status = record.get("status")
+    if status in ("failed", "preempted", "interrupted"):
+        ended = "its process died" if record.get("reason", "").startswith("its process died") else f"it ended {status}"
         return (f"the run did not finish ({ended}): {which}.pt is written {written}; resume the run with "
                 f"train.resume=auto, or load a step-*.pt checkpoint")
     if which == "best":

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from fastpipe.config._checks import auto_or_int, one_of
+from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.config.registry import register
 from fastpipe.errors import ConfigError
 
@@ -13,9 +13,14 @@ from fastpipe.errors import ConfigError
 @dataclass
 class SingleLauncherConfig:
     name: str = "single"  # the choice: launcher=single
-    # Train in a fresh process, so no job inherits another's CUDA, compile or worker state; false
-    # trains inside the Hydra process (a debugger can step in; sweeps lose that isolation).
-    fresh_process: bool = True
+    # Where a job trains. auto: a single run in the process the user started; each sweep job and each
+    # repeat (report.repeats > 1) in a fresh process, so none inherits another's CUDA, compile or
+    # worker state. true: every job in a fresh process, a single run too. false: every job in the
+    # process that launches it (a debugger steps into each; sweep jobs lose their isolation).
+    fresh_process: Any = "auto"
+
+    def __post_init__(self) -> None:
+        auto_or_bool("launcher.fresh_process", self.fresh_process)
 
 
 @dataclass

@@ -79,24 +79,21 @@ class Config:
         self.choices: Dict[str, str] = {}
         self.run_id: str = ""  # set by each launch: a record says which run wrote it
         self.dropped_keys: List[str] = []  # notes on keys of another group choice, dropped (config/keys.py)
-        self.launch_notes: List[str] = []  # what launching the job has to say (launch/launcher.py)
         self.context = RunContext()  # the job's place, params and code, for its record and trackers (config/context.py)
         self.started_at: float = 0.0  # when this job started (Unix time): the end-to-end clock's start
-        self.checked: bool = False  # ``check`` has run: a single run's trainer runs it when its Hydra process did not
         if self.report.objective == "time_to_target" and self.train.target is None:
             raise ConfigError("report.objective=time_to_target ranks the jobs by when they reach train.target, which "
                               "is not set: add train.target=VALUE and train.eval_every=N")
 
     @property
     def notes(self) -> List[str]:
-        """Everything converting and launching the job has to say (warned about, never fatal): the keys
-        dropped, a training process started ahead that could not be used."""
-        return list(self.dropped_keys) + list(self.launch_notes)
+        """Everything converting the job has to say (warned about, never fatal): the keys dropped."""
+        return list(self.dropped_keys)
 
     def check(self) -> None:
         """The checks that import the project's callables: each ``_target_`` and its keys, and the
-        combinations that cannot work, refused before the job builds anything: in the Hydra process, or
-        first thing in a single run's fresh training process (launch/launcher.py ``checks_in_trainer``)."""
+        combinations that cannot work, refused before the job builds anything (and before a fresh training
+        process or a rank is started)."""
         for group in OBJECT_GROUPS:
             getattr(self, group).check()
         for hook in list(self.logger.values()) + list(self.callbacks.values()):
@@ -114,7 +111,6 @@ class Config:
         self.optimizer.refuse_auto_with(self.launcher.name, registry.choice("launcher", self.launcher.name).shards)
         if self.precision.name == "fp8":
             self._check_fp8()
-        self.checked = True
 
     def check_own_values(self, groups=tuple(OBJECT_GROUPS), target: bool = True) -> None:
         """What every job of a sweep is checked for before the first one starts (sweeps/check.py): the

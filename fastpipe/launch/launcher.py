@@ -1,11 +1,15 @@
-"""The ``launcher`` group: where the training processes come from.
+"""The ``launcher`` group: where a job trains.
 
-single: one fresh process per job (spawned), so sweep jobs never share CUDA, compile or worker
-state, and a crash (segfault, OOM kill) becomes a failed job instead of the end of a sweep.
+single: in the process that launches the job, or in one fresh process (spawned) where isolation is
+needed. ``launcher.fresh_process=auto`` (the default) trains a single run in the process the user
+started, and each sweep job and each repeat in a fresh process, so that no job inherits another's
+CUDA, compile or worker state and a crash (segfault, OOM kill) becomes a failed job instead of the
+end of a sweep. A job process that a sweep launcher started for this job alone (``hydra/launcher=gpus``,
+submitit) is fresh already: its job trains in it.
 
 ddp / fsdp: ``nproc_per_node`` DistributedDataParallel (or FSDP2-sharded) workers per job, started by
-torch.distributed's elastic launcher (elastic.py). When fastpipe itself runs under torchrun/srun, the Hydra process is
-a rank and joins that group instead.
+torch.distributed's elastic launcher (elastic.py). When fastpipe itself runs under torchrun/srun, its
+process is a rank and joins that group instead.
 
 Every launch gives the run an id and versions the folder's record first (results.begin), so a run
 that dies is never reported with an earlier run's results. Worker processes die with the process
@@ -32,22 +36,21 @@ from fastpipe.launch.handoff import read_settings, settings_file
 from fastpipe.machine import environment
 from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held, take_ctrl_c_once
 from fastpipe.process_group import broadcast_from_main, init_distributed, shutdown_distributed
-from fastpipe.runtime import dist_from_env, full_errors, started_by_torchrun
+from fastpipe.runtime import dist_from_env, full_errors, process_environment, started_by_torchrun
 
 
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
-    """Entry point of the training process (spawned for the job, or started ahead: launch/warm.py): exit
-    code 0 ok, EXIT_CODE bad input, 1 crash."""
+    """Entry point of a fresh training process: exit code 0 ok, EXIT_CODE bad input, 75 stopped by a
+    signal, 130 Ctrl-C, 1 crash."""
+    die_with_parent(parent, signal.SIGTERM)  # its sweep ended without it: checkpoint and stop, as when preempted
+    take_ctrl_c_once()
+    settings = read_settings(settings_path)
+    process_environment(settings)  # before torch's first CUDA call, as in the launching process
     from fastpipe.measure import setup
     from fastpipe.train.job import run_training
 
-    setup.imports_done()  # a process started ahead said so before its job came: that earlier time counts
-    die_with_parent(parent)
-    take_ctrl_c_once()
-    settings = read_settings(settings_path)
+    setup.imports_done()
     try:
-        if not settings.checked:  # left to this process, which imports torch anyway (checks_in_trainer)
-            _check_or_refuse(settings, Path(run_dir))
         run_training(settings, Path(run_dir))
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
         if full_errors():
@@ -60,20 +63,19 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
         sys.exit(1)
 
 
-def checks_in_trainer(settings: Config) -> bool:
-    """Whether a single run's fresh training process, not its Hydra process, runs ``Config.check``
-    (importing the project's callables): that process imports torch anyway, and the Hydra process then
-    never does (its imports ran beside the trainer's own). A sweep checks in
-    its own process (it has imported them for every job's check: sweeps/check.py); ddp and fsdp check
-    before their ranks start, once rather than in each rank."""
-    return (settings.launcher.fresh_process and not choice("launcher", settings.launcher.name).process_group
-            and not started_by_torchrun())
+JOB_PROCESS_LAUNCHERS = ("hydra_plugins.fastpipe_sweeps.gpus_launcher.GpusLauncher",
+                         "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+                         "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
 
 
-def check_before_launch(settings: Config, sweep: bool) -> None:
-    """``Config.check`` in the Hydra process, unless a single run's training process will run it."""
-    if sweep or not checks_in_trainer(settings):
-        settings.check()
+def resolve_fresh_process(settings: Config, sweep_job: bool, hydra_launcher: str = "") -> None:
+    """``launcher.fresh_process=auto`` made true or false for this job: a fresh training process for a
+    sweep's job (unless ``hydra_launcher``, the sweep's Hydra launcher, started a process for this job
+    alone: JOB_PROCESS_LAUNCHERS) and for each repeat (``report.repeats > 1``); else this process."""
+    cfg = settings.launcher
+    if cfg.fresh_process == "auto":
+        job_process = sweep_job and hydra_launcher in JOB_PROCESS_LAUNCHERS
+        cfg.fresh_process = settings.report.repeats > 1 or (sweep_job and not job_process)
 
 
 def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list, run_id: str = None) -> dict:
@@ -83,17 +85,6 @@ def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list, r
                     **(getattr(exc, "metrics", None) or {}))
     results.write_if_possible(run_dir, record)
     return record.to_dict()
-
-
-def _check_or_refuse(settings: Config, run_dir: Path) -> None:
-    """``Config.check`` in the training process: settings it refuses end the job as the Hydra process
-    would have ended it, with their one line as the record's reason (the parent prints it) and before
-    any logger or tracker starts."""
-    try:
-        settings.check()
-    except FastpipeError as exc:
-        refused(run_dir, exc, settings.choices, settings.overrides, settings.run_id)
-        raise
 
 
 def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
@@ -139,33 +130,17 @@ def _join_torchrun(settings: Config, run_dir: Path) -> dict:
 
 
 def _spawn_single(settings: Config, run_dir: Path) -> dict:
-    """One fresh training process (the one ``warm.py`` started ahead, when it fits); signals reach it,
-    Ctrl-C waits for its record."""
-    from fastpipe.launch import warm
-
-    waiting, why = warm.take()
-    if why is not None:
-        settings = copy.copy(settings)
-        settings.launch_notes = [*settings.launch_notes, f"the training process started ahead was not used ({why}): "
-                                 "a fresh one was spawned, its imports on the set-up clock"]
+    """One fresh training process for the job; stop signals reach it, Ctrl-C waits for its record."""
     with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
-        if waiting is not None:
-            process = waiting.process
+        process = multiprocessing.get_context("spawn").Process(
+            target=_single_worker, args=(path, str(run_dir), os.getpid()), name="fastpipe-train")
 
-            def start() -> int:
-                return waiting.hand_over(_single_worker, path, str(run_dir), os.getpid())
-        else:
-            process = multiprocessing.get_context("spawn").Process(
-                target=_single_worker, args=(path, str(run_dir), os.getpid()), name="fastpipe-train")
+        def start() -> int:
+            process.start()
+            return process.pid
 
-            def start() -> int:
-                process.start()
-                return process.pid
-
-        # SIGTERM/SIGUSR1 (Slurm preemption) reach the trainer, which checkpoints; also while it starts
+        # SIGTERM/SIGUSR1/SIGUSR2 (Slurm preemption) reach the trainer, which checkpoints; also while it starts
         with started_with_signals_held(start):
-            if warm.keep_one_ready:  # a sweep: the next job's process imports while this one trains
-                warm.prestart()
             try:
                 process.join()
             except KeyboardInterrupt:  # Ctrl-C: the trainer records why. A SIGINT to this process alone is
@@ -195,6 +170,10 @@ def _launch(settings: Config, run_dir: Path) -> dict:
     group = choice("launcher", settings.launcher.name).process_group
     if group and started_by_torchrun():
         return _join_torchrun(settings, run_dir)
+    if not settings.train.resume and settings.logger:  # an earlier run's tracker runs, left open by its process's
+        from fastpipe.record.loggers import state  # hard death, end before this run's entries replace theirs
+
+        state.settle(run_dir, results.outcome(run_dir))
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)
     if group:
         from fastpipe.launch.elastic import launch_workers
@@ -203,11 +182,13 @@ def _launch(settings: Config, run_dir: Path) -> dict:
     if started_by_torchrun() and dist_from_env().world_size > 1:
         raise ConfigError(f"fastpipe runs as one of {dist_from_env().world_size} torchrun/srun processes but "
                           f"launcher={settings.launcher.name}; use launcher=ddp (or fsdp) so the ranks train together")
-    if not settings.launcher.fresh_process:
-        from fastpipe.train.job import run_training
+    if settings.launcher.fresh_process is True:
+        return _spawn_single(settings, run_dir)
+    from fastpipe.measure import setup
+    from fastpipe.train.job import run_training
 
-        try:
-            return run_training(settings, run_dir)
-        except FastpipeError:
-            return results.read(run_dir)
-    return _spawn_single(settings, run_dir)
+    setup.imports_done()  # this process: its imports end here (a sweep's were done before its first job)
+    try:
+        return run_training(settings, run_dir)
+    except FastpipeError:  # recorded in metrics.json; the entry point prints its line and exits 2 (or 75)
+        return results.read(run_dir)

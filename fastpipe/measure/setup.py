@@ -7,13 +7,13 @@ trained run evaluated by ``fastpipe.evaluate``). Parts are exclusive: a part tim
 (the pack opened while the loader is built) counts only as itself, except inside a search, which
 owns everything it builds (its probes' models and loaders are the search's cost, not the run's).
 
-- ``imports``: the job's start until the training process had imported torch and the stages
-  (``imports_done``): the processes' start and their imports;
-- ``launch``: from then to the trainer's first line: the Hydra process still composing and checking
-  the config and recording provenance, handing the job over. A sweep's job process, started ahead
-  while the job before it trained, has imported before its job starts: its set-up is all ``launch``.
-  Where no training process says when it imported (torch elastic's workers, a run in this process),
-  ``imports`` takes the whole span and ``launch`` is 0;
+- ``imports``: the job's start until its training process had imported torch and the stages
+  (``imports_done``): the process's start and its imports;
+- ``launch``: from then to the trainer's first line: composing and checking the config, recording
+  provenance (a single run), or handing the job to its fresh process (a sweep's job). A sweep's job
+  that trains in the sweep's own process (``launcher.fresh_process=false``) imported before it
+  started: its set-up is all ``launch``. Where no training process says when it imported (torch
+  elastic's workers, a run in a test's process), ``imports`` takes the whole span and ``launch`` is 0;
 - ``dataset_index``: the dataset callable (listing files, checking image headers, generating a
   built-in set the first time) and its split;
 - ``pack_open``: data=mmap's pack found (or packed, the first time), opened and verified;
@@ -42,7 +42,7 @@ _imported_at: Optional[float] = None  # when this process had imported what trai
 
 def imports_done() -> None:
     """This training process has imported what its training needs: the ``imports`` part ends here
-    (the first call counts: a process started ahead says so before its job comes)."""
+    (the first call counts: a process that trains several jobs imported before the first)."""
     global _imported_at
     if _imported_at is None:
         _imported_at = time.time()

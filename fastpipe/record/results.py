@@ -115,6 +115,23 @@ def own(run_dir: Path, run_id: Optional[str]) -> Optional[dict]:
     return record if record is not None and record.get("run_id") == run_id else None
 
 
+DIED = ("its process died before it recorded an outcome (killed by SIGKILL or the out-of-memory killer, or a crash "
+        "such as a segfault); continue it with train.resume=auto hydra.run.dir={run_dir} if it wrote checkpoints")
+
+
+def outcome(run_dir: Path) -> Optional[dict]:
+    """The folder's record as its readers take it (the report, a load, the next run in the folder): one
+    left ``running`` whose folder no process holds any more (record/runlock.py: the kernel frees the lock
+    of a process however it dies) is a run whose process died, read as ``failed`` with that reason; the
+    file is left as it is."""
+    from fastpipe.record.runlock import holder
+
+    record = read(run_dir)
+    if record is None or record.get("status") != "running" or holder(run_dir) is not None:
+        return record
+    return dict(record, status="failed", reason=DIED.format(run_dir=run_dir))
+
+
 def read(run_dir: Path, name: str = FILE) -> Optional[dict]:
     """The run folder's record (``name``: or its earlier one), or None when it has none (or an unreadable one)."""
     try:

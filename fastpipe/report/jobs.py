@@ -106,14 +106,14 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         if num is None:
             num = int(job_dir.name) if job_dir.name.isdigit() else len(jobs)
         overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
-        jobs.append(Job(int(num), job_dir, overrides, results.read(job_dir)))
+        jobs.append(Job(int(num), job_dir, overrides, results.outcome(job_dir)))
     return sorted(jobs, key=lambda j: j.num)
 
 
 def race_job(sweep_dir: Path, record, num: int) -> Job:
     """A raced configuration: its folder ``<folder>N/``, whose metrics.json combines its rounds."""
     folder = sweep_dir / f"{record.folder}{num}"
-    return Job(num, folder, list(record.combos[num]), results.read(folder), full=bool(record.folder))
+    return Job(num, folder, list(record.combos[num]), results.outcome(folder), full=bool(record.folder))
 
 
 def halving_jobs(sweep_dir: Path, record) -> List[Job]:
@@ -127,10 +127,10 @@ def halving_jobs(sweep_dir: Path, record) -> List[Job]:
     for num, overrides in enumerate(record.combos):
         last = record.last_round(num)
         probe_dir = sweep_dir / probe_folder(last["round"]) / str(num) if last else None
-        probe = results.read(probe_dir) if probe_dir is not None else None
+        probe = results.outcome(probe_dir) if probe_dir is not None else None
         if num in record.finals or last is None or num in (last.get("kept") or []):
             job_dir = sweep_dir / str(num)
-            jobs.append(Job(num, job_dir, list(overrides), results.read(job_dir), probe=probe, full=True))
+            jobs.append(Job(num, job_dir, list(overrides), results.outcome(job_dir), probe=probe, full=True))
             continue
         rates = last.get("throughput") or {}
         rate = rates.get(str(num))
@@ -147,7 +147,7 @@ def target_halving_jobs(sweep_dir: Path, record) -> List[Job]:
     in a round is pruned, with the round's reason."""
     jobs = []
     for num, overrides in enumerate(record.combos):
-        metrics = results.read(sweep_dir / str(num))
+        metrics = results.outcome(sweep_dir / str(num))
         dropped = next((r for r in record.rounds if num in (r.get("dropped") or [])), None)
         if dropped is None:
             jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, full=True))

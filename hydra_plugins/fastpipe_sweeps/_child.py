@@ -14,7 +14,7 @@ singletons, then runs the job through Hydra's own ``run_job`` (the job's callbac
 ``sweep.resume`` and a failed job's record behave the same) and writes run_job's JobReturn back.
 
 Exit codes: 0 (the job ran, or could not be set up: the outcome file says which), 75 (stopped by
-SIGTERM/SIGUSR1), 130 (Ctrl-C), 2 (the job folder is another live run's), anything else: the process died.
+SIGTERM/SIGUSR1/SIGUSR2), 130 (Ctrl-C), 2 (the job folder is another live run's), anything else: the process died.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import importlib
 import inspect
 import os
 import pickle
+import signal
 import sys
 import traceback
 
@@ -74,8 +75,8 @@ def main(job_file: str) -> int:
     from fastpipe.processes import die_with_parent
     from fastpipe.signals import exit_on_stop_signals
 
-    exit_on_stop_signals()  # SIGTERM/SIGUSR1 before the job starts: exit 75; the job then handles its own
-    die_with_parent(job["parent"])  # the sweep process died: so does this job
+    exit_on_stop_signals()  # a stop signal before the job starts: exit 75; the job then handles its own
+    die_with_parent(job["parent"], signal.SIGTERM)  # the sweep process died: this job checkpoints and stops
     from hydra._internal.callbacks import Callbacks
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobRuntime, run_job, setup_globals

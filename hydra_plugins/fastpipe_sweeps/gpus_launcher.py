@@ -7,13 +7,13 @@ are those of a basic sweep, so a failed job is a failed row, ``sweep.resume`` sk
 the report is the same. The task function and Hydra's singleton state (the ConfigStore, registered
 resolvers) travel pickled with cloudpickle, as under Hydra's joblib and submitit launchers, so any
 Hydra app can use this launcher; it passes Hydra's ``LauncherTestSuite`` and ``IntegrationTestSuite``. The process sees only its slot's GPUs (``CUDA_VISIBLE_DEVICES``) and runs on
-its slot's cores (CPU affinity, inherited by the training process it starts).
+its slot's cores (CPU affinity); fastpipe's job trains in it (``launcher.fresh_process=auto``).
 
 The launcher writes ``launcher.json`` into each job folder (slot, GPUs, cores, start and end time,
 exit code: the report's ``gpus`` column) and ``output.log`` (the job's stdout and stderr, which it
 also prints, each line prefixed ``[#N]`` when jobs run side by side).
 
-Stop signals (stopping.py): SIGTERM/SIGUSR1 to the sweep process are forwarded to every running job (each stops
+Stop signals (stopping.py): SIGTERM/SIGUSR1/SIGUSR2 to the sweep process are forwarded to every running job (each stops
 and checkpoints as a serial job would), no further job starts, and the sweep ends with exit code 75
 once they have stopped; ``sweep.resume=true`` continues it. Ctrl-C reaches every job (one process
 group) and ends the sweep with 130.

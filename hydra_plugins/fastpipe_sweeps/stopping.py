@@ -1,4 +1,4 @@
-"""How a sweep on the ``gpus`` launcher stops: SIGTERM/SIGUSR1 to the sweep process go to every running
+"""How a sweep on the ``gpus`` launcher stops: SIGTERM/SIGUSR1/SIGUSR2 to the sweep process go to every running
 job (each stops and checkpoints as a serial job would) and no further job starts; a job that ends the way
 a serial sweep ends (stopped by a signal, interrupted, unable to start) ends this sweep too, the running
 jobs told to stop. The sweep then exits with the code a serial sweep would (75, 130, 2)."""
@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Dict, Optional
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+from fastpipe.signals import STOP_SIGNALS
 
 
 def signal_running(running: Dict[int, object], signum: int) -> None:
@@ -29,8 +29,8 @@ class SweepStop:
 
     @contextlib.contextmanager
     def forwarding(self, running: Dict[int, object]):
-        """While jobs run ({num: Job}, updated by the caller), SIGTERM/SIGUSR1 go to every running job,
-        and no further job starts."""
+        """While jobs run ({num: Job}, updated by the caller), the stop signals (SIGTERM, SIGUSR1, SIGUSR2) go to
+        every running job, and no further job starts."""
         def forward(signum, _frame):
             if self.code is None:
                 self.code, self.reason = 75, f"stopped by {signal.Signals(signum).name}"

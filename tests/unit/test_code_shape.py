@@ -1,9 +1,11 @@
 """The package's shape: no import cycle among fastpipe's modules, nothing imports the app module, no
-import climbs the layers of docs/architecture.md, and modules and functions stay short."""
+import climbs the layers of docs/architecture.md, and modules and functions stay within what a reader
+takes in as one idea."""
 from __future__ import annotations
 
 import ast
 import re
+import warnings
 from pathlib import Path
 
 from conftest import REPO
@@ -120,7 +122,10 @@ def test_the_layer_check_finds_a_climbing_import_inside_a_function_and_an_unplac
         "fastpipe/low.py:5 imports fastpipe.high (layer 0 -> 1)"]
 
 
-MODULE_LINES, FUNCTION_LINES = 250, 60  # docs/architecture.md: modules under about 250 lines, functions under 60
+# Guidance, not a cut: a module is cut where its meaning splits, not to fit a number. Above
+# MODULE_WARN lines a module is worth a second look (a warning); above MODULE_LINES or FUNCTION_LINES
+# no reader takes it in as one idea (an error).
+MODULE_WARN, MODULE_LINES, FUNCTION_LINES = 300, 500, 80
 
 
 def _functions(node, prefix=""):
@@ -135,31 +140,34 @@ def _functions(node, prefix=""):
             yield from _functions(child, prefix)
 
 
-def too_long(roots=(PACKAGE, PLUGINS), repo: Path = REPO) -> dict:
-    """``path`` -> lines for each module over MODULE_LINES, ``path::function`` -> lines for each function
+def too_long(roots=(PACKAGE, PLUGINS), repo: Path = REPO, module_lines: int = MODULE_LINES) -> dict:
+    """``path`` -> lines for each module over ``module_lines``, ``path::function`` -> lines for each function
     over FUNCTION_LINES (methods as ``Class.method``), under ``roots``."""
     found = {}
     for path in sorted(p for root in roots for p in root.rglob("*.py")):
         rel, text = path.relative_to(repo).as_posix(), path.read_text()
-        if len(text.splitlines()) > MODULE_LINES:
+        if len(text.splitlines()) > module_lines:
             found[rel] = len(text.splitlines())
         found.update({f"{rel}::{name}": lines for name, lines in _functions(ast.parse(text)) if lines > FUNCTION_LINES})
     return found
 
 
 def test_modules_and_functions_stay_within_their_lengths():
-    """Every module over 250 lines and every function over 60 fails, naming where to split."""
+    """Every module over 500 lines and every function over 80 fails, naming it; a module over 300 is a warning."""
     found = [f"{where} ({lines} lines)" for where, lines in too_long().items()]
     assert not found, (f"over {MODULE_LINES} lines a module or {FUNCTION_LINES} a function: " + "; ".join(found)
-                       + ": split it where the split names a job of its own")
+                       + ": split it where its meaning splits")
+    long = [f"{where} ({lines} lines)" for where, lines in too_long(module_lines=MODULE_WARN).items() if "::" not in where]
+    if long:
+        warnings.warn(f"over {MODULE_WARN} lines: {'; '.join(long)}: one idea each, or split where the meaning splits")
 
 
 def test_the_length_check_finds_a_long_module_and_a_long_method(tmp_path):
     package = tmp_path / "fastpipe"
     package.mkdir()
     body = [f"        x{i} = {i}" for i in range(FUNCTION_LINES)]
-    (package / "short.py").write_text("def f():\n" + "\n".join(body[1:]) + "\n")  # 60 lines: at the limit
-    long = "class C:\n    def m(self):\n" + "\n".join(body) + "\n" * MODULE_LINES  # m: 61 lines
+    (package / "short.py").write_text("def f():\n" + "\n".join(body[1:]) + "\n")  # 80 lines: at the limit
+    long = "class C:\n    def m(self):\n" + "\n".join(body) + "\n" * MODULE_LINES  # m: 81 lines
     (package / "long.py").write_text(long)
     assert too_long((package,), tmp_path) == {"fastpipe/long.py": len(long.splitlines()),
                                               "fastpipe/long.py::C.m": FUNCTION_LINES + 1}

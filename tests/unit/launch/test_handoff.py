@@ -9,7 +9,7 @@ import pickle
 
 from conftest import TINY, make_settings
 
-from fastpipe.launch import launcher, warm
+from fastpipe.launch import launcher
 from fastpipe.launch.handoff import read_settings, settings_file
 
 
@@ -38,9 +38,6 @@ def test_the_spawn_payload_stays_small_whatever_the_settings_carry(tmp_path, mon
     class Context:
         Process = Recorded
 
-    # the freshly spawned path: a process another test left waiting (launch/warm.py) must not be handed this job
-    monkeypatch.setattr(warm, "take", lambda: (None, None))
-    monkeypatch.setattr(warm, "keep_one_ready", False)
     monkeypatch.setattr(launcher.multiprocessing, "get_context", lambda method: Context)
     monkeypatch.setattr(launcher, "collect", lambda run_dir, code, s: {"status": "ok"})
     launcher._spawn_single(settings, tmp_path)

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 def worker_output(tmp_path, monkeypatch, capfd, overrides) -> tuple:
     """(exit code, stderr) of the training process's entry point, run in this process."""
     monkeypatch.syspath_prepend(str(HERE_TESTS))
-    monkeypatch.setattr(launcher, "die_with_parent", lambda parent: None)  # this test process has no such parent
+    monkeypatch.setattr(launcher, "die_with_parent", lambda parent, how: None)  # this test process has no such parent
     monkeypatch.setattr(launcher, "take_ctrl_c_once", lambda: None)  # this process's SIGINT handler stays pytest's
     settings = make_settings(TINY + overrides)
     with pytest.raises(SystemExit) as exit_info, settings_file(settings, tmp_path) as path:
