@@ -168,6 +168,7 @@ def main() -> None:
     command's exit code, as Hydra does; what the command set in this process is put back."""
     from fastpipe.signals import exit_on_stop_signals
 
+    _RUN_FOLDER.clear()  # this command's own
     with process_state_kept():
         exit_on_stop_signals()
         try:

@@ -117,6 +117,41 @@ def run_in_process(run_dir, overrides=()):
     return run_training(make_settings(list(overrides)), Path(run_dir))
 
 
+def in_process(args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """``python -m fastpipe ARGS`` run in this process, as a program calling fastpipe would: its exit code and
+    what it printed (Python's streams), as ``run_cli`` gives them. ``cwd``: the working folder for the
+    command; ``env``: variables set for it. Hydra's logging set-up, which points at the streams of the
+    command, is put back after it (fastpipe puts back what it set itself)."""
+    import contextlib
+    import io
+    import logging
+
+    import fastpipe.__main__ as entry
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    out, err = io.StringIO(), io.StringIO()
+    argv, here, environ = sys.argv, os.getcwd(), dict(os.environ)
+    code = 0
+    try:
+        sys.argv = ["fastpipe", *map(str, args)]
+        os.environ.update({k: str(v) for k, v in (env or {}).items()})
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            entry.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return subprocess.CompletedProcess(["fastpipe", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 def run_cli(args, cwd=None, timeout=300):
     """``python -m fastpipe ARGS`` in a subprocess; returns the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=cwd or REPO, capture_output=True,

@@ -1,4 +1,4 @@
-"""Importing the stages in a fresh interpreter never runs the Hydra app."""
+"""Importing the stages in a fresh interpreter never runs the Hydra app; a single run is one process."""
 from __future__ import annotations
 
 import subprocess
@@ -17,22 +17,18 @@ def test_importing_the_stages_never_imports_the_hydra_app():
     assert out.stdout.strip() == "False"
 
 
-def test_a_single_runs_hydra_process_never_imports_torch(tmp_path):
-    """The Hydra process of a run with a fresh training process leaves checking the project's callables
-    to that process (launch/launcher.py ``checks_in_trainer``), so it never imports torch; the run trains."""
+def test_a_single_cpu_run_is_one_process(tmp_path):
+    """``python -m fastpipe`` trains in the process the user started: with data.num_workers=0 no other Python
+    process starts (each interpreter's start is written down by a sitecustomize hook)."""
     from conftest import fastpipe_env
 
-    hooks, said = tmp_path / "hooks", tmp_path / "imported.txt"
+    hooks, said = tmp_path / "hooks", tmp_path / "started.txt"
     hooks.mkdir()
-    # each interpreter that exits normally (the Hydra process; not the spawned trainer) says what it imported
     (hooks / "sitecustomize.py").write_text(
-        "import atexit, os, sys\n"
-        "atexit.register(lambda: open(os.environ['SAID'], 'a').write(f\"{os.getpid()} {'torch' in sys.modules}\\n\"))\n")
-    proc = subprocess.Popen([sys.executable, "-m", "fastpipe", "runtime.progress=false", "train.max_steps=2",
-                             "dataset.num_images=64", "train.batch_size=16", f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=REPO, env=fastpipe_env(hooks, SAID=str(said)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err[-3000:]
-    lines = dict(line.split() for line in said.read_text().splitlines())
-    assert lines[str(proc.pid)] == "False", lines
+        "import os\nopen(os.environ['SAID'], 'a').write(f'{os.getpid()} {os.getppid()}\\n')\n")
+    proc = subprocess.run([sys.executable, "-m", "fastpipe", "runtime.progress=false", "train.max_steps=2",
+                           "dataset.num_images=64", "train.batch_size=16", "data.num_workers=0", "logger=none",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, env=fastpipe_env(hooks, SAID=str(said)),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(said.read_text().splitlines()) == 1, said.read_text()  # this one interpreter, no other

@@ -1,6 +1,7 @@
-"""A stop signal in the start-up phase that needs real processes: the Hydra process signalled the
-moment its training process started, before it forwards signals to it, while the trainer still
-imports, before its own handlers are set (the signal waits, blocked, and is forwarded). It ends
+"""A stop signal in the start-up phase that needs real processes: a job with a fresh training process
+(``launcher.fresh_process=true``, as each sweep job has), its launching process signalled the moment the
+trainer started, before it forwards signals to it, while the trainer still imports, before its own
+handlers are set (the signal waits, blocked, and is forwarded). It ends
 preempted, exit 75, with what to do next, and nothing trains. The phase signals itself
 (tests/support/signal_at.py): by phase, not by timing. The other phases: tests/unit/train/test_start_up_signals.py."""
 from __future__ import annotations
@@ -16,7 +17,7 @@ from conftest import HERE_TESTS, REPO
 from fastpipe.errors import EXIT_PREEMPTED
 
 RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.max_steps=2", "runtime.progress=false",
-       "data.num_workers=0"]
+       "data.num_workers=0", "launcher.fresh_process=true"]
 
 
 @pytest.mark.slow

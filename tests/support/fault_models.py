@@ -150,3 +150,16 @@ class UnusedHead(TinyCNN):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__(num_classes)
         self.aux = torch.nn.Linear(4, 4)
+
+
+class LingersAtExit:
+    """A project callback whose ``on_end`` leaves a non-daemon thread sleeping ``seconds``: Python would
+    wait for it at exit (as it waits for a tracker's uploader or a pool's workers that hang)."""
+
+    def __init__(self, seconds: float = 120.0) -> None:
+        self.seconds = seconds
+
+    def on_end(self, run, record) -> None:
+        import threading
+
+        threading.Thread(target=time.sleep, args=(self.seconds,), name="lingers", daemon=False).start()

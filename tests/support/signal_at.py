@@ -1,8 +1,8 @@
 """``python signal_at.py spawn SIGNAL [fastpipe args]``: ``python -m fastpipe`` that sends itself SIGNAL
 (TERM or USR1) at a phase of its start-up, so a test signals a phase by where the run is, not by
-timing. ``spawn``: the moment its training process has started (or, started ahead by launch/warm.py,
-got its job), which is still importing or has not set its own handlers yet, before this process
-forwards signals to it."""
+timing. ``spawn``: the moment its fresh training process has started (``launcher.fresh_process=true``),
+which is still importing or has not set its own handlers yet, before this process forwards signals
+to it."""
 from __future__ import annotations
 
 import os

@@ -3,34 +3,19 @@ from __future__ import annotations
 
 import copy
 import gc
-import signal
-import sys
 from pathlib import Path
 
 import pytest
 
-from fastpipe.signals import STOP_SIGNALS
-
 
 @pytest.fixture
-def app(monkeypatch, capsys):
+def app():
     """``python -m fastpipe ARGS`` in this process: (exit code, stdout, stderr)."""
-    import fastpipe.__main__ as entry
-
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # main() installs its own
+    from conftest import in_process
 
     def run(*args):
-        monkeypatch.setattr(sys, "argv", ["fastpipe", *args])
-        try:
-            entry.main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-        finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
-        out, err = capsys.readouterr()
-        return code, out, err
+        done = in_process(args)
+        return done.returncode, done.stdout, done.stderr
 
     return run
 
