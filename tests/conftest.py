@@ -119,9 +119,10 @@ def run_in_process(run_dir, overrides=()):
 
 def in_process(args, cwd=None, env=None) -> subprocess.CompletedProcess:
     """``python -m fastpipe ARGS`` run in this process, as a program calling fastpipe would: its exit code and
-    what it printed (Python's streams), as ``run_cli`` gives them. ``cwd``: the working folder for the
-    command; ``env``: variables set for it. Hydra's logging set-up, which points at the streams of the
-    command, is put back after it (fastpipe puts back what it set itself)."""
+    what it printed, as ``run_cli`` gives them: this process's own lines, then what the processes it started
+    (ddp ranks, a sweep job's training process) wrote to the inherited descriptors. ``cwd``: the working
+    folder for the command; ``env``: variables set for it. Hydra's logging set-up, which points at the
+    streams of the command, is put back after it (fastpipe puts back what it set itself)."""
     import contextlib
     import io
     import logging
@@ -133,23 +134,32 @@ def in_process(args, cwd=None, env=None) -> subprocess.CompletedProcess:
     out, err = io.StringIO(), io.StringIO()
     argv, here, environ = sys.argv, os.getcwd(), dict(os.environ)
     code = 0
-    try:
-        sys.argv = ["fastpipe", *map(str, args)]
-        os.environ.update({k: str(v) for k, v in (env or {}).items()})
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            entry.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = argv
-        os.chdir(here)
-        os.environ.clear()
-        os.environ.update(environ)
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    return subprocess.CompletedProcess(["fastpipe", *map(str, args)], code, out.getvalue(), err.getvalue())
+    with tempfile.TemporaryFile() as child_out, tempfile.TemporaryFile() as child_err:
+        sys.stdout.flush(), sys.stderr.flush()
+        kept = os.dup(1), os.dup(2)
+        os.dup2(child_out.fileno(), 1), os.dup2(child_err.fileno(), 2)
+        try:
+            sys.argv = ["fastpipe", *map(str, args)]
+            os.environ.update({k: str(v) for k, v in (env or {}).items()})
+            if cwd is not None:
+                os.chdir(cwd)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                entry.main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.dup2(kept[0], 1), os.dup2(kept[1], 2)
+            os.close(kept[0]), os.close(kept[1])
+            sys.argv = argv
+            os.chdir(here)
+            os.environ.clear()
+            os.environ.update(environ)
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        child_out.seek(0), child_err.seek(0)
+        stdout = out.getvalue() + child_out.read().decode(errors="replace")
+        stderr = err.getvalue() + child_err.read().decode(errors="replace")
+    return subprocess.CompletedProcess(["fastpipe", *map(str, args)], code, stdout, stderr)
 
 
 def run_cli(args, cwd=None, timeout=300):
@@ -195,10 +205,18 @@ def fastpipe_env(*paths, **variables):
     return dict(os.environ, **variables, PYTHONPATH=os.pathsep.join([*map(str, paths), os.environ["PYTHONPATH"]]))
 
 
-def run_sweep(sweep_dir, args, *paths, timeout=600):
-    """``python -m fastpipe -m ARGS`` into ``sweep_dir``; ``paths``: folders of a project's own modules."""
-    return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, env=fastpipe_env(*paths))
+def run_sweep(sweep_dir, args, *paths):
+    """``python -m fastpipe -m ARGS`` into ``sweep_dir``, run in this process (``in_process``: its jobs' fresh
+    training processes are started as a sweep's are); ``paths``: folders of a project's own modules, on the
+    import path of this process and of those it starts."""
+    added = [str(p) for p in paths]
+    sys.path[:0] = added
+    try:
+        return in_process(["-m", *args, f"hydra.sweep.dir={sweep_dir}"],
+                          env={"PYTHONPATH": os.pathsep.join([*added, os.environ["PYTHONPATH"]])})
+    finally:
+        for path in added:
+            sys.path.remove(path)
 
 
 # precision x compile over TINY, each job in the Hydra process: the report's tests and the compiled

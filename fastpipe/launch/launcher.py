@@ -163,6 +163,18 @@ def launch(settings: Config, run_dir: Path) -> dict:
     return record
 
 
+def _settle_earlier(run_dir: Path) -> None:
+    """The tracker runs an earlier run in ``run_dir`` began and never ended (its process died outright) end
+    before this run's replace them in trackers.json; this job holds the folder, so a record still ``running``
+    is a dead run's."""
+    from fastpipe.record.loggers import state
+
+    earlier = results.read(run_dir)
+    if earlier is not None and earlier.get("status") == "running":
+        earlier = results.died(earlier, run_dir)
+    state.settle(run_dir, earlier)
+
+
 def _launch(settings: Config, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     settings = copy.copy(settings)  # this launch's own id (each repeat of a job is a launch)
@@ -170,10 +182,8 @@ def _launch(settings: Config, run_dir: Path) -> dict:
     group = choice("launcher", settings.launcher.name).process_group
     if group and started_by_torchrun():
         return _join_torchrun(settings, run_dir)
-    if not settings.train.resume and settings.logger:  # an earlier run's tracker runs, left open by its process's
-        from fastpipe.record.loggers import state  # hard death, end before this run's entries replace theirs
-
-        state.settle(run_dir, results.outcome(run_dir))
+    if not settings.train.resume and settings.logger:
+        _settle_earlier(run_dir)
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)
     if group:
         from fastpipe.launch.elastic import launch_workers

@@ -129,6 +129,11 @@ def outcome(run_dir: Path) -> Optional[dict]:
     record = read(run_dir)
     if record is None or record.get("status") != "running" or holder(run_dir) is not None:
         return record
+    return died(record, run_dir)
+
+
+def died(record: dict, run_dir: Path) -> dict:
+    """``record``, left ``running`` by a process that is gone, as the failed run it is."""
     return dict(record, status="failed", reason=DIED.format(run_dir=run_dir))
 
 

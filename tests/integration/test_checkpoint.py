@@ -13,7 +13,7 @@ from conftest import RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, assert_same_run, ru
 
 def test_sigkill_while_training_then_resume_completes(straight, tmp_path):
     _, reference = straight
-    process = start_run(tmp_path, ["launcher.fresh_process=false", *SLOW_MODEL])
+    process = start_run(tmp_path, SLOW_MODEL)
     wait_for(tmp_path / "checkpoints" / "step-00000006.json", process)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
@@ -40,7 +40,7 @@ main()
 
 def test_sigkill_while_writing_a_checkpoint_never_loads_the_partial_one(straight, tmp_path):
     _, reference = straight
-    process = start_run(tmp_path, ["launcher.fresh_process=false"], code=KILL_IN_WRITE)
+    process = start_run(tmp_path, [], code=KILL_IN_WRITE)
     wait_for(tmp_path / "writing", process)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)

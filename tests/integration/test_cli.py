@@ -17,7 +17,7 @@ from fastpipe.data import shapes
 from fastpipe.data.pack.reader import PackReader
 from fastpipe.errors import EXIT_CODE
 
-from conftest import REPO, TINY, run_cli, run_clis, without_shapes
+from conftest import REPO, TINY, in_process, run_cli, without_shapes
 
 RUN = ["dataset.num_images=200", "dataset.image_size=16", "train.batch_size=16", "train.max_steps=4",
        "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false", "data.num_workers=0"]
@@ -32,30 +32,38 @@ BAD_INPUTS = {  # name: (overrides, what the one line says)
 
 @pytest.fixture(scope="module")
 def commands(tmp_path_factory):
-    """Every command of this module run once, side by side: {name: (CompletedProcess, its run or sweep folder)}."""
+    """Every command of this module run once: {name: (CompletedProcess, its run or sweep folder)}. The default
+    run is the one ``python -m fastpipe`` process, the command line's own entry, started first; the others
+    run meanwhile in this process, as a program calling fastpipe would run them."""
     root = tmp_path_factory.mktemp("cli")
-    refused = "launcher.fresh_process=false"  # refused before it trains: no training process started for it
     args = {
-        "unknown-choice": ["precision=fp64", refused],
+        "unknown-choice": ["precision=fp64"],
         "slurm-config": ["hydra/launcher=fastpipe_slurm", "--cfg", "hydra", "--package", "hydra.launcher"],
-        "default-run": [f"hydra.run.dir={root / 'default-run'}", "runtime.progress=false"],
-        "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1", refused,
+        "sweep-value-refused": ["-m", "train.batch_size=16,abc", "train.max_steps=1",
                                 f"hydra.sweep.dir={root / 'sweep-value-refused'}"],
-        "sweep-unknown-choice": ["-m", "task=classification,clasification", refused,
+        "sweep-unknown-choice": ["-m", "task=classification,clasification",
                                  f"hydra.sweep.dir={root / 'sweep-unknown-choice'}"],
-        "sweep-key-refused": ["-m", "+model.widht=8,16", "train.max_steps=1", refused,
+        "sweep-key-refused": ["-m", "+model.widht=8,16", "train.max_steps=1",
                               f"hydra.sweep.dir={root / 'sweep-key-refused'}"],
-        "sweep-target-refused": ["-m", "train.target=0.5,1.5", "train.eval_every=1", "train.max_steps=1", refused,
+        "sweep-target-refused": ["-m", "train.target=0.5,1.5", "train.eval_every=1", "train.max_steps=1",
                                  f"hydra.sweep.dir={root / 'sweep-target-refused'}"],
         "oom-in-training": [*RUN, "model._target_=fault_models.OutOfMemoryNet",
                             f"hydra.run.dir={root / 'oom-in-training'}"],
     }
-    # bad input, refused in the Hydra process; a project's callable on the default path, checked first thing
-    # in the fresh training process (launch/launcher.py checks_in_trainer), with the same line and exit code
     for name, (overrides, _) in BAD_INPUTS.items():
         args[name] = ((without_shapes(TINY) if "dataset=imagefolder" in overrides else TINY) + overrides
-                      + ([] if name == "model-not-importable" else [refused]) + [f"hydra.run.dir={root / name}"])
-    return {name: (proc, root / name) for name, proc in run_clis(args, timeout=600).items()}
+                      + [f"hydra.run.dir={root / name}"])
+    default = subprocess.Popen([sys.executable, "-m", "fastpipe", f"hydra.run.dir={root / 'default-run'}",
+                                "runtime.progress=false"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        done = {name: (in_process(command), root / name) for name, command in args.items()}
+        out, err = default.communicate(timeout=600)
+    finally:
+        if default.poll() is None:
+            default.kill()
+    done["default-run"] = (subprocess.CompletedProcess(default.args, default.returncode, out, err), root / "default-run")
+    return done
 
 
 def test_unknown_choice_lists_valid_ones_on_the_command_line(commands):
@@ -116,12 +124,11 @@ def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(commands):
     proc, sweep_dir = commands["sweep-value-refused"]
     assert proc.returncode == EXIT_CODE
     assert proc.stderr.strip().splitlines()[-1] == (
-        "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1 launcher.fresh_process=False): "
+        "fastpipe: error: job 1 of the sweep (train.batch_size=abc train.max_steps=1): "
         "train.batch_size='abc' is not valid; use 'auto' or an integer >= 1; nothing was run")
     assert not list(sweep_dir.rglob("metrics.json"))
     # A misspelt key of a _target_ group, a target its task's metric can never reach: also every job's values.
-    for name, job, says in (("sweep-key-refused", "job 0 of the sweep (+model.widht=8 train.max_steps=1 "
-                                                  "launcher.fresh_process=False)",
+    for name, job, says in (("sweep-key-refused", "job 0 of the sweep (+model.widht=8 train.max_steps=1)",
                              "model.widht is not a parameter of fastpipe.models.TinyCNN"),
                             ("sweep-target-refused", "job 1 of the sweep (train.target=1.5 ", "train.target=1.5")):
         proc, sweep_dir = commands[name]
@@ -130,8 +137,8 @@ def test_a_value_fastpipe_refuses_stops_a_sweep_before_any_job_runs(commands):
         assert last.endswith("nothing was run") and not list(sweep_dir.rglob("metrics.json"))
 
 
-def test_cli_failure_in_the_training_process_is_one_line_and_exit_2(commands):
-    """A fresh training process: its failure comes back as exit code 2 and one line, no traceback."""
+def test_a_failure_in_training_is_one_line_and_exit_2(commands):
+    """A run that fails while it trains (out of memory): exit code 2 and one line, no traceback."""
     proc, run_dir = commands["oom-in-training"]
     assert proc.returncode == EXIT_CODE == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("fastpipe: error: ")]
@@ -168,7 +175,7 @@ def packed(tmp_path_factory):
     return out
 
 
-def test_flipped_image_byte_fails_verify_naming_the_chunk(packed, tmp_path):
+def test_flipped_image_byte_fails_verify_naming_the_chunk(packed, tmp_path, capsys):
     """python -m fastpipe.pack --verify (data=mmap's in-process refusal: tests/unit/data/test_mmap.py)."""
     pack = PackReader(packed)
     offset = pack.data_offset + 2 * 64 * 24 * 24 * 3 + 1000  # inside chunk 2 (images 128..191)
@@ -176,8 +183,8 @@ def test_flipped_image_byte_fails_verify_naming_the_chunk(packed, tmp_path):
     data[offset] ^= 0xFF
     bad = tmp_path / "flip.fppack"
     bad.write_bytes(bytes(data))
-    proc = subprocess.run([sys.executable, "-m", "fastpipe.pack", "--verify", str(bad), "--no-progress"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert "flip.fppack is corrupt: chunk 2 of 4 (images 128..191)" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    capsys.readouterr()
+    assert pack_main(["--verify", str(bad), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "flip.fppack is corrupt: chunk 2 of 4 (images 128..191)" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

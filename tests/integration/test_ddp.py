@@ -1,7 +1,7 @@
 """launcher=ddp (issue 5): CPU, gloo, 2 processes started by torch's elastic launcher.
 
-The slow tests run fastpipe as a user does (`python -m fastpipe ...`, torchrun, the benchmark
-script) in subprocesses with tiny settings (conftest's OMP_NUM_THREADS=1 keeps a 2-core machine responsive).
+The slow tests run fastpipe's command in the test's process (its ranks are the processes torch's elastic
+launcher starts) and under torchrun, with tiny settings (conftest's OMP_NUM_THREADS=1 keeps a 2-core machine responsive).
 The fast tests pin the pieces: config checks, rank metrics, failure reasons, the Slurm launcher config.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HERE_TESTS, REPO
+from conftest import HERE_TESTS, REPO, in_process, run_sweep
 
 
 SMALL = ["dataset.image_size=16", "measure.warmup_steps=2", "measure.window=3", "runtime.progress=false",
@@ -57,8 +57,7 @@ def ddp_sweep(tmp_path_factory):
     conf.mkdir(parents=True)
     for name, text in DDP_CASES.items():
         (conf / f"{name}.yaml").write_text("# @package _global_\n" + text)
-    proc = _run([sys.executable, "-m", "fastpipe", "-m", "--config-dir", str(root / "conf"),
-                 f"+case={','.join(DDP_CASES)}", f"hydra.sweep.dir={root / 'sweep'}", *SMALL])
+    proc = run_sweep(root / "sweep", ["--config-dir", str(root / "conf"), f"+case={','.join(DDP_CASES)}", *SMALL])
     return root / "sweep", proc
 
 
@@ -151,8 +150,8 @@ STREAM = [f"hydra.searchpath=[file://{HERE_TESTS / 'conf'}]", "dataset=stream", 
 
 
 def test_a_stream_trains_under_ddp(tmp_path):
-    proc = _run([sys.executable, "-m", "fastpipe", *STREAM, "launcher=ddp", "launcher.nproc_per_node=2",
-                 "train.epochs=2", f"hydra.run.dir={tmp_path}"], timeout=300)
+    proc = in_process([*STREAM, "launcher=ddp", "launcher.nproc_per_node=2", "train.epochs=2",
+                       f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "ok" and m["steps"] == 2 * (96 // 2 // 8) and m["env"]["world_size"] == 2

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 
 import pytest
 from omegaconf import open_dict
 
-from conftest import REPO
+from conftest import REPO, in_process
 
 EXAMPLE = REPO / "examples" / "friedman"
 SHORT = ["train.epochs=1", "dataset.num_samples=512", "train.batch_size=64", "measure.warmup_steps=2",
@@ -76,10 +73,8 @@ def test_the_readme_sweep_runs_every_loader_to_a_report(tmp_path):
     folder = tmp_path / "friedman"
     shutil.copytree(EXAMPLE, folder)
     sweep = readme_commands()[2]
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", *sweep, *SHORT, "report.parity_tol=0.5",
-                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                          cwd=folder, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "FASTPIPE_CACHE": str(tmp_path / "cache")})
+    proc = in_process([*sweep, *SHORT, "report.parity_tol=0.5", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                      cwd=folder, env={"FASTPIPE_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {}
     for metrics_file in sorted((tmp_path / "sweep").glob("[0-9]*/metrics.json")):

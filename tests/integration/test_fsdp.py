@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import in_process
 from lm_helpers import corpus_glob
 
 from fastpipe.checkpoint.files import checkpoints_in, verify
@@ -28,8 +27,9 @@ def _lm(files: str, *extra, epochs: int = 1) -> list:
             "data.num_workers=0", "device=cpu", *extra]
 
 
-def _run(args, timeout=500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def _run(args) -> subprocess.CompletedProcess:
+    """``python -m fastpipe ARGS`` in this process; launcher=fsdp's ranks are the processes it starts."""
+    return in_process(args)
 
 
 # ---------------------------------------------------------------- two gloo ranks (slow)
@@ -40,7 +40,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("fsdp")
     files = corpus_glob(root / "corpus")
     run = root / "run"
-    proc = _run(["-m", "fastpipe", *_lm(files, "launcher=fsdp", "precision=amp", "model.activation_checkpointing=true",
+    proc = _run([*_lm(files, "launcher=fsdp", "precision=amp", "model.activation_checkpointing=true",
                                         "train.max_steps=8", "train.checkpoint_every=3", "train.keep_checkpoints=2",
                                         f"hydra.run.dir={run}")])
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -69,8 +69,9 @@ def test_consolidated_checkpoint_holds_the_last_weights_and_loads(trained, tmp_p
 
     _, run, _ = trained
     out = tmp_path / "model.pt"
-    proc = _run(["-m", "fastpipe.consolidate", str(run), str(out)])
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    from fastpipe.cli.consolidate import main as consolidate
+
+    assert consolidate([str(run), str(out)]) == 0
     consolidated = torch.load(out, weights_only=True)
     last = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert consolidated["step"] == last["step"] == 8
@@ -88,8 +89,8 @@ def test_sharded_checkpoint_resumes_on_one_rank_under_fsdp_and_single(trained, t
         resumed = tmp_path / launcher.split("=")[1]
         # one rank takes 4 samples per step where two took 8: step 8 of the old run is step 16 here,
         # the end of the first of two 16-step epochs
-        proc = _run(["-m", "fastpipe", *_lm(files, launcher, "launcher.nproc_per_node=1" if "fsdp" in launcher else
-                                            "launcher.fresh_process=true", "precision=amp", "train.max_steps=18",
+        proc = _run([*_lm(files, launcher, "launcher.nproc_per_node=1" if "fsdp" in launcher else
+                                            "launcher.fresh_process=auto", "precision=amp", "train.max_steps=18",
                                             f"train.resume={newest}", f"hydra.run.dir={resumed}", epochs=2)])
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "at step 16" in proc.stderr, proc.stderr[-2000:]
@@ -103,7 +104,7 @@ def test_a_damaged_sharded_checkpoint_falls_back_to_the_older_one(trained, tmp_p
     shutil.copytree(run, copy)
     shard = copy / "checkpoints" / "step-00000008.dcp" / "__1_0.distcp"
     shard.write_bytes(shard.read_bytes()[:-10])  # truncated
-    proc = _run(["-m", "fastpipe", *_lm(files, "launcher=fsdp", "precision=amp", "model.activation_checkpointing=true",
+    proc = _run([*_lm(files, "launcher=fsdp", "precision=amp", "model.activation_checkpointing=true",
                                         "train.max_steps=9", "train.resume=auto", f"hydra.run.dir={copy}")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step-00000008.dcp is not loadable" in proc.stderr and "from " in proc.stderr

@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from conftest import CONF_DIR, REPO
+from conftest import CONF_DIR, in_process
 from fastpipe.config import Config, TrainConfig
 from fastpipe.config.meanings import meaning
-
-pytestmark = pytest.mark.slow  # starts processes
 
 RUN_FACTS = {"overrides", "choices", "run_id"}
 
 
 @pytest.fixture(scope="module")
 def outputs():
-    """stdout of --help, --cfg job (both with a choice made) and --hydra-help, started side by side."""
+    """stdout of --help, --cfg job (both with a choice made) and --hydra-help."""
     flags = {"help": ["--help", "precision=amp"], "cfg": ["--cfg", "job", "precision=amp"], "hydra": ["--hydra-help"]}
-    procs = {k: subprocess.Popen([sys.executable, "-m", "fastpipe", *f], cwd=REPO, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for k, f in flags.items()}
-    done = {k: p.communicate(timeout=300) for k, p in procs.items()}
-    for k, p in procs.items():
-        assert p.returncode == 0, done[k][1][-2000:]
-    return {k: out for k, (out, _) in done.items()}
+    done = {k: in_process(f) for k, f in flags.items()}
+    for k, p in done.items():
+        assert p.returncode == 0, p.stderr[-2000:]
+    return {k: p.stdout for k, p in done.items()}
 
 
 def real_choices():

@@ -4,15 +4,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from fastpipe.data.tokens import entropies
 
-from conftest import REPO, run_cli, run_in_process
+from conftest import in_process, run_in_process, run_sweep
 from lm_helpers import NAMES, SEQ, gpt_params, lm_overrides, write_corpus
 
 
@@ -78,7 +76,7 @@ def test_checkpoint_and_resume_continue_the_lm_run_exactly(corpus, tmp_path):
 
 
 def test_ddp_lm_run_through_the_cli(corpus, tmp_path):
-    proc = run_cli(["launcher=ddp", *lm_overrides(corpus), f"hydra.run.dir={tmp_path}"])
+    proc = in_process(["launcher=ddp", *lm_overrides(corpus), f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["status"] == "ok" and m["env"]["world_size"] == 2
@@ -92,10 +90,8 @@ def test_ddp_lm_run_through_the_cli(corpus, tmp_path):
 def test_precision_sweep_on_the_lm_judges_parity_by_loss_lower_is_better(corpus, tmp_path):
     """fp32 and amp over the LM: parity by the loss, lower is better; the amp job trains in bf16 autocast."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", "precision=fp32,amp",
-                           *lm_overrides(corpus, "train.max_steps=12"), "launcher.fresh_process=false",
-                           f"hydra.sweep.dir={sweep}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    proc = run_sweep(sweep, ["precision=fp32,amp", *lm_overrides(corpus, "train.max_steps=12"),
+                             "launcher.fresh_process=false"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (sweep / "report.md").read_text()
     assert "- parity: the primary held-out metric (loss, lower is better)" in md

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HERE_TESTS, REPO, TINY, compose, make_settings
+from conftest import TINY, compose, in_process, make_settings, run_sweep
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -88,16 +88,14 @@ def runs_of(uri, experiment: str):
 def sweep(server, tmp_path_factory):
     uri, _ = server
     sweep_dir = tmp_path_factory.mktemp("mlflow-sweep") / "sweep"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE_TESTS), str(REPO)]))
-    # Jobs 0 and 1 train in parallel (two CPU lanes); job 2's process is SIGKILLed at its third step, once
-    # its MLflow run exists.
-    args = ["-m", "hydra/launcher=gpus", "hydra.launcher.max_parallel=2", "launcher.fresh_process=false",
+    # Jobs 0 and 1 train in parallel (two CPU lanes, each job in its lane's process); job 2's process is
+    # SIGKILLed at its third step, once its MLflow run exists. The sweep itself runs in this process.
+    args = ["hydra/launcher=gpus", "hydra.launcher.max_parallel=2",
             "model._target_=fault_models.KilledAt", "+model.after=1000,2000,2",
             "+model.wait_for=${hydra:runtime.output_dir}/trackers.json", "logger=[tensorboard,mlflow]",
             f"logger.mlflow.tracking_uri={uri}", "logger.mlflow.experiment=sweeps", "name=lanes", "tags=[ci,cpu]",
-            "train.eval_every=6", f"hydra.sweep.dir={sweep_dir}", *TINY]
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=400)
+            "train.eval_every=6", *TINY]
+    proc = run_sweep(sweep_dir, args)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     return uri, sweep_dir, proc
 
@@ -231,6 +229,28 @@ def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(serve
     state.settle(half, record)
     run = client(uri).get_run(logger.run_id)
     assert run.info.status == "FINISHED" and run.data.metrics["throughput"] == 700.0
+
+
+def test_a_hard_killed_runs_mlflow_run_ends_with_the_next_run_in_its_folder(server, tmp_path):
+    """A single run trains in the process the user started, so nothing outlives a SIGKILL to it: its record
+    stays ``running`` and its MLflow run RUNNING. The next run in that folder (not a resume, which continues
+    the same MLflow run) first ends it, FAILED, with the reason its record reads as."""
+    from fastpipe.record import results
+    from fastpipe.record.loggers import RunInfo
+    from fastpipe.record.loggers.mlflow_run import MlflowLogger
+    from fastpipe.record.run_record import failed
+
+    uri, _ = server
+    dead = MlflowLogger(tracking_uri=uri, experiment="hard-killed")
+    dead.on_start(RunInfo(dir=tmp_path, run_id="killed-1", name="killed"))  # what the killed run did before it died
+    results.write(tmp_path, failed("the run did not finish", {}, [], run_id="killed-1", status="running"))
+    proc = in_process([*TINY, "train.max_steps=2", "logger=mlflow", f"logger.mlflow.tracking_uri={uri}",
+                       "logger.mlflow.experiment=hard-killed", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = client(uri).get_run(dead.run_id)
+    assert run.info.status == "FAILED" and run.data.tags["fastpipe.reason"].startswith("its process died")
+    again = json.loads((tmp_path / "trackers.json").read_text())["mlflow"]
+    assert again["run_id"] != dead.run_id and again["ended"]  # the new run's own, ended as it finished
 
 
 def test_a_server_killed_mid_run_costs_seconds_and_the_run_ends_ok(server, tmp_path):

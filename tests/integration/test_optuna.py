@@ -3,13 +3,11 @@ an Optuna search of optimizer.lr runs two trials on the CPU (slow)."""
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO, TINY
+from conftest import TINY, run_sweep
 
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 
@@ -18,9 +16,8 @@ def test_two_optuna_trials_search_the_learning_rate(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     args = ["hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "hydra.sweeper.direction=maximize",
             "hydra.sweeper.sampler.seed=0", "optimizer.lr=interval(0.001,0.01)", "report.objective=primary_metric",
-            "launcher.fresh_process=false"] + TINY
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={tmp_path}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+            "launcher.fresh_process=false"] + TINY  # the trials train in this process: the search is the subject
+    proc = run_sweep(tmp_path, args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp_path / "report.csv") as fh:
         rows = list(csv.DictReader(fh))
@@ -35,9 +32,7 @@ def test_two_optuna_trials_search_the_learning_rate(tmp_path):
 
 def test_optuna_minimising_throughput_is_refused_before_any_trial(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1",
-                           "optimizer.lr=interval(0.001,0.01)", "launcher.fresh_process=false",  # refused first
-                           f"hydra.sweep.dir={tmp_path}"] + TINY,
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = run_sweep(tmp_path, ["hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "optimizer.lr=interval(0.001,0.01)",
+                                *TINY])
     assert proc.returncode == 2 and "hydra.sweeper.direction=maximize" in proc.stderr
     assert not list(tmp_path.glob("*/metrics.json"))

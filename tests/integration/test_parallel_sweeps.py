@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY, fastpipe_env, held_model
+from conftest import REPO, TINY, held_model, run_sweep
 from fastpipe.errors import EXIT_PREEMPTED
 
 PARALLEL = ["hydra/launcher=gpus", "hydra.launcher.max_parallel=2"]
 
 
 # ------------------------------------------------------------------ real sweeps (slow)
-def sweep(sweep_dir: Path, args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def sweep(sweep_dir: Path, args) -> subprocess.CompletedProcess:
+    """The sweep in this process; its jobs in their slots' processes, which the gpus launcher starts."""
+    return run_sweep(sweep_dir, args)
 
 
 def read_csv(path: Path):
@@ -41,7 +41,7 @@ def stopped_sweep(tmp_path_factory):
     and whether a report was written when it stopped, "resumed": the finished resume}."""
     sweep_dir = tmp_path_factory.mktemp("parallel") / "sweep"
     hold = sweep_dir.parent / "jobs.hold"  # both jobs wait in step 7 until the signal reaches them
-    held = [*held_model(hold), "launcher.fresh_process=false"]
+    held = held_model(hold)
     args = PARALLEL + ["precision=fp32,amp"] + [t for t in TINY if not t.startswith("train.max_steps")] + held + \
         ["train.max_steps=30", "train.checkpoint_every=0"]
     proc = subprocess.Popen([sys.executable, "-m", "fastpipe", "-m", *args, f"hydra.sweep.dir={sweep_dir}"],
@@ -126,13 +126,10 @@ def test_a_job_process_that_dies_is_a_failed_row_and_resume_skips_the_finished_j
     (tmp_path / "killmod.py").write_text(  # the job process dies of SIGKILL, as under the out-of-memory killer
         "import os, signal\nclass Killed:\n    def __init__(self, num_classes=4):\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n")
-    args = ["--config-dir", str(conf)] + PARALLEL + ["+case=plain,killed", "launcher.fresh_process=false"] + TINY
-    env = fastpipe_env(tmp_path)  # killmod.py
+    args = ["--config-dir", str(conf)] + PARALLEL + ["+case=plain,killed"] + TINY
 
     def run(extra=()):
-        return subprocess.run([sys.executable, "-m", "fastpipe", "-m", *args, *extra,
-                               f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                              cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+        return run_sweep(tmp_path / "sweep", [*args, *extra], tmp_path)  # killmod.py
 
     proc = run()
     assert proc.returncode == 0, proc.stderr[-3000:]  # a dead job is a row; the sweep goes on

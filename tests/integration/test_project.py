@@ -4,15 +4,13 @@ lines for wrong _target_s, and old configs."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, in_process
 
 EXAMPLE = REPO / "examples" / "friedman"
 SHORT = ["train.epochs=2", "dataset.num_samples=1024", "train.batch_size=64", "measure.warmup_steps=2",
@@ -27,11 +25,9 @@ def project(tmp_path):
     return folder
 
 
-def fastpipe(folder: Path, *args, timeout=300) -> subprocess.CompletedProcess:
-    """``python -m fastpipe ARGS`` from ``folder`` (the project's own module imports from there)."""
-    env = {**os.environ, "FASTPIPE_CACHE": str(folder / "cache")}
-    return subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=folder, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def fastpipe(folder: Path, *args) -> subprocess.CompletedProcess:
+    """``python -m fastpipe ARGS`` from ``folder`` (the project's own module imports from there), in this process."""
+    return in_process(args, cwd=folder, env={"FASTPIPE_CACHE": str(folder / "cache")})
 
 
 def test_example_project_runs_as_its_readme_says(project):

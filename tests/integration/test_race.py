@@ -2,25 +2,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, TINY
+from conftest import TINY, run_sweep
 
 RACE = ["hydra/sweeper=race", "hydra/launcher=gpus", "hydra.launcher.max_parallel=2", "hydra.sweeper.min_rounds=2",
         "hydra.sweeper.max_rounds=2", "report.objective=time_to_target", "train.target=0.5", "train.eval_every=4",
-        "optimizer.lr=0.01,0.00001",
-        # each job trains in its lane's process, not a second one it spawns: the rounds are the subject
-        "launcher.fresh_process=false"]
+        "optimizer.lr=0.01,0.00001"]  # each job trains in its lane's own process
 
 
 @pytest.fixture(scope="module")
 def raced(tmp_path_factory):
     sweep_dir = tmp_path_factory.mktemp("race") / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "-m", *RACE, *TINY, "train.max_steps=24",
-                           f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = run_sweep(sweep_dir, [*RACE, *TINY, "train.max_steps=24"])  # the sweep here, its jobs in their lanes
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     return sweep_dir, proc, json.loads((sweep_dir / "race.json").read_text())
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import GRID_ARGS, REPO, TINY, run_cli, run_sweep, without_shapes
+from conftest import GRID_ARGS, TINY, in_process, run_sweep, without_shapes
 
 
 ARTEFACTS = ("report.md", "report.csv", "report.png", "best.yaml")
@@ -147,17 +145,16 @@ def test_repeats_measure_each_combination_and_stop_at_a_failure(failing_sweep):
 def test_saved_best_config_runs_from_a_project_config_dir(failing_sweep, tmp_path):
     root, sweep_dir, good = failing_sweep
     target = tmp_path / "conf" / "experiment" / "winner.yaml"
-    proc = subprocess.run([sys.executable, "-m", "fastpipe.report", str(sweep_dir), "--save-best", str(target)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    from fastpipe.report.__main__ import main as report_main
+
+    assert report_main([str(sweep_dir), "--save-best", str(target), "--quiet"]) == 0
     text = target.read_text()
     assert text.startswith("# @package _global_") and "- /case: \"plain\"" in text
     assert "report" not in OmegaConf.create(text)  # report settings steer the sweep, not the winner
     assert "report.repeats" not in text  # nor in the "same as" command line
     (tmp_path / "conf" / "case").mkdir()
     shutil.copy(root / "conf" / "case" / "plain.yaml", tmp_path / "conf" / "case")  # the project's own group
-    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", "launcher.fresh_process=false",
-                   f"hydra.run.dir={tmp_path / 'run'}"])  # the winner composing and training is the subject
+    run = in_process(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", f"hydra.run.dir={tmp_path / 'run'}"])
     assert run.returncode == 0, run.stderr[-3000:]
     cfg = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
     assert cfg.dataset._target_.endswith("image_folder") and cfg.dataset.root == str(good) and cfg.train.max_steps == 12
@@ -188,8 +185,7 @@ def test_a_winner_that_pins_every_group_profile_included_runs_again_as_an_experi
     text = (conf / "winner.yaml").read_text()
     for group, choice in choices.items():
         assert f'- override /{group}: "{choice}"' in text, group
-    run = run_cli(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", "launcher.fresh_process=false",
-                   f"hydra.run.dir={tmp_path / 'run'}"])  # the winner composing and training is the subject
+    run = in_process(["--config-dir", str(tmp_path / "conf"), "+experiment=winner", f"hydra.run.dir={tmp_path / 'run'}"])
     assert run.returncode == 0, run.stderr[-3000:]
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["status"] == "ok" and m["choices"] == choices
@@ -197,11 +193,9 @@ def test_a_winner_that_pins_every_group_profile_included_runs_again_as_an_experi
 
 
 def test_a_sweep_report_shows_the_size_each_job_found(tmp_path):
-    from conftest import run_cli
-
     tiny = [o for o in TINY if not o.startswith("train.batch_size")]
-    proc = run_cli(["-m", *tiny, "train.batch_size=auto", "train.batch_size_max=16", "precision=fp32,amp",
-                    "launcher.fresh_process=false", f"hydra.sweep.dir={tmp_path}"])
+    proc = run_sweep(tmp_path, [*tiny, "train.batch_size=auto", "train.batch_size_max=16", "precision=fp32,amp",
+                                "launcher.fresh_process=false"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = (tmp_path / "report.md").read_text()
     header = next(line for line in report.splitlines() if line.startswith("| job"))

@@ -3,21 +3,18 @@ its promoted combinations from their own checkpoints (issue 22). CPU, gloo, tiny
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import in_process
 
 SMALL = ["dataset.num_images=240", "dataset.image_size=16", "train.batch_size=16", "measure.warmup_steps=2",
          "measure.window=3", "runtime.progress=false", "data.num_workers=0"]
 
 
-def fastpipe(args, timeout=400) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "fastpipe", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def fastpipe(args) -> subprocess.CompletedProcess:
+    """The command in this process; launcher=ddp's ranks are the processes torch's elastic launcher starts."""
+    return in_process(args)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import run_cli
+from conftest import in_process
 
 
 @pytest.mark.slow
@@ -20,7 +20,7 @@ def test_a_read_only_run_folder_is_one_line_from_the_command_line(tmp_path):
                                                           str(folder)], capture_output=True).returncode:
         pytest.skip("root without a read-only tmpfs: no folder this process cannot write")
     try:
-        proc = run_cli([f"hydra.run.dir={folder / 'run'}"], timeout=120)
+        proc = in_process([f"hydra.run.dir={folder / 'run'}"])
     finally:
         subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
         folder.chmod(0o755)
