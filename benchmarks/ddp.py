@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     base = common_overrides(a)
     ddp = ["launcher=ddp", f"launcher.nproc_per_node={a.nproc}"]
-    single = ["launcher=single"] + (["launcher.fresh_process=false"] if a.smoke else [])  # smoke: one process fewer
+    single = ["launcher=single"]
     runs = [("launcher=single", "single", single), (f"launcher=ddp nproc_per_node={a.nproc}", "ddp", ddp)]
     runs += [(f"ddp {name}", name, ddp + extra) for name, extra in a.variants]
     if a.profile:  # a few steps past warm-up traced on rank 0 (profile's wait covers nothing else)

@@ -34,7 +34,7 @@ def fastpipe_overrides(model: str, mode: str, a) -> list:
             f"dataset.num_classes={a.classes}", f"dataset.num_images={a.batch * (a.warmup + a.steps)}",
             f"train.max_steps={a.warmup + a.steps}", f"measure.warmup_steps={a.warmup}",
             f"measure.window={a.window}", "runtime.progress=false", f"device={'cpu' if a.device == 'cpu' else 'cuda'}"
-            ] + (["launcher.fresh_process=false"] if a.smoke else [])  # smoke: a CPU check, one process fewer
+            ]
 
 
 def one_run(runner: str, model: str, mode: str, r: int, a, log, deadline: Deadline) -> dict:

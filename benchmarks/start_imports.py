@@ -1,13 +1,12 @@
-"""Where a fastpipe training process's imports go, beside a hand loop's (issue 36's start-up part).
+"""Where a run's imports go, beside a hand loop's (the start-up part of the time to a target).
 
 Each measurement is a fresh Python process timed from its own start (``/proc``) to the end of its
 imports, alternating, ``--repeats`` times each:
 
 - ``hand``: ``import torch, torchvision`` (what the hand loop of time_to_target_overhead.py imports);
-- ``trainer``: ``import fastpipe.train.job, torchvision`` (launch/warm.py's WARM_IMPORTS);
-- ``pair``: both at once, as a single run imports them (the Hydra process imports torch for its config
-  checks while the training process imports its own): each one's time;
-then once with ``-X importtime``, the modules the trainer imports beyond the hand loop's, largest
+- ``fastpipe``: what ``python -m fastpipe`` imports before its first step, in its one process (Hydra, the
+  entry point, ``fastpipe.train.job``, torchvision);
+then once with ``-X importtime``, the modules fastpipe imports beyond the hand loop's, largest
 cumulative first. Writes ``$OUT/start_imports.md`` (printed last) and ``start_imports.log``.
 
     bash .devwheels/base/install.sh && export PYTHONPATH=/tmp/site:$PWD && \\
@@ -29,7 +28,8 @@ TIMED = ("import time\n"
          "import json\n"
          "from fastpipe.machine import process_started_at\n"
          "print(json.dumps({{'seconds': done - process_started_at()}}))\n")
-KINDS = {"hand": "import torch, torchvision", "trainer": "import fastpipe.train.job, torchvision"}
+KINDS = {"hand": "import torch, torchvision",
+         "fastpipe": "import hydra, fastpipe.__main__, fastpipe.train.job, torchvision"}
 
 
 def timed(kind: str) -> subprocess.Popen:
@@ -61,24 +61,21 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    times = {"hand": [], "trainer": [], "pair: hand": [], "pair: trainer": []}
+    times = {"hand": [], "fastpipe": []}
     with open(a.out / "start_imports.log", "w") as log:
-        seconds(timed("hand"), log)  # the files into the page cache first
+        seconds(timed("fastpipe"), log)  # the files into the page cache first
         for _ in range(a.repeats):
-            for kind in ("hand", "trainer"):
+            for kind in ("hand", "fastpipe"):
                 times[kind].append(seconds(timed(kind), log))
-            both = {kind: timed(kind) for kind in ("hand", "trainer")}
-            for kind, process in both.items():
-                times[f"pair: {kind}"].append(seconds(process, log))
-        hand, trainer = importtime("hand", log), importtime("trainer", log)
+        hand, ours = importtime("hand", log), importtime("fastpipe", log)
     lines = ["## Imports: a fresh process's start to the end of its imports (s)", "",
              "| what | median | each |", "| --- | ---: | --- |"]
     lines += [f"| {k} | {statistics.median(v):.2f} | {', '.join(f'{x:.2f}' for x in v)} |" for k, v in times.items()]
     packages: dict = {}
-    for module, own in trainer.items():
+    for module, own in ours.items():
         if module not in hand:
             packages[module.split(".")[0]] = packages.get(module.split(".")[0], 0.0) + own
-    lines += ["", "## What the trainer imports beyond torch and torchvision: each package's modules' own time "
+    lines += ["", "## What fastpipe imports beyond torch and torchvision: each package's modules' own time "
               "(s, -X importtime)", "", "| package | modules' own time |", "| --- | ---: |"]
     lines += [f"| {m} | {s:.3f} |" for m, s in sorted(packages.items(), key=lambda kv: -kv[1])[:15]]
     lines += [f"| (all: {sum(packages.values()):.3f} s; torch and torchvision's own: "

@@ -66,8 +66,8 @@ SMOKE_RECIPE = ["model=tiny_cnn", "optimizer=sgd", "optimizer.lr=0.1", "train.lr
                 "runtime.progress=false", "device=cpu"]
 SMOKE_TARGET = ["report.objective=time_to_target", "train.target=0.3", "train.eval_every=4",
                 "train.target_eval_samples=32", "train.max_steps=40"]
-# the smoke's prep and its one job train in the Hydra process (no training process started, none ahead):
-# only the start-up rows are about a fresh process
+# the smoke's prep on the CPU, and its sweep's one job in the sweep's own process (no training process
+# spawned for it): the smoke checks the script, not a sweep's isolation
 SMOKE_IN_PROCESS = ["device=cpu", "launcher.fresh_process=false"]
 PARTS = ("setup", "compile", "train", "eval", "checkpoint", "wall_s")
 SAMPLER = Path(__file__).resolve().parent / "lib" / "sampler"

@@ -28,6 +28,7 @@ EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 EXIT_WITHIN_S = 3.0  # after its record and last line, the command ends within this, whatever threads or pools remain
 CONFIG_NAME = "config"  # conf/config.yaml
 _RUN_FOLDER: list = []  # a single run's folder, said first and last
+_COMMANDS: list = []  # when each command this process ran began (Unix time): the first one's, the process's start
 
 register_configs()
 register_help_resolver()  # --help's groups and each key's meaning (conf/hydra/help/fastpipe.yaml)
@@ -45,7 +46,7 @@ def run(cfg: DictConfig):
 
 
 def _run(cfg: DictConfig):
-    from fastpipe.launch.launcher import launch, refused, resolve_fresh_process
+    from fastpipe.launch.launcher import import_trainer, launch, refused, resolve_fresh_process
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
@@ -58,8 +59,9 @@ def _run(cfg: DictConfig):
     sweep = hc.mode == RunMode.MULTIRUN
     if not sweep:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
-    # the end-to-end clock's start: this process's for one run; a sweep's job's own (its imports paid once)
-    started_at = time.time() if sweep else process_started_at()
+    import_trainer()
+    # the end-to-end clock's start: the command's for one run; a sweep's job's own (its imports paid once)
+    started_at = time.time() if sweep else (_COMMANDS[-1] if _COMMANDS else process_started_at())
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
@@ -168,7 +170,10 @@ def main() -> None:
     command's exit code, as Hydra does; what the command set in this process is put back."""
     from fastpipe.signals import exit_on_stop_signals
 
+    from fastpipe.machine import process_started_at
+
     _RUN_FOLDER.clear()  # this command's own
+    _COMMANDS.append(time.time() if _COMMANDS else process_started_at())  # a program's second command: from here
     with process_state_kept():
         exit_on_stop_signals()
         try:

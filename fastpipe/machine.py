@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import List, Optional, Set
@@ -71,18 +70,6 @@ def nvml_gpu_count() -> int:
         return int(pynvml.nvmlDeviceGetCount())
     except Exception:
         return 0
-
-
-def trains_on_a_gpu(requested_device: str) -> bool:
-    """Whether training with ``device=requested_device`` (auto | cpu | cuda...) runs on a GPU, asked
-    without importing torch where it is not imported yet: for auto, torch's answer once imported,
-    else the NVIDIA driver's GPU count."""
-    if requested_device == "cpu":
-        return False
-    if requested_device != "auto":
-        return True
-    torch = sys.modules.get("torch")
-    return torch.cuda.is_available() if torch is not None else nvml_gpu_count() > 0
 
 
 def visible_gpus(requested_device: str) -> int:

@@ -24,13 +24,20 @@ def config_dir() -> str:
     raise FileNotFoundError("fastpipe's conf/ folder is missing from the installation; reinstall fastpipe")
 
 
+_registered: list = []  # the schemas last registered, by group: the same again is a no-op
+
+
 def register_configs() -> None:
-    """Register the root schema and each group's schemas (named ``schema_<name>``)."""
-    cs = ConfigStore.instance()
+    """Register the root schema and each group's schemas (named ``schema_<name>``); again only once a
+    choice was registered since (a project's own, config/registry.py)."""
+    schemas, cs = group_schemas(), ConfigStore.instance()
+    if _registered == [schemas] and "fastpipe_schema.yaml" in cs.repo:  # the store may have been reset since
+        return
+    _registered[:] = [schemas]
     cs.store(name="fastpipe_schema", node=root_schema())
-    for group, schemas in group_schemas().items():
-        for name, kind in schemas.items():  # a group of several schemas takes their keys (config/keys.py)
-            node = keys.schema_node(kind, open_keys=len(schemas) > 1)
+    for group, kinds in schemas.items():
+        for name, kind in kinds.items():  # a group of several schemas takes their keys (config/keys.py)
+            node = keys.schema_node(kind, open_keys=len(kinds) > 1)
             cs.store(group=group, name=registry.SCHEMA_PREFIX + name, node=node)
     for name, node in LOGGER_SCHEMAS.items():  # each logger's keys under its own name: several compose
         cs.store(group="logger", name=registry.SCHEMA_PREFIX + name, node=node)

@@ -68,6 +68,16 @@ JOB_PROCESS_LAUNCHERS = ("hydra_plugins.fastpipe_sweeps.gpus_launcher.GpusLaunch
                          "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
 
 
+def import_trainer() -> None:
+    """Import what training needs (torch, the stages) in this process, and mark there the end of the
+    ``imports`` set-up part (measure/setup.py): what comes after it, the config's check and the run's
+    provenance, is ``launch``."""
+    from fastpipe.measure import setup
+    from fastpipe.train import job  # noqa: F401
+
+    setup.imports_done()
+
+
 def resolve_fresh_process(settings: Config, sweep_job: bool, hydra_launcher: str = "") -> None:
     """``launcher.fresh_process=auto`` made true or false for this job: a fresh training process for a
     sweep's job (unless ``hydra_launcher``, the sweep's Hydra launcher, started a process for this job
@@ -194,10 +204,8 @@ def _launch(settings: Config, run_dir: Path) -> dict:
                           f"launcher={settings.launcher.name}; use launcher=ddp (or fsdp) so the ranks train together")
     if settings.launcher.fresh_process is True:
         return _spawn_single(settings, run_dir)
-    from fastpipe.measure import setup
     from fastpipe.train.job import run_training
 
-    setup.imports_done()  # this process: its imports end here (a sweep's were done before its first job)
     try:
         return run_training(settings, run_dir)
     except FastpipeError:  # recorded in metrics.json; the entry point prints its line and exits 2 (or 75)

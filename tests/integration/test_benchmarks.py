@@ -1,15 +1,25 @@
-"""The benchmark scripts' CPU smoke modes, so the scripts the GPU numbers come from cannot rot."""
+"""The benchmark scripts' CPU smoke modes, so the scripts the GPU numbers come from cannot rot. The scripts
+run in the test's process, and so do the Python commands they start through lib/runner.py (fastpipe, the
+hand loops): ``_commands_here``. What needs a process of its own has its own check: run_command's timeout
+and process group, h200_plan.sh's shell, the stack sampler."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import HAVE_DALI, REPO, load_benchmark_lib, load_benchmark_runner, needs_dali, run_side_by_side
+from conftest import REPO, in_process, load_benchmark_runner, needs_dali
+
+# the runs here, in this process, decode JPEGs with torchvision (as the packs' own tests do)
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
 # data_formats.py's JPEG decoders in its smoke: the script passes data.decoder on as any other; DALI's own
 # decoding, a training run through it included, is tests/unit/data/test_pack_dali.py's
@@ -17,6 +27,7 @@ SMOKE_DECODERS = ("cpu",)
 SMOKE_SHAPES = ["dataset=shapes", "dataset.source_size=[96,72]", "dataset.num_images=320", "dataset.image_size=32",
                 "dataset.augment=true"]  # data_formats.py --smoke's dataset
 BESIDE_SHAPES = SMOKE_SHAPES + ["train.batch_size=4"]
+BENCH = REPO / "benchmarks"
 
 
 def _check_overhead(out):
@@ -31,19 +42,26 @@ def _check_overhead(out):
 def _load_trace_summary():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("trace_summary", REPO / "benchmarks" / "lib" / "trace_summary.py")
+    spec = importlib.util.spec_from_file_location("trace_summary", BENCH / "lib" / "trace_summary.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
-def test_every_benchmark_script_imports_and_prints_its_usage(script):
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
+def test_every_benchmark_script_imports_and_prints_its_usage(script, monkeypatch):
     """Each script's imports resolve from the benchmarks folder as its recipe runs it (``lib.runner``,
-    its sibling scripts): a renamed helper fails here, not at the start of a device call."""
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-2000:]
+    its sibling scripts): a renamed helper fails here, not at the start of a device call. Run as
+    ``__main__`` in this process, its folder first on sys.path as ``python benchmarks/SCRIPT`` puts it."""
+    import io
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", [str(BENCH / script), "--help"])
+    monkeypatch.setattr(sys, "path", [str(BENCH), *sys.path])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as end:
+        runpy.run_path(str(BENCH / script), run_name="__main__")
+    assert end.value.code == 0 and "usage:" in out.getvalue(), err.getvalue()[-2000:]
 
 
 def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
@@ -80,8 +98,7 @@ def test_trace_summary_reads_busy_time_exposed_collectives_and_gaps(tmp_path):
     assert ts.subtract([[0, 10]], [[2, 3], [5, 12]]) == [(0, 2), (3, 5)]
     assert ts.subtract([[10, 20], [0, 5]], [[12, 13], [1, 2]]) == [(0, 1), (2, 5), (10, 12), (13, 20)]  # unsorted
     assert "zero length" in ts.summarize([ev("user_annotation", "ProfilerStep#1", 5, 0)])
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "lib" / "trace_summary.py"), str(path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = _script("lib/trace_summary.py", path)
     assert proc.returncode == 0 and "GPU busy" in proc.stdout
 
 
@@ -171,72 +188,211 @@ def test_runner_failed_runs_say_why(tmp_path, monkeypatch):
 
 
 def test_runner_reasons_from_real_fastpipe(tmp_path):
-    runner = load_benchmark_runner()
-    with open(tmp_path / "run.log", "w") as log:
-        # refused in the Hydra process: no training process to start ahead for them (launch/warm.py)
-        in_process = "launcher.fresh_process=false"
-        bad_value = runner.run_fastpipe(["train.batch_size=0", in_process], tmp_path / "a", 120, log)
-        bad_key = runner.run_fastpipe(["launcher.no_such_key=1", in_process], tmp_path / "b", 120, log)
+    """run_fastpipe's and config_refusal's reasons from what fastpipe itself prints (in this process)."""
+    with _commands_here() as runner, open(tmp_path / "run.log", "w") as log:
+        bad_value = runner.run_fastpipe(["train.batch_size=0"], tmp_path / "a", 120, log)
+        bad_key = runner.run_fastpipe(["launcher.no_such_key=1"], tmp_path / "b", 120, log)
         refusal = runner.config_refusal(["launcher=no_such_launcher"], log)
     assert bad_value["status"] == "failed" and "train.batch_size=0" in bad_value["reason"], bad_value
+    assert bad_value["exit_code"] == 2, bad_value
     assert bad_key["reason"].startswith("launcher.no_such_key is not a key of SingleLauncherConfig (its keys: "), bad_key
     assert bad_key["reason"].endswith("; fix the spelling"), bad_key
     assert "no_such_launcher" in refusal
 
 
-# ---------------------------------------------------------------- the new scripts' smoke modes
+# ---------------------------------------------------------------- the scripts, in this process
+
+
 def _script(name, *args, timeout=300):
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *map(str, args)], cwd=REPO,
+    return subprocess.run([sys.executable, str(BENCH / name), *map(str, args)], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _here(argv, env=None, cwd=None) -> subprocess.CompletedProcess:
+    """``argv``, a Python command the benchmarks start (``python -m fastpipe ...``, ``python SCRIPT ...`` of a
+    script under benchmarks/, ``python -m MODULE ...``, ``python -c CODE ...``), run in this process with
+    ``env`` set and in ``cwd``: its exit code and what it printed. A script is imported as its siblings
+    import it (its folder first on sys.path, then benchmarks/: one ``lib.runner``, the one a test patches)
+    and its main() called with sys.argv set. What the hand loops set process-wide (torch's RNG,
+    cudnn.benchmark, the switch interval) is put back after it, as are sys.path and the environment."""
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import runpy
+    import traceback
+
+    import torch
+
+    argv = [str(a) for a in argv]
+    assert argv[0] == sys.executable, argv
+    if argv[1:3] == ["-m", "fastpipe"]:  # what fastpipe sets in its process, it puts back itself
+        try:
+            return in_process(argv[3:], cwd=cwd, env=env)
+        except Exception:  # noqa: BLE001 - as the interpreter ends the command: the traceback, exit code 1
+            return subprocess.CompletedProcess(argv, 1, "", traceback.format_exc())
+    here, saved_argv, saved_path, environ = os.getcwd(), sys.argv, list(sys.path), dict(os.environ)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    rng, benchmark, switch = torch.get_rng_state(), torch.backends.cudnn.benchmark, sys.getswitchinterval()
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    try:
+        os.environ.update({k: str(v) for k, v in (env or {}).items()})
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                if argv[1] == "-c":
+                    sys.argv = ["-c", *argv[3:]]
+                    exec(compile(argv[2], "<string>", "exec"), {"__name__": "__main__"})
+                elif argv[1] == "-m":
+                    sys.argv = [argv[2], *argv[3:]]
+                    runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+                else:
+                    script = Path(argv[1]).resolve()
+                    sys.path[:0] = [str(script.parent), str(BENCH)]
+                    sys.argv = [str(script), *argv[2:]]
+                    code = importlib.import_module(".".join(script.relative_to(BENCH).with_suffix("").parts)).main()
+                    code = code or 0
+            except SystemExit as exc:
+                if isinstance(exc.code, str):
+                    print(exc.code, file=sys.stderr)
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:  # noqa: BLE001 - as the interpreter ends a script: the traceback, exit code 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        torch.set_rng_state(rng)
+        torch.backends.cudnn.benchmark = benchmark
+        sys.setswitchinterval(switch)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def _run_command_here(runner):
+    """A stand-in for lib/runner.py's run_command: a Python command runs in this process (``_here``), its
+    output written to the log as it ends, a Finished as run_command returns it (never timed out: the
+    timeout and the process group are run_command's, tested above with real processes); any other
+    command (bash) runs as before."""
+    real = runner.run_command
+
+    def run_command(cmd, timeout_s, log, env=None, cwd=runner.REPO):
+        cmd = [str(c) for c in cmd]
+        if cmd[0] != sys.executable:
+            return real(cmd, timeout_s, log, env, cwd)
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        start = time.perf_counter()
+        done = _here(cmd, env=dict(env or {}, PYTHONUNBUFFERED="1"), cwd=cwd)
+        wall = time.perf_counter() - start
+        log.write(done.stdout + done.stderr)
+        log.write(f"[exit {done.returncode}, {wall:.0f} s wall, in the test's process]\n\n")
+        log.flush()
+        tail = runner.TAIL_LINES
+        return runner.Finished(done.returncode, wall, False, timeout_s, done.stdout.splitlines()[-tail:],
+                               done.stderr.splitlines()[-tail:])
+    return run_command
+
+
+@contextlib.contextmanager
+def _commands_here():
+    """For the block, the scripts' commands through lib/runner.py (and data_formats.py's own) run in this
+    process; yields lib.runner, the module the scripts import."""
+    import importlib
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCH))
+        runner = importlib.import_module("lib.runner")
+        stand_in = _run_command_here(runner)
+        mp.setattr(runner, "run_command", stand_in)
+        mp.setattr(importlib.import_module("data_formats"), "run_command", stand_in)  # imported by name there
+        yield runner
+
+
+# h200_plan.sh's PY under the test: each Python command of the plan is handed to the test's process (the
+# `plan` fixture runs it there and writes ASK.done), then what it printed is printed and its exit code
+# returned, so the shell's streams, logs and exit codes are as they would be. The versions line (-c, no
+# torch import) runs as it is.
+PLAN_PY = r"""#!PYTHON
+import json, os, sys, time
+if sys.argv[1:2] == ["-c"]:
+    os.execv("PYTHON", ["PYTHON", *sys.argv[1:]])
+ask = os.path.join(os.environ["PLAN_COMMANDS"], f"{time.time_ns()}-{os.getpid()}")
+with open(ask + ".tmp", "w") as f:
+    json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}, f)
+os.rename(ask + ".tmp", ask + ".json")
+deadline = time.time() + 900  # a test process that died never answers
+while not os.path.exists(ask + ".done"):
+    if time.time() > deadline:
+        sys.exit("no answer from the test's process")
+    time.sleep(0.02)
+with open(ask + ".done") as f:
+    done = json.load(f)
+sys.stdout.write(done["stdout"])
+sys.stderr.write(done["stderr"])
+sys.exit(done["code"])
+"""
+
+
+def _serve(shell: subprocess.Popen, box: Path, timeout: float) -> list:
+    """Run the commands PLAN_PY hands over, in this process, one at a time (the plan's two streams wait for
+    each other's) until the shell ends; their argv, in the order served."""
+    served, deadline = [], time.monotonic() + timeout
+    try:
+        while shell.poll() is None or list(box.glob("*.json")):
+            asks = sorted(box.glob("*.json"))
+            if not asks:
+                assert time.monotonic() < deadline, f"h200_plan.sh still running after {timeout} s"
+                time.sleep(0.02)
+                continue
+            for ask in asks:
+                job = json.loads(ask.read_text())
+                ask.unlink()
+                env = {k: v for k, v in job["env"].items()  # what the shell set: FASTPIPE_CACHE, ...
+                       if os.environ.get(k) != v and k not in ("_", "PWD", "OLDPWD", "SHLVL")}
+                done = _here([sys.executable, *job["argv"]], env=env, cwd=job["cwd"])
+                reply = box / f"{ask.stem}.reply"
+                reply.write_text(json.dumps({"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}))
+                reply.rename(box / f"{ask.stem}.done")
+                served.append(job["argv"])
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
+    return served
+
+
 @pytest.fixture(scope="module")
-def smokes(tmp_path_factory):
-    """The scripts' smoke modes, independent of each other, started side by side once: {name: (its output
-    folder, CompletedProcess)}. Each test below reads its own."""
-    import os
+def plan(tmp_path_factory):
+    """SMOKE=1 phase 1 of h200_plan.sh, run by bash with its Python commands run in this process
+    (PLAN_PY): (its folder, the shell's CompletedProcess, the commands it ran)."""
+    import tempfile
 
-    root = tmp_path_factory.mktemp("smokes")
-
-    def script(name, *args):
-        return [sys.executable, str(REPO / "benchmarks" / name), *map(str, args)]
-
-    out = {name: root / name for name in ("phase1", "ddp", "loaders", "ttt", "data-formats")}
-    for folder in out.values():
-        folder.mkdir()
-    work = out["data-formats"] / "work"
-    commands = {
-        "phase1": (["bash", str(REPO / "benchmarks" / "h200_plan.sh"), "1"],
-                   # the smoke's own 180 s deadline is for a person's quick look: beside the other smokes on
-                   # a loaded 2-core machine it skipped checkpoint_stall.py's last rows (2026-12-03)
-                   {"env": dict(os.environ, SMOKE="1", WORK=str(out["phase1"] / "work"),
-                                OUT=str(out["phase1"] / "out"), PY=sys.executable, DEADLINE_SMOKE="600")}),
-        # --variant's runs are DDP runs like --profile's: test_ddp_variants_... below, with a stand-in
-        "ddp": script("ddp.py", "--smoke", "--out", out["ddp"], "--profile"),
-        # without the batch search and the evaluation pairs, for the suite's time (their tables: below)
-        "ttt": script("time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out["ttt"] / "out",
-                      "--work", out["ttt"] / "work", "--no-search", "--eval-pairs", "0"),
-        # every kind of step, training and reading the JPEG pack only (the raw pack's reads: in the test),
-        # then lib/decode_beside_step.py on the packs it made, at batch 4 (its ResNet-50 steps in bf16
-        # autocast cost a CPU without bf16 units about a second per 4 images)
-        "data-formats": (["bash", "-c", shlex.join(script(
-            "data_formats.py", "--smoke", "--out", out["data-formats"] / "out", "--work", out["data-formats"] / "work",
-            "--steps", "generate,pack,train,read,profile", "--codecs", "jpeg", "--decoders", ",".join(SMOKE_DECODERS)))
-            + " && " + shlex.join(
-            script("lib/decode_beside_step.py", "--raw", work / "pack-raw.fppack", "--jpeg", work / "pack-jpeg.fppack",
-                   "--out", out["data-formats"] / "beside", "--eager", "--warmup", "1", "--steps", "1",
-                   "--variants", "raw,jpeg+data.decode_workers=1+burn=1,alone:jpeg", "--", *BESIDE_SHAPES))],
-                         {"env": dict(os.environ, FASTPIPE_CACHE=str(work / "cache"))}),
-    }
-    if HAVE_DALI:  # DALI's run: the others' overrides are composed in the test
-        commands["loaders"] = script("loaders.py", "--out", out["loaders"], "--smoke", "--loaders", "dali")
-    return {name: (out[name], proc) for name, proc in run_side_by_side(commands, timeout=400).items()}
+    folder = tmp_path_factory.mktemp("plan")
+    box, py = folder / "commands", folder / "python"
+    box.mkdir()
+    py.write_text(PLAN_PY.replace("PYTHON", sys.executable))
+    py.chmod(0o755)
+    # DEADLINE_SMOKE: the smoke's 180 s are for a person's quick look; here the streams take turns
+    env = dict(os.environ, SMOKE="1", WORK=str(folder / "work"), OUT=str(folder / "out"), PY=str(py),
+               PLAN_COMMANDS=str(box), DEADLINE_SMOKE="600")
+    with _commands_here(), tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        shell = subprocess.Popen(["bash", str(BENCH / "h200_plan.sh"), "1"], cwd=REPO, env=env, stdout=out,
+                                 stderr=err, text=True, start_new_session=True)
+        served = _serve(shell, box, timeout=300)
+        out.seek(0), err.seek(0)
+        return folder, subprocess.CompletedProcess(shell.args, shell.returncode, out.read(), err.read()), served
 
 
-def test_lm_handloop_smoke(smokes):
+def test_lm_handloop_smoke(plan):
     """lib/lm_handloop.py --smoke's JSON line: lm.py --smoke (phase 1 below) runs it as its hand loop, its
-    output teed into lm.log."""
-    folder, proc = smokes["phase1"]
+    output written into lm.log."""
+    folder, proc, _ = plan
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = (folder / "work" / "lm" / "lm.log").read_text()
     assert "lm_handloop.py " in log and " --device cpu --smoke" in log, log[-3000:]
@@ -295,49 +451,109 @@ def test_checkpoint_stall_refuses_a_checkpoint_on_a_window_edge(tmp_path):
     assert bad.returncode == 2 and "window edge" in bad.stderr
 
 
-def test_h200_plan_phase1_smoke(smokes):
-    """SMOKE=1 phase 1 on this CPU: every table and the archive land in OUT/p1, at most 8 files; the
-    smoke modes of overhead.py, checkpoint_stall.py and lm.py it ran give their full results."""
+def test_h200_plan_phase1_smoke(plan):
+    """SMOKE=1 phase 1 on this CPU: the two streams' commands (overhead.py then checkpoint_stall.py; the
+    prep run then lm.py), every table and the archive in OUT/p1, at most 8 files, the tables printed last;
+    the smoke modes it ran give their full results."""
     import tarfile
 
-    folder, proc = smokes["phase1"]
+    folder, proc, served = plan
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    work, logs = folder / "work", folder / "work" / "logs-p1"
+    ran = {argv[0]: argv[1:] for argv in served}
+    assert sorted(ran) == ["benchmarks/checkpoint_stall.py", "benchmarks/lib/runner.py", "benchmarks/lm.py",
+                           "benchmarks/overhead.py"], served
+    order = [argv[0] for argv in served]
+    assert order.index("benchmarks/overhead.py") < order.index("benchmarks/checkpoint_stall.py")
+    assert order.index("benchmarks/lib/runner.py") < order.index("benchmarks/lm.py")
+    for script, args in (("overhead.py", ["--out", f"{work}/overhead", "--smoke"]),
+                         ("checkpoint_stall.py", ["--out", f"{work}/ckpt", "--smoke"]),
+                         ("lm.py", ["--out", f"{work}/lm", "--smoke", "--repeats", "1"])):
+        mine = ran[f"benchmarks/{script}"]
+        assert mine[:-2] == args and mine[-2] == "--deadline" and 5 <= int(mine[-1]) <= 600, mine
+    prep = ran["benchmarks/lib/runner.py"]  # the JPEG folder and its pack, by one step of a tiny model
+    head, overrides = prep[:prep.index("--")], prep[prep.index("--") + 1:]
+    assert head[:6] == ["--jsonl", f"{logs}/runs.jsonl", "--name", "prep", "--out", f"{work}/prep"], prep
+    assert head[-2:] == ["--log", f"{logs}/prep.log"] and "dataset.num_images=320" in overrides, prep
+    assert overrides[-5:] == ["model=tiny_cnn", "device=cpu", "launcher.fresh_process=false", "data=mmap",
+                              "train.max_steps=1"], prep
+    rows = [json.loads(line) for line in (logs / "runs.jsonl").read_text().splitlines()]
+    assert [(r["name"], r["status"]) for r in rows] == [("prep", "ok")] and (work / "prep.done").is_file()
+    assert (work / "prep" / "metrics.json").is_file()
+
     out = folder / "out" / "p1"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint_stall.md", "gpu.txt", "lm.md", "overhead.md",
                                                      "phase1.tgz"]
-    for table, first in (("overhead.md", "resnet18"), ("lm.md", "fastpipe"), ("checkpoint_stall.md", "every 6")):
+    assert "torch" in (out / "gpu.txt").read_text() and "cpu cores" in (out / "gpu.txt").read_text()
+    for folder_, table, first in (("overhead", "overhead.md", "resnet18"), ("lm", "lm.md", "fastpipe"),
+                                  ("ckpt", "checkpoint_stall.md", "every 6")):
+        assert (out / table).read_text() == (work / folder_ / table).read_text()  # the final table
         assert _table_rows(out / table)[first][-1] == "ok", (out / table).read_text()
     with tarfile.open(out / "phase1.tgz") as tar:
         names = tar.getnames()
     assert "logs-p1/runs.jsonl" in names and "lm/lm.jsonl" in names and "overhead/overhead.log" in names
-    assert not [n for n in names if n.endswith(".pt")]  # checkpoints stay behind
-    assert "== lm.md" in proc.stdout  # the phase ends with its tables
-    work = folder / "work"
+    assert "logs-p1/stream-gpu0.log" in names and "prep/metrics.json" in names and "ckpt/checkpoint_stall.md" in names
+    assert not [n for n in names if n.endswith((".pt", ".fppack"))]  # checkpoints and packs stay behind
+    assert proc.stdout.index("== overhead.md") > proc.stdout.index("== phase 1: ")  # the phase ends with its tables
+    assert "== lm.md" in proc.stdout and "== gpu.txt" in proc.stdout
     _check_overhead(work / "overhead")
     _check_checkpoint_stall(work / "ckpt")
     _check_lm(work / "lm")
 
 
-def test_time_to_target_overhead_smoke(smokes):
-    """time_to_target_overhead.py --smoke, both phases on this CPU: each phase's four files, the start-up
-    rows against the hand loop's first batch, the batch search's probes, each job's breakdown and ratio."""
-    folder, proc = smokes["ttt"]
+def test_time_to_target_overhead_smoke(tmp_path):
+    """time_to_target_overhead.py --smoke, both phases on this CPU: each phase's files, the start-up rows
+    against the hand loop's first batch, the sampled start-up's timeline written (sampling itself: below),
+    the runs' files packed, the one job's breakdown and ratio."""
+    import tarfile
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    with _commands_here():
+        # without the batch search and the evaluation pairs (their tables: below)
+        proc = _here([sys.executable, BENCH / "time_to_target_overhead.py", "--smoke", "--phase", "all", "--out", out,
+                      "--work", work, "--no-search", "--eval-pairs", "0"], cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     files = ["runs.tgz", "ttt_overhead.jsonl", "ttt_overhead.log", "ttt_overhead.md"]
-    assert sorted(p.name for p in (folder / "out" / "p1").iterdir()) == sorted(files + ["timeline-mmap-sampled-0.txt"])
-    assert sorted(p.name for p in (folder / "out" / "p2").iterdir()) == files
-    trainer = (folder / "out" / "p1" / "timeline-mmap-sampled-0.txt").read_text()
-    assert "-c --multiprocessing-fork" in trainer and "import fastpipe.train.job" in trainer  # the training process
-    assert trainer.count("## pid ") >= 2  # and the Hydra process
-    start = _table_rows(folder / "out" / "p1" / "ttt_overhead.md")
+    assert sorted(p.name for p in (out / "p1").iterdir()) == sorted(files + ["timeline-mmap-sampled-0.txt"])
+    assert sorted(p.name for p in (out / "p2").iterdir()) == files
+    rows = [json.loads(line) for line in (out / "p1" / "ttt_overhead.jsonl").read_text().splitlines()]
+    assert [(r["name"], r.get("kind"), r["status"]) for r in rows] == [
+        ("prep (the JPEG folder and its pack)", None, "ok"), ("hand loop, first batch #1", "hand", "ok"),
+        ("fastpipe data=mmap #1", "start-mmap", "ok"), ("fastpipe data=mmap (sampled) #2", "sampled", "ok")]
+    assert rows[1]["first_batch_s"] > rows[1]["imports_s"] > 0 and rows[1]["images"] > 0
+    start = _table_rows(out / "p1" / "ttt_overhead.md")
     assert start["hand loop, first batch #1"][1:3] != ["—", "—"] and start["hand loop, first batch #1"][-1] == "ok"
     row = start["fastpipe data=mmap #1"]  # the smoke leaves out data=default's start-up
-    assert row[-1] == "ok" and float(row[1]) > 0 and float(row[2]) > 0 and "imports" in row[3], row
-    jobs = _table_rows(folder / "out" / "p2" / "ttt_overhead.md")
+    # in this process its imports came before it: its largest parts are those after them
+    assert row[-1] == "ok" and float(row[1]) > 0 and float(row[2]) > 0 and "launch" in row[3], row
+    with tarfile.open(out / "p1" / "runs.tgz") as tar:
+        packed = tar.getnames()
+    assert {"prep/metrics.json", "prep/graph.txt", "start-mmap-0/metrics.json", "start-mmap-sampled-0/metrics.json"} \
+        <= set(packed), packed
+    jobs = _table_rows(out / "p2" / "ttt_overhead.md")
     row = jobs["compile=off train.batch_size=16"]  # the smoke's sweep of one job
     assert row[-1] == "ok" and float(row[6]) > 0, row  # wall
     assert row[9] == "no" or float(row[8]) > 0, row  # reached: its end-to-end time over train
     assert "== " not in proc.stdout and "## The four jobs" in proc.stdout  # the tables, printed last
+
+
+def test_sampled_commands_sample_each_python_process_they_start(tmp_path, monkeypatch):
+    """time_to_target_overhead.py's sampled start-ups (in this process above, so unsampled): its
+    sampler_env makes every Python process a command starts sample its threads' stacks (lib/sampler), and
+    the timeline shows that process, its command line and what its main thread did."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    ttt = importlib.import_module("time_to_target_overhead")
+    samples = tmp_path / "samples"
+    busy = "import time\nstart = time.time()\nwhile time.time() - start < 0.5:\n    pass\n"
+    proc = subprocess.run([sys.executable, "-c", busy, "busy-loop"], env=dict(os.environ, **ttt.sampler_env(samples)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = ttt.timeline(samples)
+    assert text.count("## pid ") == 1 and f"(parent {os.getpid()})" in text and ": -c busy-loop" in text, text
+    busy_segments = [line for line in text.splitlines() if "<string>:<module>" in line]
+    assert busy_segments and max(float(line.split()[2]) for line in busy_segments) >= 0.3, text
 
 
 def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypatch):
@@ -346,7 +562,7 @@ def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypa
     search's probes, from the rows fastpipe's runs give."""
     import importlib
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCH))
     ttt = importlib.import_module("time_to_target_overhead")
     a = ttt.parse_args(["--out", str(tmp_path), "--smoke", "--eval-pairs", "2", "--pair", "train.eval_fold=false,auto"])
     ran = []
@@ -378,22 +594,48 @@ def test_time_to_target_overhead_eval_pairs_and_search_tables(tmp_path, monkeypa
     assert search["32"][:3] == ["32", "True", "900"] and search["64"][-1] == "out of memory"
 
 
-def test_benchmark_script_smoke_mode(smokes):
-    """ddp.py --smoke --profile: the single run, the DDP run and the profiled DDP run, their table, the
-    profile's trace of rank 0 (a DDP run's comm hook in its graph.txt: test_ddp.py's torchrun run)."""
-    out, proc = smokes["ddp"]
+def test_ddp_smoke_with_its_profile_run(tmp_path, monkeypatch):
+    """ddp.py --smoke --profile: the single run, the DDP run and the profiled DDP run, their table and
+    ratios, the profile's trace summarized by lib/trace_summary.py. The DDP runs' commands are composed as
+    they are, then trained in this process on one rank (DDP itself, the profile on rank 0 and the comm hook
+    included: test_ddp.py; the table's processes column and ratio: the --variant test below)."""
+    import importlib
+
+    from conftest import make_settings
+
+    out, composed = tmp_path / "out", []
+    with _commands_here():
+        ddp = importlib.import_module("ddp")
+        real = ddp.run_fastpipe
+
+        def one_rank(overrides, run_dir, timeout_s, log, **kw):
+            if "launcher=ddp" in overrides:
+                settings = make_settings(overrides)
+                composed.append((Path(run_dir).name, settings.launcher.nproc_per_node, settings.profile))
+                overrides = [o for o in overrides if not o.startswith("launcher")] + ["launcher=single"]
+            return real(overrides, run_dir, timeout_s, log, **kw)
+
+        monkeypatch.setattr(ddp, "run_fastpipe", one_rank)
+        proc = _here([sys.executable, BENCH / "ddp.py", "--smoke", "--out", out, "--profile"], cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert [(name, nproc, profile.name) for name, nproc, profile in composed] == [
+        ("ddp", 2, "off"), ("profile", 2, "on")], composed
+    profile = composed[1][2]
+    assert (profile.wait, profile.warmup, profile.active) == (2, 1, 5)  # past the 2 warm-up steps
     table = (out / "ddp.md").read_text()
-    assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 | 2 |" in table
-    assert "| profile=on ddp | 2 |" in table
-    assert table.count("| ok |") == 3 and "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
+    assert "| launcher=single | 1 |" in table and "| launcher=ddp nproc_per_node=2 |" in table
+    assert "| profile=on ddp |" in table and table.count("| ok |") == 3, table
+    assert "launcher=ddp nproc_per_node=2 / single: " in table and "single: n/a" not in table
     assert "profile=on ddp / single: " in table and "(profiled: timing distorted)" in table
     log = (out / "ddp.log").read_text()
-    assert "launcher=ddp" in log and "fastpipe run summary" in log
-    ddp = json.loads((out / "runs" / "ddp" / "metrics.json").read_text())
-    assert ddp["env"]["world_size"] == 2 and ddp["throughput"] > 0
+    assert "launcher=ddp launcher.nproc_per_node=2 profile=on profile.wait=2" in log  # config_refusal's --cfg job
+    assert "fastpipe run summary" in log
+    rows = [json.loads(line) for line in (out / "ddp.jsonl").read_text().splitlines()]
+    assert [r["run"] for r in rows] == ["launcher=single", "launcher=ddp nproc_per_node=2", "profile=on ddp"]
+    assert all(r["throughput"] > 0 and r["run_dir"] == str(out / "runs" / f) for r, f in
+               zip(rows, ("single", "ddp", "profile")))
     traces = list((out / "runs" / "profile" / "profile").glob("*.pt.trace.json*"))
-    assert len(traces) == 1  # rank 0 only
+    assert len(traces) == 1, traces
     summary = _script("lib/trace_summary.py", traces[0])
     assert summary.returncode == 0 and "5 profiled steps" in summary.stdout, summary.stdout + summary.stderr
 
@@ -416,7 +658,7 @@ def test_ddp_variants_are_extra_ddp_runs_with_their_overrides(tmp_path, monkeypa
     with its overrides after the DDP run's, a row and a ratio to the single run; fastpipe is a stand-in."""
     import importlib
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCH))
     ddp = importlib.import_module("ddp")
     fake = tmp_path / "fake_fastpipe.py"
     fake.write_text(FAKE_DDP_RUN)
@@ -432,28 +674,57 @@ def test_ddp_variants_are_extra_ddp_runs_with_their_overrides(tmp_path, monkeypa
     assert "launcher.comm_hook=bf16 launcher.bucket_cap_mb=1 --cfg job" in (out / "ddp.log").read_text()
 
 
-def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(smokes, tmp_path, capsys,
+@pytest.fixture(scope="module")
+def data_formats(tmp_path_factory):
+    """data_formats.py --smoke with every kind of step, training and reading the JPEG pack only (the raw
+    pack's read: in the test), then lib/decode_beside_step.py on the packs it made, at batch 4 (its
+    ResNet-50 steps in bf16 autocast cost a CPU without bf16 units about a second per 4 images); both in
+    this process: (the folder, data_formats.py's CompletedProcess, decode_beside_step.py's)."""
+    import fastpipe.data.pack.jpeg as jpeg
+    import fastpipe.data.pack.source as source
+
+    folder = tmp_path_factory.mktemp("data-formats")
+    work, py = folder / "work", sys.executable
+    with _commands_here(), pytest.MonkeyPatch.context() as mp:
+        env = {"FASTPIPE_CACHE": work / "cache"}  # the dataset: generated in the smoke's own work folder
+        formats = _here([py, BENCH / "data_formats.py", "--smoke", "--out", folder / "out", "--work", work,
+                         "--steps", "generate,pack,train,read,profile", "--codecs", "jpeg",
+                         "--decoders", ",".join(SMOKE_DECODERS)], env=env, cwd=REPO)
+        # decode_beside_step.py times the decoder and swaps the gather function for its run: put back after it
+        mp.setattr(jpeg.Decoder, "__call__", jpeg.Decoder.__call__)
+        mp.setattr(source, "gather", source.gather)
+        beside = _here([py, BENCH / "lib" / "decode_beside_step.py", "--raw", work / "pack-raw.fppack",
+                        "--jpeg", work / "pack-jpeg.fppack", "--out", folder / "beside", "--eager", "--warmup", "1",
+                        "--steps", "1", "--variants", "raw,jpeg+data.decode_workers=1+burn=1,alone:jpeg", "--",
+                        *BESIDE_SHAPES], env=env, cwd=REPO)
+    return folder, formats, beside
+
+
+def test_data_formats_smoke_trains_reads_and_profiles_the_jpeg_pack_with_each_decoder(data_formats, tmp_path,
                                                                                       monkeypatch):
     """benchmarks/data_formats.py --smoke with every kind of step, on the JPEG pack (--codecs jpeg): a row each,
     the decoder named in each JPEG run's graph.txt, and the profile step's trace summary (and the small trace,
-    gzipped) in OUT; then its raw pack's rows from the script's own steps, in this process."""
-    folder, proc = smokes["data-formats"]
+    gzipped) in OUT; then its raw pack's rows from the script's own steps."""
+    folder, proc, _ = data_formats
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = folder / "out"
     rows = {r["step"]: r for r in map(json.loads, (out / "data_formats.jsonl").read_text().splitlines())}
     assert set(rows) == {"generate the JPEG folder", "pack raw", "pack jpeg",
                          *(f"{kind} jpeg ({d} decode)" for kind in ("train", "read", "profile") for d in SMOKE_DECODERS)}
     assert all(r["status"] == "ok" for r in rows.values()), rows
+    assert rows["generate the JPEG folder"]["images"] == rows["pack raw"]["images"] == rows["pack jpeg"]["images"] == 320
+    assert rows["pack jpeg"]["bytes_per_image"] < rows["pack raw"]["bytes_per_image"]
     for d in SMOKE_DECODERS:
         assert rows[f"train jpeg ({d} decode)"]["img_per_s"] > 0 and rows[f"read jpeg ({d} decode)"]["img_per_s"] > 0
         assert f"codec=jpeg  decoder={d}" in (out / "runs" / f"train-jpeg-{d}-decode" / "graph.txt").read_text()
         summary = (out / f"profile-jpeg-{d}.txt").read_text()
         assert f"codec=jpeg  decoder={d}" in summary and "5 profiled steps" in summary
         assert 0 < (out / f"profile-jpeg-{d}.pt.trace.json.gz").stat().st_size < 5_000_000
-    _raw_pack_rows(folder / "work", tmp_path, capsys, monkeypatch)
+    assert "| step | img/s |" in (out / "data_formats.md").read_text() and "| step | img/s |" in proc.stdout
+    _raw_pack_rows(folder / "work", tmp_path, monkeypatch)
 
 
-def _raw_pack_rows(work, tmp_path, capsys, monkeypatch):
+def _raw_pack_rows(work, tmp_path, monkeypatch):
     """data_formats.py's rows of the raw pack (--codecs raw) with the script's own commands: its read, evicted
     first, by lib/pack_read.py in this process; its training run's overrides composed (the training of a raw
     pack: test_learning.py)."""
@@ -463,32 +734,26 @@ def _raw_pack_rows(work, tmp_path, capsys, monkeypatch):
 
     from conftest import make_settings
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     monkeypatch.setenv("FASTPIPE_CACHE", str(work / "cache"))  # the smoke's dataset, not generated again
-    df, pack_read = importlib.import_module("data_formats"), load_benchmark_lib("pack_read")
-
-    def run_json(cmd, timeout_s, log):  # what lib/runner.py's would give, the script run in this process
-        assert Path(cmd[1]).name == "pack_read.py" and pack_read.main([str(c) for c in cmd[2:]]) == 0, cmd
-        return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]), status="ok")
-
     trained = []
-    monkeypatch.setattr(df, "run_json", run_json)
-    monkeypatch.setattr(df, "run_fastpipe", lambda overrides, *args, **kw: trained.append(overrides) or {"status": "ok"})
-    a = SimpleNamespace(smoke=True, images=None, work=work, out=tmp_path, timeout=200)
-    s, deadline, log, raw = df.settings(a), df.Deadline(None), io.StringIO(), work / "pack-raw.fppack"
-    read = df.read(a, s, "raw", "auto", True, log, deadline)
+    with _commands_here():
+        df = importlib.import_module("data_formats")
+        monkeypatch.setattr(df, "run_fastpipe", lambda overrides, *args, **kw: trained.append(overrides) or {"status": "ok"})
+        a = SimpleNamespace(smoke=True, images=None, work=work, out=tmp_path, timeout=200)
+        s, deadline, log, raw = df.settings(a), df.Deadline(None), io.StringIO(), work / "pack-raw.fppack"
+        read = df.read(a, s, "raw", "auto", True, log, deadline)
+        assert df.train(a, s, "raw", "auto", log, deadline)["step"] == "train raw"
     assert (read["step"], read["status"], read["cold"], read["pack_bytes"]) == (
         "read raw, evicted first", "ok", True, raw.stat().st_size), read
-    assert read["first_img_per_s"] > 0 and read["img_per_s"] > 0
-    assert df.train(a, s, "raw", "auto", log, deadline)["step"] == "train raw"
+    assert read["first_img_per_s"] > 0 and read["img_per_s"] > 0 and "pack_read.py --pack" in log.getvalue()
     settings = make_settings(trained[0])
     assert settings.data.path == str(raw) and settings.data.decoder == "auto" and settings.train.epochs == 1
 
 
-def test_decode_beside_step_smoke_trains_each_loader_variant_in_one_process(smokes):
+def test_decode_beside_step_smoke_trains_each_loader_variant_in_one_process(data_formats):
     """lib/decode_beside_step.py on data_formats.py --smoke's packs: a row each, in the order given, the
     decoders named, the loader alone far faster."""
-    folder, proc = smokes["data-formats"]
+    folder, _, proc = data_formats
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in (folder / "beside" / "decode_beside_step.jsonl").read_text().splitlines()]
     assert [r["variant"] for r in rows] == ["raw", "jpeg+data.decode_workers=1+burn=1", "alone:jpeg"]
@@ -512,25 +777,28 @@ def _loaders_script(monkeypatch):
     """benchmarks/loaders.py as a module (imported as its recipe runs it, from the benchmarks folder)."""
     import importlib
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCH))
     return importlib.import_module("loaders")
 
 
 @needs_dali
-def test_loader_benchmark_smoke(smokes, monkeypatch):
+def test_loader_benchmark_smoke(tmp_path, monkeypatch):
     """benchmarks/loaders.py --smoke --loaders dali: the run, tiny, on the CPU, its table row; each other
     loader's smoke overrides compose into its settings (the loaders themselves: test_learning.py)."""
     from conftest import make_settings
 
-    out, proc = smokes["loaders"]
+    out = tmp_path / "out"
+    with _commands_here():
+        proc = _here([sys.executable, BENCH / "loaders.py", "--out", out, "--smoke", "--loaders", "dali"], cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _rows(out)
     assert list(rows) == ["loader", "dali"], rows
     assert rows["dali"][-1] == "ok" and float(rows["dali"][1].replace(",", "")) > 0, rows["dali"]
     assert 0 <= float(rows["dali"][2]) <= 100 and float(rows["dali"][3]) >= 0  # the table rounds to 0.1 s
     metrics = json.loads((out / "dali" / "metrics.json").read_text())
-    assert metrics["choices"]["data"] == "dali" and metrics["warmup_s"] > 0
+    assert metrics["choices"]["data"] == "dali" and metrics["warmup_s"] > 0 and metrics["steps"] == 10
     assert len((out / "loaders.jsonl").read_text().splitlines()) == 1
+    assert "shapes-" in proc.stdout.split("\n", 1)[0] and "| dali |" in proc.stdout  # the dataset line, the table
     loaders = _loaders_script(monkeypatch)
     a = loaders.parse_args(["--out", str(out), "--smoke"])
     assert a.loaders == ["default", "mmap", "dali"]  # what a plain --smoke runs
@@ -539,10 +807,12 @@ def test_loader_benchmark_smoke(smokes, monkeypatch):
         assert type(settings.data).__name__.lower() == f"{name}loaderconfig" and settings.train.max_steps == 10
 
 
-def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path, monkeypatch):
-    """In this process (the script's own imports are here already); its run is a `python -m fastpipe`."""
-    loaders = _loaders_script(monkeypatch)
-    assert loaders.main(["--out", str(tmp_path), "--smoke", "--loaders", "dali", "dali:data.no_such_key=1"]) == 1
+def test_loader_benchmark_failed_loader_is_a_row_with_the_reason(tmp_path):
+    """A run that fastpipe refuses is a row with fastpipe's reason; the table still written."""
+    with _commands_here():
+        proc = _here([sys.executable, BENCH / "loaders.py", "--out", tmp_path, "--smoke", "--loaders", "dali",
+                      "dali:data.no_such_key=1"], cwd=REPO)
+    assert proc.returncode == 1, proc.stderr[-2000:]
     reason = _rows(tmp_path)["dali"][-1]
     assert reason.startswith("failed: data.no_such_key is not a key of DaliLoaderConfig (its keys: "), reason
     assert "num_threads" in reason and reason.endswith("; fix the spelling"), reason

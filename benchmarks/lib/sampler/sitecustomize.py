@@ -1,7 +1,7 @@
 """A stack sampler for every Python process of a benchmarked run (benchmarks only, never fastpipe).
 
 With this folder first on PYTHONPATH and FASTPIPE_SAMPLE_DIR set, each Python process that starts
-(the Hydra process, its training process, a hand loop) samples its threads' stacks every
+(a run, a sweep and its jobs' processes, a hand loop) samples its threads' stacks every
 FASTPIPE_SAMPLE_INTERVAL seconds (default 0.01) from a daemon thread and appends one line per busy
 thread to FASTPIPE_SAMPLE_DIR/<pid>.tsv: the time, the thread, the thread's and the process's CPU
 seconds, the machine's busy and iowait CPU seconds (/proc/stat), the outermost and innermost import in progress,

@@ -26,3 +26,15 @@ def test_profile_is_off_by_default_and_validated(tmp_path):
     assert make_settings(RUN).profile.name == "off"
     with pytest.raises(ConfigError, match="profile.active"):
         make_settings(RUN + ["profile=on", "profile.active=0"])
+
+
+def test_only_rank_0_profiles(tmp_path):
+    """Under ddp the run folder is rank 0's: the other ranks run unprofiled (one trace per run)."""
+    import torch
+
+    from fastpipe.stages.profiling import NoProfiler, build_profiler
+
+    cfg = make_settings(RUN + ["profile=on"]).profile
+    assert isinstance(build_profiler(cfg, tmp_path, torch.device("cpu"), is_main=False), NoProfiler)
+    with pytest.warns(UserWarning, match="profile=on"):
+        assert not isinstance(build_profiler(cfg, tmp_path, torch.device("cpu"), is_main=True), NoProfiler)
