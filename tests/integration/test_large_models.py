@@ -1,4 +1,4 @@
-"""benchmarks/large_models.py --smoke: its H200 phases 2 and 3 on the CPU, and what their runs show.
+"""benchmarks/large_models.py --smoke, in the test's process: its H200 phases 2 and 3 on the CPU, and what their runs show.
 
 One script run covers the batch search's command, a GPT built on its device (the 10B build's command
 at a tiny shape) and the fp8-against-bf16 loss pair, whose fp8 run is torchao's emulation, compiled
@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 import tarfile
 
 import pytest
-from conftest import REPO
+from benchmark_runs import BENCH, commands_here, here
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def phase2(tmp_path_factory):
+    """The script and each run it starts, in this process (tests/support/benchmark_runs.py)."""
     out = tmp_path_factory.mktemp("large_models")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "large_models.py"), "--phase", "2,3", "--out", str(out),
-                           "--smoke", "--deadline", "400"], cwd=REPO / "benchmarks", capture_output=True, text=True,
-                          timeout=500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    with commands_here():
+        proc = here([sys.executable, BENCH / "large_models.py", "--phase", "2,3", "--out", out, "--smoke",
+                     "--deadline", "400"], cwd=BENCH)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout
 

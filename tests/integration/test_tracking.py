@@ -73,6 +73,8 @@ def test_the_run_records_its_name_tags_and_loggers(tracked):
 
 
 def test_mlflows_default_store_is_sqlite_in_the_working_folder(tracked):
+    import mlflow
+
     folder, run_dir, record = tracked
     client = mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(folder.name)  # the working folder's name
