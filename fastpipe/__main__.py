@@ -168,9 +168,8 @@ def hydra_app() -> None:
 def main() -> None:
     """The command, for a caller that goes on after it (a test, a program): raises SystemExit with the
     command's exit code, as Hydra does; what the command set in this process is put back."""
-    from fastpipe.signals import exit_on_stop_signals
-
     from fastpipe.machine import process_started_at
+    from fastpipe.signals import exit_on_stop_signals
 
     _RUN_FOLDER.clear()  # this command's own
     _COMMANDS.append(time.time() if _COMMANDS else process_started_at())  # a program's second command: from here

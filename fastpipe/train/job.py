@@ -30,7 +30,7 @@ from fastpipe.record.recorder import RunRecorder
 from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
 from fastpipe.machine import environment
-from fastpipe.runtime import dist_from_env, setup_runtime
+from fastpipe.runtime import dist_from_env, process_state_kept, setup_runtime
 from fastpipe.signals import stop_on_signals, stopped_before_training, training
 
 
@@ -40,6 +40,11 @@ def run_training(settings: Config, run_dir: Path) -> dict:
     Exceptions propagate after a failed metrics.json has been written, so the caller can both show
     the reason and exit non-zero.
     """
+    with process_state_kept():  # what the run sets process-wide (runtime.py) is put back as it ends
+        return _run_training(settings, run_dir)
+
+
+def _run_training(settings: Config, run_dir: Path) -> dict:
     parts = setup.SetupParts(settings.started_at)  # the trainer's first line: what came before is imports
     dist = dist_from_env()
     recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
