@@ -127,3 +127,34 @@ def test_the_report_shows_a_job_whose_process_died_as_a_failed_row(tmp_path):
     ok, dead = load_jobs(tmp_path)
     assert ok.metrics["status"] == "ok"
     assert dead.metrics["status"] == "failed" and dead.metrics["reason"].startswith("its process died")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2])
+def test_a_parallel_sweep_passes_every_stop_signal_on_to_its_running_jobs(sig, monkeypatch):
+    """hydra/launcher=gpus: SIGUSR2 (submitit's time-limit warning) reaches the jobs as SIGTERM and SIGUSR1 do,
+    and stops the sweep with 75, instead of ending the sweep's process and leaving its jobs to the
+    parent-death signal."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.fastpipe_sweeps import stopping
+
+    sent = []
+    monkeypatch.setattr(stopping.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    stop = stopping.SweepStop()
+    running = {0: SimpleNamespace(proc=SimpleNamespace(pid=4242))}
+    with stop.forwarding(running):
+        signal.getsignal(sig)(sig, None)
+    assert sent == [(4242, sig)] and stop.code == 75 and stop.reason == f"stopped by {sig.name}"
+
+
+def test_a_sweep_jobs_training_process_checkpoints_when_its_sweep_dies(monkeypatch):
+    """The parent-death signal of a sweep job's training process (and of a gpus launcher's job process) is
+    SIGTERM, its stop signal, not SIGKILL: a job whose sweep was killed checkpoints and stops."""
+    from fastpipe.launch import launcher
+
+    asked = []
+    monkeypatch.setattr(launcher, "die_with_parent", lambda parent, how: asked.append(how) or (_ for _ in ()).throw(
+        SystemExit(0)))
+    with pytest.raises(SystemExit):
+        launcher._single_worker("unused", "unused", 1)
+    assert asked == [signal.SIGTERM]
