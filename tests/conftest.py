@@ -70,25 +70,41 @@ TINY = [
 ]
 
 
-_COMPOSITIONS = {}  # overrides -> the composed DictConfig: Hydra reads conf/'s YAML files anew at every compose
+_COMPOSITIONS = {}  # the structural overrides -> the composed DictConfig
+
+
+def _structural(override: str) -> bool:
+    """Whether ``override`` can change what Hydra composes (a group's choice, ``+experiment=...``, the search
+    path) rather than set a value in the composed config (``dataset.num_images=240``, ``+model.hold=F``)."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return "." not in key or key.startswith("hydra") or "@" in key or "/" in key
 
 
 def compose(overrides=()):
-    """The composed DictConfig for ``overrides`` (Hydra's compose API over the repo's conf/), each call a copy of
-    its own; composed once per test process (0.1-0.3 s a composition, in hundreds of tests). Converting it
-    (``make_settings``), where fastpipe's checks run, happens at every call."""
+    """The composed DictConfig for ``overrides`` (Hydra's compose API over the repo's conf/), each call a copy
+    of its own. Hydra composes in two steps, the defaults list from the structural overrides, then the value
+    overrides applied to the result (``ConfigLoaderImpl._apply_overrides_to_config``); here the first step
+    is done once per test process for each set of structural overrides (it reads conf/'s YAML files anew
+    every time: 0.1-0.3 s, in hundreds of tests) and the second by Hydra's own function on a copy.
+    Converting the result (``make_settings``), where fastpipe's checks run, happens at every call."""
     import copy
 
     from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from fastpipe.config import register_configs
 
-    key = tuple(overrides)
-    if key not in _COMPOSITIONS:
+    overrides = list(overrides)
+    structural = tuple(o for o in overrides if _structural(o))
+    values = [o for o in overrides if not _structural(o)]
+    if structural not in _COMPOSITIONS:
         register_configs()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            _COMPOSITIONS[key] = hydra_compose(config_name="config", overrides=list(overrides))
-    return copy.deepcopy(_COMPOSITIONS[key])
+            _COMPOSITIONS[structural] = hydra_compose(config_name="config", overrides=list(structural))
+    cfg = copy.deepcopy(_COMPOSITIONS[structural])
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(values), cfg)
+    return cfg
 
 
 def make_settings(overrides=()):

@@ -115,7 +115,7 @@ def test_a_second_sweep_into_a_busy_sweep_folder_is_refused(tmp_path):
              *held_model(tmp_path.parent / f"{tmp_path.name}.hold"), "seed=0,1", f"hydra.sweep.dir={tmp_path}"]
     first = subprocess.Popen(sweep, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(tmp_path / "0" / "tb", first)
-    second = subprocess.run(sweep, cwd=REPO, capture_output=True, text=True, timeout=120)
+    second = in_process(sweep[3:])  # the same command, from this process
     first.kill()
     first.wait(timeout=30)
     assert second.returncode == EXIT_CODE
@@ -195,10 +195,9 @@ def test_a_killed_dataloader_worker_is_one_line(tmp_path):
     conf = tmp_path / "conf" / "dataset"
     conf.mkdir(parents=True)
     (conf / "suicidal.yaml").write_text("_target_: fault_data.KillsItsWorker\n")
-    proc = subprocess.run([sys.executable, "-m", "fastpipe", "--config-dir", str(tmp_path / "conf"),
-                           "dataset=suicidal", "data.num_workers=1", "train.batch_size=8", "train.max_steps=4", "runtime.progress=false",
-                           "model._target_=fault_models.TabularNet", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = in_process(["--config-dir", str(tmp_path / "conf"), "dataset=suicidal", "data.num_workers=1",
+                       "train.batch_size=8", "train.max_steps=4", "runtime.progress=false",
+                       "model._target_=fault_models.TabularNet", f"hydra.run.dir={tmp_path / 'run'}"])
     assert proc.returncode == EXIT_CODE, proc.stderr[-2000:]
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("fastpipe: error: a DataLoader worker process died") and "data.num_workers" in line
