@@ -13,10 +13,10 @@ from fastpipe.errors import ConfigError
 @dataclass
 class SingleLauncherConfig:
     name: str = "single"  # the choice: launcher=single
-    # Where a job trains. auto: a single run in the process the user started; each sweep job and each
-    # repeat (report.repeats > 1) in a fresh process, so none inherits another's CUDA, compile or
-    # worker state. true: every job in a fresh process, a single run too. false: every job in the
-    # process that launches it (a debugger steps into each; sweep jobs lose their isolation).
+    # auto: a single run trains in the process the user started, each sweep job and each repeat in a fresh
+    # process of its own (none inherits another's CUDA, compile or worker state). true: every job in a
+    # fresh process, a single run too. false: every job in the process that launches it (a debugger
+    # steps into each; sweep jobs lose their isolation).
     fresh_process: Any = "auto"
 
     def __post_init__(self) -> None:
