@@ -7,6 +7,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -25,10 +26,9 @@ from fastpipe.runtime import process_state_kept
 from hydra_plugins.fastpipe_sweeps import register as register_sweep_plugins
 
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
-EXIT_WITHIN_S = 3.0  # after its record and last line, the command ends within this, whatever threads or pools remain
 CONFIG_NAME = "config"  # conf/config.yaml
 _RUN_FOLDER: list = []  # a single run's folder, said first and last
-_COMMANDS: list = []  # when each command this process ran began (Unix time): the first one's, the process's start
+_COMMANDS: list = []  # when each command this process ran began (Unix time; `python -m fastpipe`: the process's start)
 
 register_configs()
 register_help_resolver()  # --help's groups and each key's meaning (conf/hydra/help/fastpipe.yaml)
@@ -51,17 +51,22 @@ def _run(cfg: DictConfig):
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
     from fastpipe.machine import process_started_at
-    from fastpipe.runtime import process_environment
+    from fastpipe.launch.launcher import JOB_PROCESS_LAUNCHERS
+    from fastpipe.runtime import process_environment, quiet_library_info
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
+    hydra_launcher = str(hc.launcher.get("_target_", ""))
     if not sweep:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
+    # the end-to-end clock's start: the command's for one run; a sweep's job's own, in the sweep's process
+    # (its imports paid once) or in a process started for it alone (from that process's start)
+    started_at = (process_started_at() if hydra_launcher in JOB_PROCESS_LAUNCHERS else time.time()) if sweep \
+        else (_COMMANDS[-1] if _COMMANDS else process_started_at())
+    quiet_library_info()
     import_trainer()
-    # the end-to-end clock's start: the command's for one run; a sweep's job's own (its imports paid once)
-    started_at = time.time() if sweep else (_COMMANDS[-1] if _COMMANDS else process_started_at())
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
@@ -69,7 +74,7 @@ def _run(cfg: DictConfig):
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1/SIGUSR2 before training begins: exit 75
             settings = to_settings(cfg, choices, check=False)
-            resolve_fresh_process(settings, sweep, str(hc.launcher.get("_target_", "")))
+            resolve_fresh_process(settings, sweep, hydra_launcher)
             process_environment(settings)  # before the check imports the project's modules, which may touch CUDA
             settings.check()
             settings.overrides, settings.started_at = overrides, started_at
@@ -165,14 +170,14 @@ def hydra_app() -> None:
         report_like_hydra(exc)
 
 
-def main() -> None:
+def main(started_at: Optional[float] = None) -> None:
     """The command, for a caller that goes on after it (a test, a program): raises SystemExit with the
-    command's exit code, as Hydra does; what the command set in this process is put back."""
-    from fastpipe.machine import process_started_at
+    command's exit code, as Hydra does; what the command set in this process is put back. A single run's
+    end-to-end clock starts at ``started_at`` (Unix time), by default now."""
     from fastpipe.signals import exit_on_stop_signals
 
     _RUN_FOLDER.clear()  # this command's own
-    _COMMANDS.append(time.time() if _COMMANDS else process_started_at())  # a program's second command: from here
+    _COMMANDS.append(time.time() if started_at is None else started_at)
     with process_state_kept():
         exit_on_stop_signals()
         try:
@@ -196,11 +201,12 @@ def cli() -> None:
     EXIT_WITHIN_S of its last line with the command's exit code, whatever threads or pools are still
     winding down (a tracker's uploader, decode workers, Inductor's compile workers): the run's record
     is written by then, and nothing the process still does can change it."""
-    from fastpipe.processes import exit_within
+    from fastpipe.machine import process_started_at
+    from fastpipe.processes import EXIT_WITHIN_S, exit_within
 
     code = 0
     try:
-        main()
+        main(started_at=process_started_at())  # the command is this process: its clock from the process's start
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         raise

@@ -1,9 +1,8 @@
 """What this machine and process are: versions and hardware for the run's record, the CUDA devices
-training would use (and whether it would use one, asked before torch is imported), whether the CPU
-computes bf16 natively, when the process started, which CPUs are left beyond a process's first
-physical cores. Reads the machine (torch's probes, NVML, /proc), never the environment's settings
-(runtime.py does). torch is imported by the functions that use it: the Hydra process asks when it
-started before it imports torch."""
+training would use, whether the CPU computes bf16 natively, when the process started, which CPUs are
+left beyond a process's first physical cores. Reads the machine (torch's probes, NVML, /proc), never the
+environment's settings (runtime.py does). torch is imported by the functions that use it: the entry
+point asks when it started before it imports torch."""
 from __future__ import annotations
 
 import os

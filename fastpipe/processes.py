@@ -20,7 +20,7 @@ from fastpipe.signals import STOP_SIGNALS, handlers
 
 @contextlib.contextmanager
 def started_with_signals_held(start: Callable[[], int]) -> Iterator[int]:
-    """Start the training process (``start()`` returns its pid) and pass SIGTERM/SIGUSR1 on to it,
+    """Start the training process (``start()`` returns its pid) and pass the stop signals on to it,
     with no moment where a stop signal is lost or kills it unrecorded: the trainer starts with them
     blocked, so one sent to it while it imports stays pending until ``stop_on_signals`` records it
     (preempted, exit 75); one that reaches this process while it starts is forwarded once it has."""
@@ -145,6 +145,9 @@ def die_with_parent(parent: int, how: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+EXIT_WITHIN_S = 3.0  # after its record and last line, a process ends within this, whatever threads or pools remain
+
+
 def exit_within(seconds: float, code: int) -> None:
     """End this process with ``code`` at most ``seconds`` from now: as it exits, Python joins its
     remaining threads and runs its exit handlers (a tracker's uploader, a pool's workers), any of which
@@ -160,9 +163,9 @@ ONE_CTRL_C_S = 2.0  # SIGINTs this close together are one Ctrl-C (to the process
 
 
 def take_ctrl_c_once() -> None:
-    """In a training process the Hydra process started: SIGINT raises KeyboardInterrupt as by default,
-    but a second one within ``ONE_CTRL_C_S`` is the same Ctrl-C (the terminal signals the process group,
-    and the Hydra process passes the signal on, for a SIGINT sent to it alone) and is ignored, so it
+    """In a sweep job's process (its training process, a gpus launcher's job process): SIGINT raises
+    KeyboardInterrupt as by default, but a second one within ``ONE_CTRL_C_S`` is the same Ctrl-C (the
+    terminal signals the process group, and the sweep's process passes the signal on) and is ignored, so it
     cannot break off the recording of the first; a later Ctrl-C interrupts again."""
     last = [None]
 

@@ -155,7 +155,7 @@ def process_environment(settings) -> None:
 
 def setup_runtime(settings) -> Runtime:
     """Apply the allocator, seed, cuDNN and TF32 settings; pick the device. Call once per run, inside
-    ``process_state_kept``."""
+    ``process_state_kept``, which puts each of them back as the run ends."""
     import torch
     process_environment(settings)  # a no-op where the entry point did it already
     dist = dist_from_env()
@@ -164,15 +164,28 @@ def setup_runtime(settings) -> Runtime:
         torch.cuda.set_device(device)
     else:
         _undo_later(_filtered(logging.getLogger("torch.utils.cpp_extension"), _no_cuda_runtime_note))
-    torch.backends.cudnn.benchmark = settings.runtime.cudnn_benchmark
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32  # fp32 means fp32 unless the user allows TF32
-    torch.backends.cudnn.allow_tf32 = tf32
+    _undo_later(_switched(torch.backends.cudnn, "benchmark", settings.runtime.cudnn_benchmark))
+    _undo_later(_switched(torch.backends.cuda.matmul, "allow_tf32", tf32))  # fp32 means fp32 unless TF32 is allowed
+    _undo_later(_switched(torch.backends.cudnn, "allow_tf32", tf32))
     _compiler_switches(settings.compile, settings.precision)
+    _undo_later(_generators_restorer())
     seed_everything(settings.seed + dist.rank)  # each rank its own stream (augmentation, dropout)
     if device.type == "cpu" and dist.local_world_size > 1:
+        threads = torch.get_num_threads()
         torch.set_num_threads(max(1, cpu_cores() // dist.local_world_size))  # ranks share the cores
+        _undo_later(lambda: torch.set_num_threads(threads))
     return Runtime(device, dist, cache_root(), cpu_cores())
+
+
+def quiet_library_info() -> None:
+    """torchvision's INFO lines out of the console: a single run trains under Hydra's job logging, which
+    prints the root logger's INFO records (torch's own loggers stop theirs at WARNING as torch imports).
+    A level set by the user is kept; put back as the job ends."""
+    logger = logging.getLogger("torchvision")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+        _undo_later(lambda: logger.setLevel(logging.NOTSET))
 
 
 _undo: List[List[Callable[[], None]]] = []  # per open ``process_state_kept``: what puts back the run's changes
@@ -194,68 +207,53 @@ def _filtered(logger: logging.Logger, rule) -> Callable[[], None]:
 def process_state_kept() -> Iterator[None]:
     """Around a run: the process-wide state it sets put back as it was before, however the run ends, so
     that a program or a test running fastpipe twice in one process sees no leak from the first run:
-    the environment, ``sys.path``, the stop and Ctrl-C signal handlers, Python's, NumPy's and torch's
-    random generators, torch's cuDNN/TF32 switches and thread count, and the compiler switches and log
-    filters ``setup_runtime`` set."""
+    the environment, ``sys.path``, the stop and Ctrl-C signal handlers, and what ``setup_runtime`` and
+    ``quiet_library_info`` set (the random generators, torch's cuDNN/TF32 switches and thread count,
+    the compiler switches, log filters and levels). A step that cannot be put back is a warning, and
+    never hides the run's own error."""
     environ, path = dict(os.environ), list(sys.path)
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1,
                                                        signal.SIGUSR2)} if main_thread else {}
-    generators = _generators()
-    torch = sys.modules.get("torch")
-    switches = _torch_switches(torch) if torch is not None else None
     _undo.append([])
     try:
         yield
     finally:
-        for action in reversed(_undo.pop()):
-            action()
-        for key in set(os.environ) - set(environ):
-            del os.environ[key]
-        os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
-        sys.path[:] = path
-        for sig, handler in handlers.items():
-            if handler is not None:  # None: set outside Python, which cannot be put back
-                signal.signal(sig, handler)
-        _set_generators(generators)
-        if switches is not None:
-            _set_torch_switches(torch, switches)
+        steps = list(reversed(_undo.pop())) + [lambda: _put_back_environ(environ), lambda: sys.path.__setitem__(
+            slice(None), path)] + [lambda s=sig, h=handler: signal.signal(s, h) for sig, handler in handlers.items()
+                                   if handler is not None]  # None: set outside Python, which cannot be put back
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # the others still run; the run's own outcome stands
+                import warnings
+
+                warnings.warn(f"fastpipe could not put back process state after the run: {type(exc).__name__}: "
+                              f"{exc}", RuntimeWarning)
 
 
-def _generators() -> dict:
-    """The random generators' states: Python's, and NumPy's and torch's where imported (CUDA's once initialised)."""
-    states = {"python": random.getstate()}
-    numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
-    if numpy is not None:
-        states["numpy"] = numpy.random.get_state()
-    if torch is not None:
-        states["torch"] = torch.get_rng_state()
-        if torch.cuda.is_initialized():
-            states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
+def _put_back_environ(environ: dict) -> None:
+    for key in set(os.environ) - set(environ):
+        del os.environ[key]
+    os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
 
 
-def _set_generators(states: dict) -> None:
-    random.setstate(states["python"])
-    if "numpy" in states:
-        sys.modules["numpy"].random.set_state(states["numpy"])
-    if "torch" in states:
-        torch = sys.modules["torch"]
-        torch.set_rng_state(states["torch"])
-        if "cuda" in states:
-            torch.cuda.set_rng_state_all(states["cuda"])
+def _generators_restorer() -> Callable[[], None]:
+    """What puts Python's, NumPy's and torch's random generators back as they are now (CUDA's too, once
+    initialised)."""
+    import numpy as np
+    import torch
 
+    python, numpy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
 
-def _torch_switches(torch) -> tuple:
-    return (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-            torch.get_num_threads())
-
-
-def _set_torch_switches(torch, switches: tuple) -> None:
-    (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-     threads) = switches
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    def restore() -> None:
+        random.setstate(python)
+        np.random.set_state(numpy)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+    return restore
 
 
 @contextlib.contextmanager

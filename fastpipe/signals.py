@@ -187,7 +187,7 @@ def outside_a_job(signum: int) -> str:
 
 
 def exit_on_stop_signals() -> None:
-    """In the Hydra process, outside any job (composing, between a sweep's jobs): a stop signal
+    """In the command's process, outside any job (composing, between a sweep's jobs): a stop signal
     ends the run or sweep at once with exit code 75."""
     from fastpipe.errors import EXIT_PREEMPTED
 
@@ -208,9 +208,9 @@ def _launching(signum, _frame) -> None:
 
 @contextlib.contextmanager
 def stop_while_launching() -> Iterator[None]:
-    """In the Hydra process, around a job: a stop signal before the trainer runs stops the job (and
-    the sweep) with exit code 75; from the moment the trainer starts, ``started_with_signals_held`` passes
-    signals on."""
+    """In the command's process, around a job: a stop signal before the run's own handling begins
+    (``stop_on_signals``) stops the job (and the sweep) with exit code 75; a job's fresh training process,
+    once started, gets the signals passed on (``started_with_signals_held``)."""
     global _before_training, _owner
     _before_training, _owner = None, os.getpid()
     with handlers(_launching):

@@ -60,7 +60,7 @@ def _why_missing(run_dir: Path, which: str, option: str) -> str:
     record = outcome(run_dir) or {}
     status = record.get("status")
     if status in ("failed", "preempted", "interrupted"):
-        ended = "its process died" if record.get("reason", "").startswith("its process died") else f"it ended {status}"
+        ended = "its process died" if (record.get("reason") or "").startswith("its process died") else f"it ended {status}"
         return (f"the run did not finish ({ended}): {which}.pt is written {written}; resume the run with "
                 f"train.resume=auto, or load a step-*.pt checkpoint")
     if which == "best":

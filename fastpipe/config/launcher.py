@@ -41,7 +41,7 @@ class ProcessGroupLauncherConfig:
     # job with an error after this long instead of blocking the others forever.
     timeout_s: int = 600
     # Workers are always fresh processes (one elastic launch per job); false is refused unless
-    # fastpipe itself runs under torchrun/srun, where the Hydra process is the rank.
+    # fastpipe itself runs under torchrun/srun, where its process is the rank.
     fresh_process: bool = True
 
     def __post_init__(self) -> None:

@@ -48,7 +48,7 @@ def decode_rgb(path: str) -> Image.Image:
 def image_transform(image_size: int, augment: bool):
     """The host-side transform of data=default and the pack: resize (or random crop) to uint8."""
     # Imported here: torchvision's package import pulls in torch._dynamo (about 1 s), which a process that
-    # only resolves the dataset's _target_ (the Hydra process of a fresh-process run, a sweep's checks) never needs.
+    # only resolves the dataset's _target_ (a sweep's checks of its jobs) never needs.
     from torchvision import transforms
 
     if augment:

@@ -34,33 +34,61 @@ from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
 from fastpipe.launch.handoff import read_settings, settings_file
 from fastpipe.machine import environment
-from fastpipe.processes import die_with_parent, exit_reason, started_with_signals_held, take_ctrl_c_once
+from fastpipe.processes import (EXIT_WITHIN_S, die_with_parent, exit_reason, exit_within, started_with_signals_held,
+                                take_ctrl_c_once)
 from fastpipe.process_group import broadcast_from_main, init_distributed, shutdown_distributed
+from fastpipe.signals import stopped_before_training
 from fastpipe.runtime import dist_from_env, full_errors, process_environment, started_by_torchrun
 
 
 def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     """Entry point of a fresh training process: exit code 0 ok, EXIT_CODE bad input, 75 stopped by a
-    signal, 130 Ctrl-C, 1 crash."""
+    signal, 130 Ctrl-C, 1 crash; the process ends within EXIT_WITHIN_S of its record, whatever threads remain."""
     die_with_parent(parent, signal.SIGTERM)  # its sweep ended without it: checkpoint and stop, as when preempted
     take_ctrl_c_once()
-    settings = read_settings(settings_path)
-    process_environment(settings)  # before torch's first CUDA call, as in the launching process
-    from fastpipe.measure import setup
-    from fastpipe.train.job import run_training
-
-    setup.imports_done()
+    hold_the_folder_once_free(Path(run_dir))
+    code, settings = 1, read_settings(settings_path)
     try:
+        process_environment(settings)  # before torch's first CUDA call, as in the launching process
+        from fastpipe.measure import setup
+        from fastpipe.train.job import run_training
+
+        setup.imports_done()
         run_training(settings, Path(run_dir))
+        code = 0
     except FastpipeError as exc:  # the reason is in metrics.json; the parent prints it once
         if full_errors():
             traceback.print_exc()
-        sys.exit(getattr(exc, "exit_code", EXIT_CODE))  # EXIT_PREEMPTED after a stop signal
+        recorded(Path(run_dir), settings, exc)
+        code = getattr(exc, "exit_code", EXIT_CODE)  # EXIT_PREEMPTED after a stop signal
     except KeyboardInterrupt:  # Ctrl-C reached the whole process group: recorded; the parent says it
-        sys.exit(130)
+        code = 130
     except BaseException:
         traceback.print_exc()
-        sys.exit(1)
+    exit_within(EXIT_WITHIN_S, code)
+    sys.exit(code)
+
+
+def hold_the_folder_once_free(run_dir: Path) -> None:
+    """A job's training process takes its run folder's lock (record/runlock.py) the moment the process that
+    launched it lets it go: that process died, and this one, stopping on its parent-death SIGTERM, still
+    writes its checkpoint and record there, which no new run may start over meanwhile. A daemon thread
+    waits for it; the kernel frees it when this process ends."""
+    import json
+    import socket
+    import threading
+    import time
+
+    from fastpipe.files import file_lock
+    from fastpipe.record.runlock import NAME
+
+    def hold() -> None:
+        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                            "command": "a sweep job's training process whose sweep ended"})
+        with contextlib.suppress(OSError), file_lock(run_dir / NAME, owner=owner):
+            threading.Event().wait()
+
+    threading.Thread(target=hold, name="fastpipe-hold-folder", daemon=True).start()
 
 
 JOB_PROCESS_LAUNCHERS = ("hydra_plugins.fastpipe_sweeps.gpus_launcher.GpusLauncher",
@@ -90,11 +118,21 @@ def resolve_fresh_process(settings: Config, sweep_job: bool, hydra_launcher: str
 
 def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list, run_id: str = None) -> dict:
     """Settings that cannot work, or a stop signal before training began: the job's failed record, written
-    (by the Hydra process, or by a single run's training process after its own check)."""
+    (by the process that launches it)."""
     record = failed(str(exc), choices, overrides, environment(None, 1), run_id=run_id,
                     **(getattr(exc, "metrics", None) or {}))
     results.write_if_possible(run_dir, record)
     return record.to_dict()
+
+
+def recorded(run_dir: Path, settings: Config, exc: FastpipeError) -> dict:
+    """The record of a run that ended with ``exc``: the run's own, or, where it ended before it could
+    record why (a stop signal as it began), one written here with that reason (the stop signal's first)."""
+    record = results.own(run_dir, settings.run_id)
+    if record is None or record.get("status") == "running":
+        return refused(run_dir, stopped_before_training() or exc, settings.choices, settings.overrides,
+                       settings.run_id)
+    return record
 
 
 def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
@@ -192,7 +230,7 @@ def _launch(settings: Config, run_dir: Path) -> dict:
     group = choice("launcher", settings.launcher.name).process_group
     if group and started_by_torchrun():
         return _join_torchrun(settings, run_dir)
-    if not settings.train.resume and settings.logger:
+    if not settings.train.resume:
         _settle_earlier(run_dir)
     results.begin(run_dir, settings.choices, settings.overrides, settings.run_id)
     if group:
@@ -208,5 +246,5 @@ def _launch(settings: Config, run_dir: Path) -> dict:
 
     try:
         return run_training(settings, run_dir)
-    except FastpipeError:  # recorded in metrics.json; the entry point prints its line and exits 2 (or 75)
-        return results.read(run_dir)
+    except FastpipeError as exc:  # the entry point prints its line and exits 2 (or 75)
+        return recorded(run_dir, settings, exc)

@@ -120,14 +120,14 @@ DIED = ("its process died before it recorded an outcome (killed by SIGKILL or th
 
 
 def outcome(run_dir: Path) -> Optional[dict]:
-    """The folder's record as its readers take it (the report, a load, the next run in the folder): one
-    left ``running`` whose folder no process holds any more (record/runlock.py: the kernel frees the lock
-    of a process however it dies) is a run whose process died, read as ``failed`` with that reason; the
-    file is left as it is."""
-    from fastpipe.record.runlock import holder
+    """The folder's record as its readers take it (the report, a load): one left ``running`` whose folder
+    no process holds any more (record/runlock.py: the kernel frees the lock of a process however it dies)
+    is a run whose process died, read as ``failed`` with that reason; the file is left as it is. Where
+    that cannot be told (no lock file, another host's), it stays ``running``."""
+    from fastpipe.record.runlock import free
 
     record = read(run_dir)
-    if record is None or record.get("status") != "running" or holder(run_dir) is not None:
+    if record is None or record.get("status") != "running" or not free(run_dir):
         return record
     return died(record, run_dir)
 

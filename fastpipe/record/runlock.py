@@ -85,6 +85,25 @@ def _describe(text: str) -> str:
     return f"pid {info.get('pid')} on {info.get('host')} since {started}" + (f": {command}" if command else "")
 
 
+def free(folder: Path) -> bool:
+    """Whether this machine can tell that no process holds ``folder``'s lock: its lock file is there and
+    readable, was last taken on this host (another host's flock over a shared file system may not be
+    seen here), and a shared lock on it is granted at once (probed read-only: no run is kept from
+    starting meanwhile)."""
+    import fcntl
+
+    path = Path(folder) / NAME
+    try:
+        with open(path) as file:
+            if json.loads(file.read() or "{}").get("host", socket.gethostname()) != socket.gethostname():
+                return False
+            fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(file, fcntl.LOCK_UN)
+            return True
+    except (OSError, ValueError, AttributeError):  # missing, unreadable, held, or not a lock file of ours
+        return False
+
+
 def holder(folder: Path) -> Optional[str]:
     """Who holds ``folder``'s lock now, or None when nobody does."""
     path = Path(folder) / NAME

@@ -31,7 +31,7 @@ from fastpipe.record.run_record import RunRecord
 from fastpipe.record.summary import summary_text
 from fastpipe.machine import environment
 from fastpipe.runtime import dist_from_env, process_state_kept, setup_runtime
-from fastpipe.signals import stop_on_signals, stopped_before_training, training
+from fastpipe.signals import deferred, stop_on_signals, stopped_before_training, training
 
 
 def run_training(settings: Config, run_dir: Path) -> dict:
@@ -45,6 +45,13 @@ def run_training(settings: Config, run_dir: Path) -> dict:
 
 
 def _run_training(settings: Config, run_dir: Path) -> dict:
+    # SIGTERM/SIGUSR1/SIGUSR2 at any moment, from the run's first line to its record: exit 75 (checkpointed once
+    # training); a stop signal while the record is written is acted on once it is written
+    with stop_on_signals():
+        return _record_the_run(settings, run_dir)
+
+
+def _record_the_run(settings: Config, run_dir: Path) -> dict:
     parts = setup.SetupParts(settings.started_at)  # the trainer's first line: what came before is imports
     dist = dist_from_env()
     recorder = RunRecorder.for_run(settings, run_dir, dist)  # its loggers start now, off this thread
@@ -54,8 +61,8 @@ def _run_training(settings: Config, run_dir: Path) -> dict:
     clock = RunClock(settings.started_at, settings.train.time_budget_s)  # from the job's start
     ckpt = Checkpointer(settings.train, run_dir, dist, RunFacts.of(settings), clock=clock,
                         on_written=recorder.checkpoint)
-    try:  # SIGTERM/SIGUSR1 at any moment: exit 75 (checkpointed once training); each FastpipeWarning is recorded
-        with stop_on_signals(), collect_warnings(record.warnings), setup.active(parts):
+    try:  # each FastpipeWarning is recorded
+        with collect_warnings(record.warnings), setup.active(parts):
             _train_and_record(settings, run_dir, dist, recorder, record, ckpt)
             return record.to_dict()
     except NothingToTrain as exc:  # a resume at the run's end: said in one line, not a failure
@@ -81,7 +88,8 @@ def _run_training(settings: Config, run_dir: Path) -> dict:
     finally:
         if record.setup_parts_s is None:  # a run that failed after its first step (a kept record keeps its own)
             record.setup_parts_s = parts.record(ckpt.clock.setup_s)
-        write_record(recorder, record, run_dir)  # metrics.json, then the loggers' ends
+        with deferred():  # written whole, then a stop signal that came meanwhile is acted on
+            write_record(recorder, record, run_dir)  # metrics.json, then the loggers' ends
 
 
 def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: RunRecord, ckpt: Checkpointer) -> None:

@@ -72,11 +72,12 @@ def main(job_file: str) -> int:
     sys.path[:] = job["sys_path"]  # the sweep process's: what it imports, this process imports too
     if job.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, job["cpus"])  # before torch starts its threads: they follow the affinity
-    from fastpipe.processes import die_with_parent
+    from fastpipe.processes import die_with_parent, take_ctrl_c_once
     from fastpipe.signals import exit_on_stop_signals
 
     exit_on_stop_signals()  # a stop signal before the job starts: exit 75; the job then handles its own
     die_with_parent(job["parent"], signal.SIGTERM)  # the sweep process died: this job checkpoints and stops
+    take_ctrl_c_once()  # the terminal's Ctrl-C and the one the sweep passes on are one: its record is written whole
     from hydra._internal.callbacks import Callbacks
     from hydra.core.singleton import Singleton
     from hydra.core.utils import JobRuntime, run_job, setup_globals
@@ -108,5 +109,15 @@ def main(job_file: str) -> int:
     return 0
 
 
+def entry(job_file: str) -> int:
+    """The job process's entry point: ``main``, then the process ends within EXIT_WITHIN_S with its exit
+    code: its outcome is written, and threads or pools left behind cannot hold its slot."""
+    code = main(job_file)
+    from fastpipe.processes import EXIT_WITHIN_S, exit_within
+
+    exit_within(EXIT_WITHIN_S, code)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(entry(sys.argv[1]))

@@ -48,8 +48,8 @@ from hydra_plugins.fastpipe_sweeps.stopping import SweepStop
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds hydra_plugins/ (and, installed, fastpipe/)
-CHILD = ("import sys; sys.path.insert(0, {root!r}); from hydra_plugins.fastpipe_sweeps._child import main; "
-         "sys.exit(main(sys.argv[1]))")
+CHILD = ("import sys; sys.path.insert(0, {root!r}); from hydra_plugins.fastpipe_sweeps._child import entry; "
+         "sys.exit(entry(sys.argv[1]))")
 GRACE_S = 30.0  # after Ctrl-C: how long jobs get to record that they were interrupted
 
 

@@ -54,7 +54,7 @@ def test_sigkill_while_writing_a_checkpoint_never_loads_the_partial_one(straight
 
 
 def test_a_stop_signal_reaches_every_ddp_rank_and_the_resume_continues_on_every_rank(tmp_path):
-    """launcher=ddp, 2 CPU processes (gloo). SIGTERM to the Hydra process (what Slurm sends): the elastic
+    """launcher=ddp, 2 CPU processes (gloo). SIGTERM to the `python -m fastpipe` process (what Slurm sends): the elastic
     agent passes it to the ranks, which agree at the next step the host syncs at (here the evaluation at
     step 7, as the measurement window never fills), checkpoint there and exit 75. The resume continues
     to step 14 on both ranks from rank 0's checkpoint, which holds every rank's RNG states."""

@@ -66,7 +66,7 @@ def test_every_job_of_a_readme_command_is_accepted(command, monkeypatch):
 
 @pytest.mark.slow
 def test_the_readme_sweep_runs_every_loader_to_a_report(tmp_path):
-    """The README's sweep, shortened (one epoch, jobs in the Hydra process): the project trains through
+    """The README's sweep, shortened (one epoch, jobs in the sweep's process): the project trains through
     both loaders with its own metrics, four ok rows; the report judges parity by the primary metric and
     its direction (the parity line names mse, lower is better; each row's held-out cell is its mse) and
     the winner qualifies by it."""

@@ -93,7 +93,7 @@ def failing_sweep(tmp_path_factory):
     good = shapes.generate(root / "good", 4, 160, (16, 16), 0)
     conf = root / "conf"
     (conf / "case").mkdir(parents=True)
-    # plain and fallback train in the Hydra process (quicker); killed needs a training process of its own,
+    # plain and fallback train in the sweep's process (quicker); killed needs a training process of its own,
     # whose SIGKILL ends that process, not the sweep
     in_process = "launcher:\n  fresh_process: false\n"
     (conf / "case" / "plain.yaml").write_text("# @package _global_\n" + in_process)

@@ -66,7 +66,7 @@ def test_an_unknown_key_without_plus_gets_the_line_it_gets_with_plus(app, projec
     assert str(added.value) == WITH_PLUS
     code, _, err = app("--cfg", "job", "--config-dir", "conf", "model=ringnet", "model.hiden=8")
     assert code == 1 and "Could not override 'model.hiden'." in err and last_line(err) == f"fastpipe: {WITH_PLUS}"
-    code, _, err = app("-m", "--config-dir", "conf", "model=ringnet", "model.hiden=8,16",  # no process started ahead
+    code, _, err = app("-m", "--config-dir", "conf", "model=ringnet", "model.hiden=8,16",  # refused before any job
                        "launcher.fresh_process=false", f"hydra.sweep.dir={project / 'sweep'}")
     assert code == 1 and last_line(err) == f"fastpipe: {WITH_PLUS}"
     code, _, err = app("--cfg", "job", "train.epoch=3")  # fastpipe's own schema: its keys and the nearest

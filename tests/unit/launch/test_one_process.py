@@ -106,6 +106,7 @@ def test_hydras_job_log_leaves_out_torchs_info_lines_and_keeps_its_warnings(tmp_
 
 def test_a_running_record_whose_folder_no_process_holds_reads_as_died(tmp_path):
     results.write(tmp_path, failed("the run did not finish", {}, [], run_id="r1", status="running"))
+    assert results.outcome(tmp_path)["status"] == "running"  # no lock file: nothing tells whether it lives
     with RunLock(tmp_path, "run"):  # held (here: by this process, through its own open of the lock file)
         assert results.outcome(tmp_path)["status"] == "running"
     died = results.outcome(tmp_path)
@@ -113,6 +114,9 @@ def test_a_running_record_whose_folder_no_process_holds_reads_as_died(tmp_path):
     assert died["reason"].startswith("its process died before it recorded an outcome")
     assert f"train.resume=auto hydra.run.dir={tmp_path}" in died["reason"]
     assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "running"  # read, never rewritten
+    lock = tmp_path / ".fastpipe.lock"
+    lock.write_text(json.dumps({"pid": 1, "host": "another-host", "started": 0}))
+    assert results.outcome(tmp_path)["status"] == "running"  # another host's lock: not this machine's to judge
 
 
 def test_the_report_shows_a_job_whose_process_died_as_a_failed_row(tmp_path):
@@ -124,6 +128,7 @@ def test_the_report_shows_a_job_whose_process_died_as_a_failed_row(tmp_path):
         (job / ".hydra" / "overrides.yaml").write_text(f"- seed={num}\n")
         record = failed("x", {}, [f"seed={num}"], run_id=f"r{num}", status="running")
         results.write(job, record.set(status="ok", reason=None) if status == "ok" else record)
+        RunLock(job, "run").acquire().release()  # the job's process held the folder, and is gone
     ok, dead = load_jobs(tmp_path)
     assert ok.metrics["status"] == "ok"
     assert dead.metrics["status"] == "failed" and dead.metrics["reason"].startswith("its process died")

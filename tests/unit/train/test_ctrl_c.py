@@ -1,5 +1,5 @@
 """Ctrl-C (SIGINT) once a run's results are written keeps them: the trainer's record stays ok, and
-the Hydra process, which gets the same Ctrl-C, does not rewrite it as interrupted."""
+the process that launched it (a sweep's), which gets the same Ctrl-C, does not rewrite it as interrupted."""
 from __future__ import annotations
 
 import json

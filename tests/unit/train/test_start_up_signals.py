@@ -1,7 +1,7 @@
 """A stop signal (SIGTERM/SIGUSR1) in each phase of start-up ends the job preempted, exit code 75,
 with what to do next: tested by phase (this process signals itself at a phase's boundary, inside the
-code that runs there), not by timing. The phases of the Hydra process's own start-up and of the
-training process's first moments, which need real processes, are in
+code that runs there), not by timing. The first moments of a sweep job's fresh training process, which
+need real processes, are in
 tests/integration/test_signal_as_the_trainer_starts.py."""
 from __future__ import annotations
 
