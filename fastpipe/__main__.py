@@ -46,24 +46,23 @@ def run(cfg: DictConfig):
 
 
 def _run(cfg: DictConfig):
-    from fastpipe.launch.launcher import import_trainer, launch, refused, resolve_fresh_process
+    from fastpipe.launch.launcher import import_trainer, launch, own_job_process, refused, resolve_fresh_process
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.context import run_context
     from fastpipe.record.loggers import preflight
     from fastpipe.machine import process_started_at
-    from fastpipe.launch.launcher import JOB_PROCESS_LAUNCHERS
     from fastpipe.runtime import process_environment, quiet_library_info
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.place import job_place
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
-    hydra_launcher = str(hc.launcher.get("_target_", ""))
+    own_process = own_job_process(sweep, str(hc.launcher.get("_target_", "")))
     if not sweep:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
     # the end-to-end clock's start: the command's for one run; a sweep's job's own, in the sweep's process
     # (its imports paid once) or in a process started for it alone (from that process's start)
-    started_at = (process_started_at() if hydra_launcher in JOB_PROCESS_LAUNCHERS else time.time()) if sweep \
+    started_at = (process_started_at() if own_process else time.time()) if sweep \
         else (_COMMANDS[-1] if _COMMANDS else process_started_at())
     quiet_library_info()
     import_trainer()
@@ -74,7 +73,7 @@ def _run(cfg: DictConfig):
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1/SIGUSR2 before training begins: exit 75
             settings = to_settings(cfg, choices, check=False)
-            resolve_fresh_process(settings, sweep, hydra_launcher)
+            resolve_fresh_process(settings, sweep, own_process)
             process_environment(settings)  # before the check imports the project's modules, which may touch CUDA
             settings.check()
             settings.overrides, settings.started_at = overrides, started_at

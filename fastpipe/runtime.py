@@ -219,10 +219,15 @@ def process_state_kept() -> Iterator[None]:
     try:
         yield
     finally:
-        steps = list(reversed(_undo.pop())) + [lambda: _put_back_environ(environ), lambda: sys.path.__setitem__(
-            slice(None), path)] + [lambda s=sig, h=handler: signal.signal(s, h) for sig, handler in handlers.items()
-                                   if handler is not None]  # None: set outside Python, which cannot be put back
-        for step in steps:
+        def put_back_path() -> None:
+            sys.path[:] = path
+
+        def put_back_handlers() -> None:
+            for sig, handler in handlers.items():
+                if handler is not None:  # None: set outside Python, which cannot be put back
+                    signal.signal(sig, handler)
+
+        for step in [*reversed(_undo.pop()), lambda: _put_back_environ(environ), put_back_path, put_back_handlers]:
             try:
                 step()
             except Exception as exc:  # the others still run; the run's own outcome stands

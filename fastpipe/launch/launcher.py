@@ -29,6 +29,7 @@ from pathlib import Path
 
 from fastpipe.record import results
 from fastpipe.record.run_record import RunRecord, failed
+from fastpipe.record.runlock import hold_once_free
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
 from fastpipe.errors import EXIT_CODE, ConfigError, FastpipeError
@@ -46,7 +47,7 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     signal, 130 Ctrl-C, 1 crash; the process ends within EXIT_WITHIN_S of its record, whatever threads remain."""
     die_with_parent(parent, signal.SIGTERM)  # its sweep ended without it: checkpoint and stop, as when preempted
     take_ctrl_c_once()
-    hold_the_folder_once_free(Path(run_dir))
+    hold_once_free(Path(run_dir), "a sweep job's training process whose sweep ended")  # if its parent dies first
     code, settings = 1, read_settings(settings_path)
     try:
         process_environment(settings)  # before torch's first CUDA call, as in the launching process
@@ -69,28 +70,6 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     sys.exit(code)
 
 
-def hold_the_folder_once_free(run_dir: Path) -> None:
-    """A job's training process takes its run folder's lock (record/runlock.py) the moment the process that
-    launched it lets it go: that process died, and this one, stopping on its parent-death SIGTERM, still
-    writes its checkpoint and record there, which no new run may start over meanwhile. A daemon thread
-    waits for it; the kernel frees it when this process ends."""
-    import json
-    import socket
-    import threading
-    import time
-
-    from fastpipe.files import file_lock
-    from fastpipe.record.runlock import NAME
-
-    def hold() -> None:
-        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                            "command": "a sweep job's training process whose sweep ended"})
-        with contextlib.suppress(OSError), file_lock(run_dir / NAME, owner=owner):
-            threading.Event().wait()
-
-    threading.Thread(target=hold, name="fastpipe-hold-folder", daemon=True).start()
-
-
 JOB_PROCESS_LAUNCHERS = ("hydra_plugins.fastpipe_sweeps.gpus_launcher.GpusLauncher",
                          "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
                          "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
@@ -106,14 +85,19 @@ def import_trainer() -> None:
     setup.imports_done()
 
 
-def resolve_fresh_process(settings: Config, sweep_job: bool, hydra_launcher: str = "") -> None:
+def own_job_process(sweep_job: bool, hydra_launcher: str) -> bool:
+    """Whether this sweep job runs in a process the sweep's Hydra launcher (``hydra_launcher``, its
+    ``_target_``) started for it alone: JOB_PROCESS_LAUNCHERS."""
+    return sweep_job and hydra_launcher in JOB_PROCESS_LAUNCHERS
+
+
+def resolve_fresh_process(settings: Config, sweep_job: bool, own_process: bool = False) -> None:
     """``launcher.fresh_process=auto`` made true or false for this job: a fresh training process for a
-    sweep's job (unless ``hydra_launcher``, the sweep's Hydra launcher, started a process for this job
-    alone: JOB_PROCESS_LAUNCHERS) and for each repeat (``report.repeats > 1``); else this process."""
+    sweep's job (unless ``own_process``: its Hydra launcher started one for it alone, ``own_job_process``)
+    and for each repeat (``report.repeats > 1``); else this process."""
     cfg = settings.launcher
     if cfg.fresh_process == "auto":
-        job_process = sweep_job and hydra_launcher in JOB_PROCESS_LAUNCHERS
-        cfg.fresh_process = settings.report.repeats > 1 or (sweep_job and not job_process)
+        cfg.fresh_process = settings.report.repeats > 1 or (sweep_job and not own_process)
 
 
 def refused(run_dir: Path, exc: FastpipeError, choices: dict, overrides: list, run_id: str = None) -> dict:

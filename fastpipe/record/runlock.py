@@ -7,6 +7,7 @@ file races with the next run that opens it).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -40,11 +41,9 @@ class RunLock:
         if key in RunLock._held:
             return RunLock._held[key]
         self.folder.mkdir(parents=True, exist_ok=True)
-        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                            "command": _command()})
         held = ExitStack()
         try:
-            held.enter_context(file_lock(self.folder / NAME, wait=False, owner=owner))
+            held.enter_context(file_lock(self.folder / NAME, wait=False, owner=_owner(_command())))
         except LockBusy as busy:
             hint = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
             raise FolderInUse(f"{self.what} folder {self.folder} is in use by another fastpipe run "
@@ -66,6 +65,25 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def hold_once_free(folder: Path, command: str) -> None:
+    """Take ``folder``'s lock the moment its holder lets it go, and keep it for the rest of this process
+    (a daemon thread waits for it; the kernel frees it as the process ends): a sweep job's training
+    process whose sweep died still writes its checkpoint and record there, and no new run may start over
+    it meanwhile. ``command``: what the lock file names as the holder."""
+    import threading
+
+    def hold() -> None:
+        with contextlib.suppress(OSError), file_lock(Path(folder) / NAME, owner=_owner(command)):
+            threading.Event().wait()
+
+    threading.Thread(target=hold, name="fastpipe-hold-folder", daemon=True).start()
+
+
+def _owner(command: str) -> str:
+    """What the lock file says of its holder, for the message a second run gets."""
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": command})
 
 
 def _command() -> str:

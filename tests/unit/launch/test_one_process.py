@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import TINY, in_process, make_settings
-from fastpipe.launch.launcher import JOB_PROCESS_LAUNCHERS, resolve_fresh_process
+from fastpipe.launch.launcher import JOB_PROCESS_LAUNCHERS, own_job_process, resolve_fresh_process
 from fastpipe.record import results
 from fastpipe.record.run_record import failed
 from fastpipe.record.runlock import RunLock
@@ -34,7 +34,7 @@ GPUS = JOB_PROCESS_LAUNCHERS[0]
 def test_auto_trains_a_single_run_here_and_each_sweep_job_and_repeat_in_a_fresh_process(given, sweep, launcher,
                                                                                         repeats, fresh):
     settings = make_settings(TINY + [f"launcher.fresh_process={str(given).lower()}", f"report.repeats={repeats}"])
-    resolve_fresh_process(settings, sweep, launcher)
+    resolve_fresh_process(settings, sweep, own_job_process(sweep, launcher))
     assert settings.launcher.fresh_process is fresh
 
 

@@ -22,7 +22,7 @@ def worker_output(tmp_path, monkeypatch, capfd, overrides) -> tuple:
     monkeypatch.syspath_prepend(str(HERE_TESTS))
     monkeypatch.setattr(launcher, "die_with_parent", lambda parent, how: None)  # this test process has no such parent
     monkeypatch.setattr(launcher, "take_ctrl_c_once", lambda: None)  # this process's SIGINT handler stays pytest's
-    monkeypatch.setattr(launcher, "hold_the_folder_once_free", lambda run_dir: None)  # no parent to outlive here
+    monkeypatch.setattr(launcher, "hold_once_free", lambda folder, command: None)  # no parent to outlive here
     monkeypatch.setattr(launcher, "exit_within", lambda seconds, code: None)  # this process goes on
     settings = make_settings(TINY + overrides)
     with pytest.raises(SystemExit) as exit_info, settings_file(settings, tmp_path) as path:
