@@ -15,7 +15,7 @@ Then, unless --no-dcp (and only if the --deadline leaves time), the writers alon
 and on the same device as the runs (cuda; cpu under --smoke): the same model (tiny_cnn under --smoke)
 with SGD(momentum=0.9), a couple of training steps so the momentum buffers exist, then
 --writer-checkpoints checkpoints (5; 2 under --smoke) of the model and optimizer state with each of
-  fastpipe   fastpipe.checkpoint.writer.BackgroundWriter, called as fastpipe.checkpoint.policy.Checkpointer
+  fastpipe   fastpipe.checkpoint.background.BackgroundWriter, called as fastpipe.checkpoint.policy.Checkpointer
              does: the finite-weights check (its one synchronisation), the RNG states, ``submit``;
   dcp        torch.distributed.checkpoint.async_save(checkpoint_id=<folder>/dcp-<i>), its defaults.
 Each is timed from a synchronised device: the stall is until the call returns control to the
@@ -214,7 +214,7 @@ def fastpipe_saves(model, optimizer, device, folder: Path):
     the RNG states, then BackgroundWriter.submit of the whole state."""
     from fastpipe.checkpoint.policy import finite_state
     from fastpipe.checkpoint.state import rng_state
-    from fastpipe.checkpoint.writer import BackgroundWriter
+    from fastpipe.checkpoint.background import BackgroundWriter
 
     writer = BackgroundWriter(folder, keep=2)
 

@@ -48,12 +48,12 @@ def run(cfg: DictConfig):
 def _run(cfg: DictConfig):
     from fastpipe.launch.launcher import import_trainer, launch, own_job_process, refused, resolve_fresh_process
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
-    from fastpipe.record.context import run_context
+    from fastpipe.record.hydra_context import run_context
     from fastpipe.record.loggers import preflight
     from fastpipe.machine import process_started_at
     from fastpipe.runtime import process_environment, quiet_library_info
     from fastpipe.signals import stop_while_launching, stopped_before_training
-    from fastpipe.sweeps.place import job_place
+    from fastpipe.sweeps.job_place import job_place
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
@@ -136,7 +136,7 @@ def interrupted(run_dir: Path, choices: dict, overrides: list, earlier: str = No
     """Ctrl-C: the trainer's own record when it wrote one (``ok`` when it came after the results were
     written: they are kept), else one naming the newest good checkpoint. ``earlier``: the run id of
     the record the folder held before this job (an earlier run's is kept as metrics.previous.json)."""
-    from fastpipe.checkpoint.files import newest_good
+    from fastpipe.checkpoint.disk import newest_good
 
     kept = results.read(run_dir)
     ours = kept is not None and (earlier is None or kept.get("run_id") != earlier)

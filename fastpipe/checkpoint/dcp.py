@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from fastpipe.checkpoint.files import TRAIN_STATE, sha256, write_sidecar
+from fastpipe.checkpoint.disk import TRAIN_STATE, sha256, write_sidecar
 from fastpipe.errors import DataError, TrainingError
 from fastpipe.files import fsync_folder
 

@@ -21,7 +21,7 @@ import torch
 
 from fastpipe import signals
 from fastpipe.checkpoint.dcp import save_step
-from fastpipe.checkpoint.files import (
+from fastpipe.checkpoint.disk import (
     checkpoints_in,
     load_state,
     load_verified,
@@ -31,7 +31,7 @@ from fastpipe.checkpoint.files import (
 from fastpipe.checkpoint.state import (Position, RunFacts, apply_state, rng_state, state_of, train_state_of,
                                        weights_of)
 from fastpipe.checkpoint.nothing_to_train import NothingToTrain
-from fastpipe.checkpoint.writer import BackgroundWriter
+from fastpipe.checkpoint.background import BackgroundWriter
 from fastpipe.config import TrainConfig
 from fastpipe.errors import ConfigError, DataError, FastpipeWarning, Preempted
 

@@ -71,7 +71,7 @@ def _why_missing(run_dir: Path, which: str, option: str) -> str:
 def load(run_dir, which: str = "best", device="cpu") -> Trained:
     """The model of the run in ``run_dir`` with its ``which`` weights (``best`` by the task's primary
     metric, or ``last``), in eval mode on ``device``."""
-    from fastpipe.checkpoint.files import load_state, verify
+    from fastpipe.checkpoint.disk import load_state, verify
     from fastpipe.models import build_model
     from fastpipe.runtime import Dist, resolve_device
 

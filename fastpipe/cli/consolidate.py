@@ -27,7 +27,7 @@ def say(text: str) -> None:
 def sharded_checkpoint(path: Path, log: Callable[[str], None] = say) -> Path:
     """``path`` itself when it is a complete sharded checkpoint; a run folder's newest complete one
     (``log`` says which newer ones it passed over, and why)."""
-    from fastpipe.checkpoint.files import NAME, checkpoints_in, verify
+    from fastpipe.checkpoint.disk import NAME, checkpoints_in, verify
 
     if path.is_dir() and not NAME.match(path.name):
         found = [p for p in checkpoints_in(path / "checkpoints") or checkpoints_in(path) if p.is_dir()]
@@ -56,7 +56,7 @@ class Consolidated(NamedTuple):
 def consolidate(checkpoint: Path, out: Path, log: Callable[[str], None] = say) -> Consolidated:
     """Write the model weights of the sharded ``checkpoint`` to ``out`` (a weights file)."""
     from fastpipe.checkpoint.dcp import read_weights
-    from fastpipe.checkpoint.files import load_state, write_checkpoint
+    from fastpipe.checkpoint.disk import load_state, write_checkpoint
 
     if out.suffix != ".pt":
         raise ConfigError(f"{out}: the output must be a .pt file")

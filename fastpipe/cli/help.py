@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe.config.meanings import meaning
 from fastpipe.config.objects import OBJECT_GROUPS, ObjectConfig
 from fastpipe.config.registry import SCHEMA_PREFIX
-from fastpipe.targets import HYDRA_KEYS
+from fastpipe.instantiate import HYDRA_KEYS
 
 RESOLVERS = ("fastpipe_help_groups", "fastpipe_help_config")
 MEANING_COLUMN = 40  # where the meanings start, unless a key's line is longer

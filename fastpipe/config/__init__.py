@@ -12,7 +12,7 @@ edge (nothing past it sees Hydra): config/convert.py. Each group's schemas have 
 from __future__ import annotations
 
 from fastpipe.config.compile import CompileConfig
-from fastpipe.config.context import RunContext
+from fastpipe.config.run_context import RunContext
 from fastpipe.config.convert import to_settings
 from fastpipe.config.data import (
     DaliLoaderConfig,

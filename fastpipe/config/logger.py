@@ -124,7 +124,7 @@ class Hook:
         return f"{self.kind}.{self.name}"
 
     def callable(self):
-        from fastpipe.targets import import_target
+        from fastpipe.instantiate import import_target
 
         return import_target(f"{self.key}._target_", self.target)
 
@@ -138,12 +138,12 @@ class Hook:
             raise EnvironmentProblem(f"{what} needs the {package} package, which is not "
                                      f"installed here; install it: pip install \"{extra}\" (or choose "
                                      f"another: {others} or logger=none)")
-        from fastpipe.targets import check_params
+        from fastpipe.instantiate import check_params
 
         check_params(self.key, self.callable(), self.target, self.params)
 
     def build(self):
-        from fastpipe.targets import instantiate
+        from fastpipe.instantiate import instantiate
 
         return instantiate(self.key, self.target, dict(self.params))
 

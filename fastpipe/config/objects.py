@@ -50,13 +50,13 @@ class ObjectConfig:
         return f"{self.GROUP}._target_"
 
     def callable(self):
-        from fastpipe.targets import import_target
+        from fastpipe.instantiate import import_target
 
         return import_target(self.key, self.target)
 
     def check_keys(self) -> None:
         """Import the target and check the keys against its signature."""
-        from fastpipe.targets import check_params
+        from fastpipe.instantiate import check_params
 
         check_params(self.GROUP, self.callable(), self.target, self.params, supplied=self.RUNTIME_KEYS)
 
@@ -70,7 +70,7 @@ class ObjectConfig:
 
     def build(self, **runtime_kwargs):
         """Instantiate with ``hydra.utils.instantiate`` (nested containers as plain lists and dicts)."""
-        from fastpipe.targets import instantiate
+        from fastpipe.instantiate import instantiate
 
         params = dict(self.params)
         params.setdefault("_convert_", "all")
@@ -123,7 +123,7 @@ class DatasetConfig(ObjectConfig):
         """The collate function, or None for torch's default."""
         if self.collate_fn is None:
             return None
-        from fastpipe.targets import instantiate
+        from fastpipe.instantiate import instantiate
 
         params = {k: v for k, v in self.collate_fn.items() if k != "_target_"}
         return instantiate("dataset.collate_fn", self.collate_fn["_target_"], params)

@@ -10,7 +10,7 @@ from omegaconf import MISSING
 
 from fastpipe.config import registry
 from fastpipe.config._checks import one_of
-from fastpipe.config.context import RunContext
+from fastpipe.config.run_context import RunContext
 from fastpipe.config.logger import hooks_from
 from fastpipe.config.objects import (OBJECT_GROUPS, DatasetConfig, LrScheduleConfig, ModelConfig, OptimizerConfig,
                                      TaskConfig)

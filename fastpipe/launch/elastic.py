@@ -128,7 +128,7 @@ def failure_reason(failures: dict, world_size: int, timeout_s: Optional[int] = N
 
 def _stopped_starting(signal_name: str, launcher: str, world: int, run_dir: Path) -> str:
     """A stop signal that ended the ranks before any of them recorded it (they were still starting)."""
-    from fastpipe.checkpoint.files import newest_good
+    from fastpipe.checkpoint.disk import newest_good
 
     latest = newest_good(run_dir / "checkpoints")
     again = (f"continue from {latest} with train.resume=auto hydra.run.dir={run_dir}" if latest else

@@ -189,9 +189,9 @@ def launch(settings: Config, run_dir: Path) -> dict:
     tracker run its trainer began but could not end (the trainer was killed) ends with that record."""
     record = _launch(settings, run_dir)
     if settings.logger and dist_from_env().is_main:
-        from fastpipe.record.loggers import state
+        from fastpipe.record.loggers import trackers_file
 
-        state.settle(Path(run_dir), record)
+        trackers_file.settle(Path(run_dir), record)
     return record
 
 
@@ -199,12 +199,12 @@ def _settle_earlier(run_dir: Path) -> None:
     """The tracker runs an earlier run in ``run_dir`` began and never ended (its process died outright) end
     before this run's replace them in trackers.json; this job holds the folder, so a record still ``running``
     is a dead run's."""
-    from fastpipe.record.loggers import state
+    from fastpipe.record.loggers import trackers_file
 
     earlier = results.read(run_dir)
     if earlier is not None and earlier.get("status") == "running":
         earlier = results.died(earlier, run_dir)
-    state.settle(run_dir, earlier)
+    trackers_file.settle(run_dir, earlier)
 
 
 def _launch(settings: Config, run_dir: Path) -> dict:

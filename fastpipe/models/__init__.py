@@ -37,7 +37,7 @@ def build_model(cfg: ModelConfig, dataset_facts: dict, choice: str = "", device=
     initialised by the module's own code, on that device: no host copy to move; ``"meta"``: nothing
     allocated). On a GPU the initial values come from the GPU's seeded generator, so they differ from a
     host build's with the same seed, and are the same from run to run on that device."""
-    from fastpipe.targets import parameters
+    from fastpipe.instantiate import parameters
 
     takes = parameters(cfg.callable()) or {}
     for key in ("vocab_size", "num_classes", "seq_len"):

@@ -47,7 +47,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the exit code."""
     from fastpipe.report.publish import write_report
-    from fastpipe.report.jobs import load_spec
+    from fastpipe.report.sweep_folder import load_spec
     from fastpipe.report.winner import experiment_hint
 
     args = parse_args(argv)

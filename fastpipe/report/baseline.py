@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.record.overrides import override_key
-from fastpipe.report.jobs import Job, SweepSpec, unquote
+from fastpipe.report.sweep_folder import Job, SweepSpec, unquote
 from fastpipe.report.rows import FINISHED
 
 

@@ -174,7 +174,7 @@ class SweepReport(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import EXIT_CODE, FastpipeError
         from fastpipe.report.publish import write_report
-        from fastpipe.report.jobs import spec_from_config
+        from fastpipe.report.sweep_folder import spec_from_config
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir() and not (sweep_dir / "multirun.yaml").is_file():

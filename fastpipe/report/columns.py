@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Tuple
 from fastpipe.record.overrides import measured_overrides
 from fastpipe.report.formats import metric_text
 from fastpipe.report.lr_found import found_rate
-from fastpipe.report.target import time_cell
+from fastpipe.report.time_to_target import time_cell
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds
 from fastpipe.sweeps.race_stats import p_text
 

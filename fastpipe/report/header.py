@@ -11,8 +11,8 @@ from fastpipe.report.columns import num
 from fastpipe.report.formats import metric_text
 from fastpipe.report.lr_found import suggestion_lines
 from fastpipe.report.rows import FINISHED
-from fastpipe.report.sweep import SweepResult
-from fastpipe.report.target import header_lines as target_header
+from fastpipe.report.aggregate import SweepResult
+from fastpipe.report.time_to_target import header_lines as target_header
 from fastpipe.sweeps.race_stats import p_text
 
 MEMORY_KINDS = {"cpu_max_rss_process": "the training process's peak RSS (CPU)",

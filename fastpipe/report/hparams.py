@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict
 
 from fastpipe.report.columns import COLUMNS
-from fastpipe.report.sweep import SweepResult
+from fastpipe.report.aggregate import SweepResult
 
 # The columns HParams shows as metrics: tag, row key and description from each Column.
 METRICS = [c for c in COLUMNS if c.hparam]

@@ -24,7 +24,7 @@ from fastpipe.report.plot_curves import curve_points, curves_panel
 from fastpipe.report.plot_parts import (FAILED, MONO, TABLE_SIZE, WINNER_EDGE, end_labels, job_colours,
                                         job_table, table_width)
 from fastpipe.report.plot_race import panel_height, race_panel
-from fastpipe.report.sweep import SweepResult
+from fastpipe.report.aggregate import SweepResult
 from fastpipe.sweeps import race
 
 DPI = 110

@@ -10,8 +10,8 @@ from typing import Optional
 from fastpipe.errors import ConfigError
 from fastpipe.files import atomic_write
 from fastpipe.report import hparams, plots, tables, winner
-from fastpipe.report.jobs import SweepSpec, load_jobs, load_spec
-from fastpipe.report.sweep import SweepResult, aggregate
+from fastpipe.report.sweep_folder import SweepSpec, load_jobs, load_spec
+from fastpipe.report.aggregate import SweepResult, aggregate
 
 ARTEFACTS = ("report.md", "report.csv", "report.png", "hparams/", "best.yaml")
 

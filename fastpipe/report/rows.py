@@ -5,8 +5,8 @@ from typing import List, Optional
 
 from fastpipe.record.overrides import measured_overrides, override_key
 from fastpipe.report.columns import COLUMNS, Source
-from fastpipe.report.jobs import Job
-from fastpipe.report.target import target_fields
+from fastpipe.report.sweep_folder import Job
+from fastpipe.report.time_to_target import target_fields
 from fastpipe.report.timing import launcher_info
 
 FINISHED = ("ok", "fallback", "unmeasured")  # job_status of a job that finished (fallback: compile ran eager)

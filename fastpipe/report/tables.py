@@ -10,7 +10,7 @@ from typing import List
 from fastpipe.config.logger import logger_class, logger_names
 from fastpipe.report.columns import COLUMNS, text_cell
 from fastpipe.report.header import header_lines, primary_metric
-from fastpipe.report.sweep import SweepResult
+from fastpipe.report.aggregate import SweepResult
 
 
 TARGET_NOTE = ("Time to target: the clock when the first whole-split evaluation reached the target (> N s: not "

@@ -37,7 +37,7 @@ def build_optimizer(cfg: OptimizerConfig, train: TrainConfig, model: torch.nn.Mo
     fused=True is passed when the optimizer takes it (torch's SGD, Adam, AdamW): one kernel per step,
     and device-side skipping of non-finite steps (``step_unless``).
     """
-    from fastpipe.targets import call_partial
+    from fastpipe.instantiate import call_partial
 
     if cfg.lr_auto:  # the job settles it first (train/lr_find.py): a graph is built with a rate
         raise ConfigError("optimizer.lr=auto has no rate yet: a graph built outside a run needs optimizer.lr=RATE")

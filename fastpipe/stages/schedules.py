@@ -151,7 +151,7 @@ def build_schedule(cfg: LrScheduleConfig, optimizer: torch.optim.Optimizer, tota
     """The Schedule ``cfg`` names for ``optimizer`` over a run of ``total_steps`` optimizer steps. A
     scheduler that sets its own peak (OneCycleLR's ``max_lr``) gets it times ``lr_factor``
     (``train.lr_scaling``), as the optimizer's lr does."""
-    from fastpipe.targets import call_partial
+    from fastpipe.instantiate import call_partial
 
     if lr_factor != 1.0 and cfg.params.get("max_lr") is not None:
         cfg = dataclasses.replace(cfg, params={**cfg.params, "max_lr": cfg.params["max_lr"] * lr_factor})

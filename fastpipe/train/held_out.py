@@ -15,7 +15,7 @@ import torch
 from fastpipe.config import Config, LoaderConfig, TrainConfig
 from fastpipe.data import build_loader
 from fastpipe.data.device import DeviceLoader
-from fastpipe.data.kept import KeptBatches, read_ahead as kept_read_ahead, stop_reading
+from fastpipe.data.held_out_batches import KeptBatches, read_ahead as kept_read_ahead, stop_reading
 from fastpipe.data.splits import DataSplits
 from fastpipe.data.streams import is_stream
 from fastpipe.data.subset import eval_subset

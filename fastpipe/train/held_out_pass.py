@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from fastpipe.data.batches import batch_first, filled_up, head
-from fastpipe.data.kept import batch_length
+from fastpipe.data.held_out_batches import batch_length
 from fastpipe.runtime import autotuning_off
 from fastpipe.train.held_out import HeldOut
 

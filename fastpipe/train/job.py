@@ -9,7 +9,7 @@ import torch
 
 from fastpipe.train import graph as training_graph
 from fastpipe.record import results
-from fastpipe.record.notes import collect_warnings
+from fastpipe.record.run_warnings import collect_warnings
 from fastpipe.checkpoint.nothing_to_train import NothingToTrain
 from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import RunFacts

@@ -41,7 +41,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydra_plugins.fastpipe_sweeps.devices import describe_gpus, visible_gpus
-from hydra_plugins.fastpipe_sweeps.jobs import (LAUNCHER_FILE, OUTPUT_FILE, Job, collect, pump_output, task_for_job,
+from hydra_plugins.fastpipe_sweeps.gpus_job import (LAUNCHER_FILE, OUTPUT_FILE, Job, collect, pump_output, task_for_job,
                                                 write_json)
 from hydra_plugins.fastpipe_sweeps.stopping import SweepStop
 

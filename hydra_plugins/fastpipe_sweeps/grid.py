@@ -62,7 +62,7 @@ class GridSweeper(Sweeper):
         from fastpipe.config import job_choices
         from fastpipe.errors import ConfigError
         from fastpipe.report.baseline import pick_baseline
-        from fastpipe.report.jobs import Job, spec_from_config
+        from fastpipe.report.sweep_folder import Job, spec_from_config
 
         jobs = [Job(n, Path(str(n)), combo, {"choices": job_choices(c.hydra.runtime.choices, c)})
                 for n, (combo, c) in enumerate(zip(combos, configs))]

@@ -26,7 +26,7 @@ def test_sigkill_while_training_then_resume_completes(straight, tmp_path):
 # Runs fastpipe with the checkpoint write paused between fsync and rename at step 6.
 KILL_IN_WRITE = """
 import os, pathlib, sys, time
-import fastpipe.checkpoint.files as files
+import fastpipe.checkpoint.disk as files
 def pause(tmp):
     if "step-00000006" in tmp.name:  # the name, whole, before the test sees the file (a rename)
         (tmp.parent.parent / "writing.part").write_text(tmp.name)
@@ -59,7 +59,7 @@ def test_a_stop_signal_reaches_every_ddp_rank_and_the_resume_continues_on_every_
     step 7, as the measurement window never fills), checkpoint there and exit 75. The resume continues
     to step 14 on both ranks from rank 0's checkpoint, which holds every rank's RNG states."""
     from conftest import make_settings
-    from fastpipe.checkpoint.files import verify
+    from fastpipe.checkpoint.disk import verify
     from fastpipe.errors import EXIT_PREEMPTED
     from fastpipe.launch.launcher import launch
 

@@ -16,7 +16,7 @@ import torch
 from conftest import in_process
 from lm_helpers import corpus_glob
 
-from fastpipe.checkpoint.files import checkpoints_in, verify
+from fastpipe.checkpoint.disk import checkpoints_in, verify
 from fastpipe.models import GPT
 
 def _lm(files: str, *extra, epochs: int = 1) -> list:

@@ -162,7 +162,7 @@ def test_a_killed_jobs_run_is_not_left_running(sweep):
 # ------------------------------------------------------------------ in this process: resume, a dead server
 def settings_for(run_dir: Path, overrides):
     """Settings as the entry point makes them (params and code included) for an in-process run."""
-    from fastpipe.record.context import run_context
+    from fastpipe.record.hydra_context import run_context
 
     settings = make_settings(overrides)
     settings.context = run_context(compose(overrides), settings.choices, overrides, {"stage": "run"}, run_dir)
@@ -189,8 +189,8 @@ def test_a_resumed_run_continues_its_mlflow_run(server, tmp_path):
 
 def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(server, tmp_path):
     """A trainer killed outright (SIGKILL) leaves its MLflow run RUNNING; launch() ends it with the failed
-    record it writes for the dead trainer (state.settle)."""
-    from fastpipe.record.loggers import RunInfo, state
+    record it writes for the dead trainer (trackers_file.settle)."""
+    from fastpipe.record.loggers import RunInfo, trackers_file
     from fastpipe.record.loggers.mlflow_run import MlflowLogger
 
     uri, _ = server
@@ -198,11 +198,11 @@ def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(serve
     logger.on_start(RunInfo(dir=tmp_path, run_id="launch-1", name="killed"))  # what the trainer did before it died
     record = {"status": "failed", "run_id": "launch-1",
               "reason": "training process killed by SIGKILL (the out-of-memory killer sends SIGKILL)"}
-    state.settle(tmp_path, record)
+    trackers_file.settle(tmp_path, record)
     run = client(uri).get_run(logger.run_id)
     assert run.info.status == "FAILED" and run.data.tags["fastpipe.reason"] == record["reason"]
     assert json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["ended"] is True
-    state.settle(tmp_path, record)  # once ended, never again
+    trackers_file.settle(tmp_path, record)  # once ended, never again
 
     # Killed after it wrote ok results, while sending its last records: the launching process sends them.
     done = tmp_path / "done"
@@ -212,7 +212,7 @@ def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(serve
     (done / "graph.txt").write_text("fastpipe training graph\n")
     record = {"status": "ok", "run_id": "launch-2", "steps": 40, "throughput": 812.5, "val_metrics": {"accuracy": 0.94},
               "warnings": ["killed by SIGTERM after it had finished and written these results"]}
-    state.settle(done, record)
+    trackers_file.settle(done, record)
     run = client(uri).get_run(logger.run_id)
     assert run.info.status == "FINISHED" and run.data.metrics["throughput"] == 812.5
     assert run.data.metrics["val_metrics.accuracy"] == 0.94 and "killed by SIGTERM" in run.data.tags["fastpipe.warnings"]
@@ -224,10 +224,10 @@ def test_a_run_its_trainer_could_not_end_is_ended_by_the_launching_process(serve
     half.mkdir()
     logger = MlflowLogger(tracking_uri=uri, experiment="settled")
     logger.on_start(RunInfo(dir=half, run_id="launch-3", name="half-logged"))
-    state.remember(half, "mlflow", failed="ConnectionError: the server went away")
+    trackers_file.remember(half, "mlflow", failed="ConnectionError: the server went away")
     record = {"status": "ok", "run_id": "launch-3", "steps": 40, "throughput": 700.0,
               "warnings": ["logger.mlflow failed (ConnectionError: the server went away) and was called no more"]}
-    state.settle(half, record)
+    trackers_file.settle(half, record)
     run = client(uri).get_run(logger.run_id)
     assert run.info.status == "FINISHED" and run.data.metrics["throughput"] == 700.0
 

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from conftest import RESUMABLE, RESUMABLE_TOTAL, held_model, run_in_process, start_run, wait_for
-from fastpipe.checkpoint.files import verify
+from fastpipe.checkpoint.disk import verify
 from fastpipe.errors import EXIT_PREEMPTED
 
 

@@ -40,7 +40,7 @@ def tensorboard_scalars(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory):
     """One run with every logger, in a working folder of its own, with no tracking server and no W&B key."""
-    from fastpipe.record.context import run_context
+    from fastpipe.record.hydra_context import run_context
     from fastpipe.train.job import run_training
 
     folder = tmp_path_factory.mktemp("project")

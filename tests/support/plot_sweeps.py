@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.sweep_folder import SweepSpec
 
 GRIDS = {4: {"train.batch_size": ["64", "128"], "optimizer.lr": ["0.003", "0.01"]},
          8: {"train.batch_size": ["64", "128"], "optimizer.lr": ["0.003", "0.01"], "train.ema_decay": ["null", "0.99"]},

@@ -43,7 +43,7 @@ def job(sweep, num: int, overrides) -> dict:
 
 def test_a_registered_loader_and_logger_run_end_to_end_and_every_reader_sees_them(tmp_path, monkeypatch):
     from fastpipe.record.provenance import code_provenance
-    from fastpipe.report.jobs import SweepSpec
+    from fastpipe.report.sweep_folder import SweepSpec
     from fastpipe.report.publish import write_report
 
     project = tmp_path / "project"  # the working folder: a project's clean git repository

@@ -17,7 +17,7 @@ import numpy as np
 
 from fastpipe import signals
 from fastpipe.data.pack.format import DTYPE_JPEG, DTYPE_UINT8
-from fastpipe.data.pack.job import ImagesJob
+from fastpipe.data.pack.images_job import ImagesJob
 from fastpipe.data.pack.journal import build_lock, partial_path
 from fastpipe.data.pack.parts import (LAYOUT_NAME, Part, PartWriter, check_out, complete_file, plan_parts,
                                       refuse_another_pack, remove_other_kind)

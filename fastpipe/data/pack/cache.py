@@ -18,7 +18,7 @@ from fastpipe.data.cachedir import writing_into
 from fastpipe.data.images import ImageFiles
 from fastpipe.data.pack.build import build_images
 from fastpipe.data.pack.format import DEFAULT_CHUNK_IMAGES, FORMAT_VERSION, JPEG_VERSION, TRAIN, VAL
-from fastpipe.data.pack.job import ImagesJob
+from fastpipe.data.pack.images_job import ImagesJob
 from fastpipe.data.pack.records import pack_records
 from fastpipe.files import file_lock
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from fastpipe import signals
 from fastpipe.processes import fork_pool
-from fastpipe.data.pack.job import ImagesJob
+from fastpipe.data.pack.images_job import ImagesJob
 from fastpipe.errors import DataError
 
 

@@ -19,7 +19,7 @@ import time
 from typing import Dict, Iterable, List, Optional
 
 from fastpipe.config.logger import Hook
-from fastpipe.record.loggers import RunInfo, state
+from fastpipe.record.loggers import RunInfo, trackers_file
 
 DEFAULT_TIMEOUT_S = 10.0
 START_LIMIT_S = 120.0  # the longest a tracker's start may take before the run's end gives up on it
@@ -91,7 +91,7 @@ class _Worker:
         key = getattr(self.obj, "state_key", None)
         if key:
             try:
-                state.remember(run.dir, key, failed=why)
+                trackers_file.remember(run.dir, key, failed=why)
             except OSError:
                 pass
 

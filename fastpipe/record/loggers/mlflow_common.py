@@ -64,7 +64,7 @@ def ensure_experiment(mlflow_client, name: str) -> str:
 def log_params(mlflow_client, run_id: str, params: Dict[str, object], skip: Iterable[str] = ()) -> None:
     from mlflow.entities import Param
 
-    from fastpipe.config.context import param_text
+    from fastpipe.config.run_context import param_text
 
     skip = set(skip)
     items = [Param(key(k), param_text(v)[:PARAM_LIMIT]) for k, v in params.items() if key(k) not in skip]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from fastpipe.config.logger import MlflowLoggerConfig
-from fastpipe.record.loggers import RunInfo, numbers, state
+from fastpipe.record.loggers import RunInfo, numbers, trackers_file
 from fastpipe.record.loggers import mlflow_common as common
 
 ARTIFACT_FILES = ("graph.txt", "summary.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv",
@@ -52,7 +52,7 @@ class MlflowLogger(MlflowLoggerConfig):
         sweep = run.trackers.get(self.state_key) or {}
         if sweep.get("tracking_uri") != uri:  # the sweep's parent lives elsewhere: a run of its own
             sweep = {}
-        kept = state.read(run.dir).get(self.state_key) or {}
+        kept = trackers_file.read(run.dir).get(self.state_key) or {}
         tags = run_tags(run, sweep.get("parent_run_id"))
         if run.resumed and kept.get("run_id") and kept.get("tracking_uri") == uri:
             self.run_id = kept["run_id"]  # train.resume: the same MLflow run goes on
@@ -65,7 +65,7 @@ class MlflowLogger(MlflowLoggerConfig):
                 self.client, self.experiment or run.working_folder.name)
             self.run_id = self.client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
             logged = set()
-        state.remember(run.dir, self.state_key, target=TARGET, tracking_uri=uri, experiment_id=experiment_id,
+        trackers_file.remember(run.dir, self.state_key, target=TARGET, tracking_uri=uri, experiment_id=experiment_id,
                        run_id=self.run_id, ended=False, failed=None, artifacts=self.artifacts)
         common.log_params(self.client, self.run_id, run.params, skip=logged)
 
@@ -83,7 +83,7 @@ class MlflowLogger(MlflowLoggerConfig):
 
     def on_end(self, run: RunInfo, record: dict) -> None:
         _finish(self.client, self.run_id, run.dir, record, run.step, self.artifacts)
-        state.remember(run.dir, self.state_key, ended=True)
+        trackers_file.remember(run.dir, self.state_key, ended=True)
 
     # ---------------------------------------------------------------- the process that launched the run
     @classmethod

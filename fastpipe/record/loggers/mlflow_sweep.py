@@ -15,7 +15,7 @@ from typing import Optional
 
 from fastpipe.record import results
 from fastpipe.record.loggers import mlflow_common as common
-from fastpipe.record.loggers import state
+from fastpipe.record.loggers import trackers_file
 
 REPORT_FILES = ("report.md", "report.csv", "report.png", "best.yaml")
 
@@ -42,7 +42,7 @@ def start(params: dict, sweep, kept: Optional[dict]) -> dict:
 def _job_run_ids(job_dir: Path):
     """The MLflow runs of a job folder: its own, or each repeat's (repeat-K/)."""
     for folder in [Path(job_dir)] + sorted(Path(job_dir).glob("repeat-*")):
-        entry = state.read(folder).get("mlflow") or {}
+        entry = trackers_file.read(folder).get("mlflow") or {}
         if entry.get("run_id"):
             yield entry["run_id"]
 

@@ -15,7 +15,7 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from fastpipe.config.logger import hooks_from
-from fastpipe.record.loggers import preflight, short_path, state
+from fastpipe.record.loggers import preflight, short_path, trackers_file
 
 
 @dataclass
@@ -56,7 +56,7 @@ class SweepTrackers:
         for name, cls, entry in self.entries:
             try:
                 cls.sweep_end(entry, self.sweep_dir, result)
-                state.remember(self.sweep_dir, name, ended=True)
+                trackers_file.remember(self.sweep_dir, name, ended=True)
             except Exception as exc:  # the tracker is down: the sweep's own results are all in its folder
                 print(f"fastpipe: warning: the sweep's {name} run was not ended: {type(exc).__name__}: {exc}",
                       file=sys.stderr, flush=True)
@@ -68,7 +68,7 @@ class SweepTrackers:
         for name, cls, entry in self.entries:
             try:
                 cls.sweep_abandoned(entry)
-                state.remember(self.sweep_dir, name, ended=True)
+                trackers_file.remember(self.sweep_dir, name, ended=True)
             except Exception:  # exiting anyway: the tracker keeps what it got
                 pass
 
@@ -91,11 +91,11 @@ def start_sweep(config: DictConfig, code: Optional[dict] = None) -> Optional[Swe
                      sweeper=str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or ""),
                      launcher=str(OmegaConf.select(config, "hydra.launcher._target_", default="") or ""),
                      resume=bool(OmegaConf.select(config, "sweep.resume", default=False)))
-    kept = state.read(sweep_dir) if info.resume else {}
+    kept = trackers_file.read(sweep_dir) if info.resume else {}
     entries = []
     for hook, cls in trackers:
         name = getattr(cls, "state_key", hook.name)
         entry = cls.sweep_start(hook.params, info, kept.get(name))
-        state.remember(sweep_dir, name, **entry)
+        trackers_file.remember(sweep_dir, name, **entry)
         entries.append((name, cls, entry))
     return SweepTrackers(sweep_dir, entries)

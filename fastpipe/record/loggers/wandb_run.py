@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from fastpipe.config.logger import WandbLoggerConfig
-from fastpipe.record.loggers import RunInfo, numbers, state
+from fastpipe.record.loggers import RunInfo, numbers, trackers_file
 
 TARGET = "fastpipe.record.loggers.wandb_run.WandbLogger"
 FILES = ("graph.txt", "summary.txt", "loss.png", "metrics.json", "metrics.csv", "code.diff", "lr_find.csv", "lr_find.png")
@@ -63,7 +63,7 @@ class WandbLogger(WandbLoggerConfig):
         import wandb
 
         mode = mode_for(self.mode)
-        kept = state.read(run.dir).get(self.state_key) or {}
+        kept = trackers_file.read(run.dir).get(self.state_key) or {}
         run_id = kept["id"] if run.resumed and kept.get("id") else uuid.uuid4().hex[:12]
         group = (run.trackers.get(self.state_key) or {}).get("group") or run.sweep_name
         config = {**run.params, "fastpipe.stage": run.stage, "fastpipe.run_dir": str(run.dir),
@@ -78,7 +78,7 @@ class WandbLogger(WandbLoggerConfig):
                               tags=tags_for(run), config=config, mode=mode, settings=settings)
         self.run.define_metric(STEP)
         self.run.define_metric("*", step_metric=STEP)
-        state.remember(run.dir, self.state_key, target=TARGET, id=run_id, mode=mode,
+        trackers_file.remember(run.dir, self.state_key, target=TARGET, id=run_id, mode=mode,
                        sync_dir=str(getattr(self.run.settings, "sync_dir", "") or ""), ended=False, failed=None)
 
     def on_window(self, run: RunInfo, scalars: Dict[str, float]) -> None:
@@ -102,7 +102,7 @@ class WandbLogger(WandbLoggerConfig):
         offline = self.run.settings.mode == "offline" or getattr(self.run, "offline", False)
         sync_dir = getattr(self.run.settings, "sync_dir", None)
         self.run.finish(exit_code=0 if record.get("status") == "ok" else 1)
-        state.remember(run.dir, self.state_key, ended=True)
+        trackers_file.remember(run.dir, self.state_key, ended=True)
         if offline and sync_dir:
             print(f"fastpipe: W&B ran offline; upload the run with:  wandb sync {sync_dir}", file=sys.stderr, flush=True)
 

@@ -41,7 +41,7 @@ def disk(tmp_path, monkeypatch):
         subprocess.run(["umount", "-l", str(folder)], check=False)
         return
 
-    from fastpipe.checkpoint import files
+    from fastpipe.checkpoint import disk
 
     full = []
 
@@ -63,23 +63,23 @@ def disk(tmp_path, monkeypatch):
         def __exit__(self, *exc):
             self.fh.close()
 
-    monkeypatch.setattr(files, "open", lambda *a, **k: Filling(open(*a, **k)), raising=False)
+    monkeypatch.setattr(disk, "open", lambda *a, **k: Filling(open(*a, **k)), raising=False)
     yield folder, lambda: full.append(True)
 
 
 def test_a_disk_that_fills_during_a_run(disk, monkeypatch):
-    from fastpipe.checkpoint import writer
-    from fastpipe.checkpoint.files import load_state, verify
+    from fastpipe.checkpoint import background
+    from fastpipe.checkpoint.disk import load_state, verify
 
     folder, fill = disk
-    rotate = writer.rotate
+    rotate = background.rotate
 
     def rotate_then_fill(*args):  # after the first checkpoint is complete, the disk is full
         removed = rotate(*args)
         fill()
         return removed
 
-    monkeypatch.setattr(writer, "rotate", rotate_then_fill)
+    monkeypatch.setattr(background, "rotate", rotate_then_fill)
     run_dir = folder / "run"
     with pytest.raises(Unwritable):
         run_in_process(run_dir, TINY + ["train.checkpoint_every=4"])

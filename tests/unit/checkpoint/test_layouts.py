@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 
 from fastpipe.checkpoint.state import load_optimizer_state
-from fastpipe.checkpoint.writer import HostSnapshot
+from fastpipe.checkpoint.background import HostSnapshot
 from fastpipe.config import TrainConfig
 
 

@@ -70,7 +70,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(straight, tmp_
 
 
 def test_a_file_that_torch_cannot_load_is_skipped_even_with_a_matching_sidecar(straight, tmp_path):
-    from fastpipe.checkpoint.files import sha256, load_verified
+    from fastpipe.checkpoint.disk import sha256, load_verified
 
     ref_dir, _ = straight
     good = ref_dir / "checkpoints" / "step-00000012.pt"
@@ -122,7 +122,7 @@ def test_a_checkpoint_with_other_parameter_groups_is_refused_in_one_line(tmp_pat
 def test_the_host_snapshot_keeps_tied_weights_as_one_tensor(tmp_path):
     """A GPT's tied embedding and head are one copy in the snapshot and in the file, as torch.save of the
     live state dict stores them; untied tensors of the same shape stay apart."""
-    from fastpipe.checkpoint.writer import HostSnapshot
+    from fastpipe.checkpoint.background import HostSnapshot
     from fastpipe.models import GPT
 
     model = GPT(vocab_size=64, seq_len=8, n_layer=1, n_head=2, n_embd=16)

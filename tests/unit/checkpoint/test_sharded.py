@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fastpipe.checkpoint.files import checkpoints_in, resolve_candidates, rotate, verify
+from fastpipe.checkpoint.disk import checkpoints_in, resolve_candidates, rotate, verify
 from fastpipe.errors import ConfigError, DataError
 
 

@@ -9,8 +9,8 @@ import time
 import torch
 from conftest import TINY, cpu_runtime, make_settings
 
-from fastpipe.checkpoint import files
-from fastpipe.checkpoint.files import load_verified, resolve_candidates, rotate, verify, write_checkpoint
+from fastpipe.checkpoint import disk
+from fastpipe.checkpoint.disk import load_verified, resolve_candidates, rotate, verify, write_checkpoint
 
 
 def _state(step: int) -> dict:
@@ -24,8 +24,8 @@ def test_a_kill_just_before_or_just_after_the_rename_leaves_the_newest_complete_
     def kill_here(moment):  # what a kill -9 at this moment leaves on disk: the folder as it is now
         return lambda *args: seen.setdefault(moment, shutil.copytree(folder, tmp_path / moment))
 
-    monkeypatch.setattr(files, "_before_publish", kill_here("before"))  # the sidecar is written, the file not renamed
-    monkeypatch.setattr(files, "fsync_folder", kill_here("after"))  # renamed: the moment just after
+    monkeypatch.setattr(disk, "_before_publish", kill_here("before"))  # the sidecar is written, the file not renamed
+    monkeypatch.setattr(disk, "fsync_folder", kill_here("after"))  # renamed: the moment just after
     write_checkpoint(folder, _state(6))
     before, after = seen["before"], seen["after"]
     assert (before / "step-00000006.json").is_file() and not (before / "step-00000006.pt").exists()
@@ -55,20 +55,20 @@ def test_best_pt_and_last_pt_are_written_off_the_training_thread(tmp_path, monke
     """Neither stalls the step. A run stopped by its target writes last.pt just after the best.pt of
     that evaluation, at the same step: last.pt is that host copy again, with no wait for best.pt's
     write and no second snapshot. A later last.pt holds the weights as they are then."""
-    from fastpipe.checkpoint import writer
+    from fastpipe.checkpoint import background
     from fastpipe.checkpoint.policy import Checkpointer
     from fastpipe.train import graph
 
     settings = make_settings(TINY)
     g = graph.build(settings, cpu_runtime())
-    slow, order = writer.write_checkpoint, []
+    slow, order = background.write_checkpoint, []
 
     def slow_write(folder, state, name=None):  # a slow disk: 0.3 s per file
         time.sleep(0.3)
         order.append(name)
         return slow(folder, state, name=name)
 
-    monkeypatch.setattr(writer, "write_checkpoint", slow_write)
+    monkeypatch.setattr(background, "write_checkpoint", slow_write)
     ckpt = Checkpointer(settings.train, tmp_path)
     begun = time.perf_counter()
     best = ckpt.save_weights(g, "best", 4, metric={"accuracy": 0.5})

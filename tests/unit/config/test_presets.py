@@ -3,7 +3,7 @@ races the found learning rate."""
 from __future__ import annotations
 
 from fastpipe.report.baseline import first_values
-from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.sweep_folder import SweepSpec
 
 from conftest import REPO, compose
 

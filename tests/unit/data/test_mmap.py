@@ -225,7 +225,7 @@ def test_pack_setting_mismatches_are_clear_errors(packed, folder, tmp_path, monk
 def test_a_jpeg_quality_no_pack_of_this_run_uses_is_said_in_a_warning(folder, packed):
     """data.quality sets only the cache's data.codec=jpeg packing: with a raw cache or a given pack it did
     nothing without a word."""
-    from fastpipe.record.notes import collect_warnings
+    from fastpipe.record.run_warnings import collect_warnings
 
     given = ["dataset=imagefolder", f"dataset.root={folder}", "dataset.image_size=24", f"data.path={packed}"]
     for extra, reads in (([], "a raw pack (data.codec=null)"), (given, "the given pack (data.path), read as it was written")):

@@ -15,7 +15,7 @@ from fastpipe.config import DefaultLoaderConfig
 from fastpipe.data import build_loader
 from fastpipe.errors import DataError
 from fastpipe.data.splits import DataSplits
-from fastpipe.record.notes import collect_warnings
+from fastpipe.record.run_warnings import collect_warnings
 from fastpipe.runtime import Dist
 
 

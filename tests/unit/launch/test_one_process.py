@@ -120,7 +120,7 @@ def test_a_running_record_whose_folder_no_process_holds_reads_as_died(tmp_path):
 
 
 def test_the_report_shows_a_job_whose_process_died_as_a_failed_row(tmp_path):
-    from fastpipe.report.jobs import load_jobs
+    from fastpipe.report.sweep_folder import load_jobs
 
     for num, status in ((0, "ok"), (1, "running")):
         job = tmp_path / str(num)

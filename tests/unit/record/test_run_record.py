@@ -203,7 +203,7 @@ def rank_failed(run_dir):
 
 
 def sweep_job_died(run_dir):
-    from hydra_plugins.fastpipe_sweeps.jobs import record_death
+    from hydra_plugins.fastpipe_sweeps.gpus_job import record_death
 
     config = OmegaConf.create({"hydra": {"runtime": {"choices": CHOICES}, "overrides": {"task": OVERRIDES}}})
     return record_death(SimpleNamespace(config=config, run_dir=run_dir), -signal.SIGKILL, None)

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from fastpipe.report.publish import write_report
-from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.sweep_folder import SweepSpec
 
 CACHE = {"cold": {"fx_graph": {"hit": 0, "miss": 2, "bypass": 0}, "state": "cold"},
          "warm": {"fx_graph": {"hit": 2, "miss": 0, "bypass": 0}, "state": "warm"}, "off": None}

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 import pytest
 
 from fastpipe.report.publish import write_report
-from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.sweep_folder import SweepSpec
 from fastpipe.sweeps.halving import HalvingRecord, probe_folder
 from job_metrics import halving_job as ok
 
@@ -118,7 +118,7 @@ def test_hparams_mark_pruned_sessions_with_their_round(halving_folder):
 
 
 def test_report_objective_primary_metric_picks_the_best_metric():
-    from fastpipe.report.sweep import pick_best
+    from fastpipe.report.aggregate import pick_best
 
     rows = [{"status": "ok", "parity": "ok", "throughput": t, "metric_value": v, "higher_is_better": h}
             for t, v, h in ((100.0, 0.8, True), (50.0, 0.9, True), (300.0, None, True))]
@@ -131,7 +131,7 @@ def test_report_objective_primary_metric_picks_the_best_metric():
 
 def test_a_pruned_job_tied_with_the_last_kept_is_called_tied_not_below(tmp_path):
     """select and judge break a tie at the cut-off by job number: the dropped one is not "slower" or "below"."""
-    from fastpipe.report.jobs import halving_jobs
+    from fastpipe.report.sweep_folder import halving_jobs
     from fastpipe.sweeps.halving import select
     from fastpipe.sweeps.halving_target import judge
 
@@ -158,7 +158,7 @@ def test_a_pruned_job_tied_with_the_last_kept_is_called_tied_not_below(tmp_path)
     assert notes[3] == ("dropped in round 1 at 2.0 s of training: best primary metric 0.8, tied with the worst of the 2 "
                         "kept (job 2, 0.8); ties go to the lower job number")
     assert notes[4] == "dropped in round 1 at 2.0 s of training: best primary metric 0.75, worse than the 2 kept (worst kept 0.8)"
-    from fastpipe.report.jobs import beaten
+    from fastpipe.report.sweep_folder import beaten
 
     near = beaten(0.79999, 0.8, [1, 2], {"1": 0.9, "2": 0.8}, ".4g", "below", "worst")
     assert near == "0.79999, below the 2 kept (worst kept 0.8)"  # apart, though both print 0.8 at 4 digits

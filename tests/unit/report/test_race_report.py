@@ -5,7 +5,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from fastpipe.report.__main__ import main as report_main
-from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.sweep_folder import SweepSpec
 from fastpipe.report.publish import write_report
 from race_stubs import noisy, race
 

@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from conftest import RESUMABLE, compose, run_in_process
 from fastpipe.errors import ConfigError
 from fastpipe.report.baseline import first_values, parity, pick_baseline
-from fastpipe.report.jobs import SweepSpec, load_jobs
-from fastpipe.report.sweep import aggregate
+from fastpipe.report.sweep_folder import SweepSpec, load_jobs
+from fastpipe.report.aggregate import aggregate
 from fastpipe.report.winner import winner_yaml
 from job_metrics import job_metrics as metrics
 from job_metrics import make_sweep

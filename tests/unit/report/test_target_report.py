@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from fastpipe.report.publish import write_report
-from fastpipe.report.jobs import SweepSpec
+from fastpipe.report.sweep_folder import SweepSpec
 
 LRS = ["0.001", "0.003", "0.01", "0.03"]
 
@@ -120,7 +120,7 @@ def test_one_run_per_job_says_the_ranking_is_untested_and_names_the_race(tmp_pat
 
 
 def test_olympic_aggregation_drops_the_extremes_and_two_misses_are_not_reached(tmp_path):
-    from fastpipe.report.target import aggregate_time
+    from fastpipe.report.time_to_target import aggregate_time
 
     assert aggregate_time([10.0, 30.0, 11.0, 12.0, 100.0], "olympic") == (11.0 + 12.0 + 30.0) / 3
     assert aggregate_time([10.0, None, 11.0, 12.0, 13.0], "olympic") == 12.0  # a miss is the slowest, dropped

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fastpipe.report.jobs import Job, SweepSpec
-from fastpipe.report.sweep import aggregate
+from fastpipe.report.sweep_folder import Job, SweepSpec
+from fastpipe.report.aggregate import aggregate
 
 
 def job(num: int, status: str, throughput: float, accuracy: float) -> Job:

@@ -27,7 +27,7 @@ def test_compile_failure_falls_back_to_eager(tmp_path):
 
 def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
     from conftest import cpu_runtime
-    from fastpipe.record.notes import collect_warnings
+    from fastpipe.record.run_warnings import collect_warnings
     from fastpipe.train import graph
     from fastpipe.train.description import describe
 

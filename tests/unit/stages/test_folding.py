@@ -1,5 +1,5 @@
 """train.eval_fold: the folded evaluation copy computes what the model computes, follows its weights,
-falls back when it cannot trace or fails its check; and the screen's kept batches (data/kept.py)."""
+falls back when it cannot trace or fails its check; and the screen's kept batches (data/held_out_batches.py)."""
 from __future__ import annotations
 
 import warnings
@@ -13,8 +13,8 @@ import torchvision
 from torch import nn
 
 from fastpipe.config import PrecisionConfig
-from fastpipe.data import kept
-from fastpipe.data.kept import KeptBatches
+from fastpipe.data import held_out_batches
+from fastpipe.data.held_out_batches import KeptBatches
 from fastpipe.errors import FastpipeWarning
 from fastpipe.stages import eval_forward
 from fastpipe.stages.eval_forward import EvalForwards
@@ -231,7 +231,7 @@ def test_a_pass_left_early_keeps_nothing_and_no_room_keeps_nothing(monkeypatch):
     next(iter(loader))
     list(loader)
     assert loader.passes == 2 and loader.kept is not None  # the second pass was whole
-    monkeypatch.setattr(kept, "free_bytes", lambda device: 10)
+    monkeypatch.setattr(held_out_batches, "free_bytes", lambda device: 10)
     tight = KeptBatches(Reusing(3))
     list(tight), list(tight)
     assert tight.passes == 2 and tight.kept is None and tight.refused

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from fastpipe.record.notes import collect_warnings
+from fastpipe.record.run_warnings import collect_warnings
 from fastpipe.stages.optim import build_optimizer
 from fastpipe.stages.schedules import build_schedule
 

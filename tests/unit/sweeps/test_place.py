@@ -6,7 +6,7 @@ import pytest
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from fastpipe.sweeps.place import job_place
+from fastpipe.sweeps.job_place import job_place
 
 HALVING = "hydra_plugins.fastpipe_sweeps.halving_sweeper.HalvingSweeper"
 

@@ -26,7 +26,7 @@ def test_resume_path_that_does_not_exist(tmp_path):
 
 
 def test_checkpoints_of_an_earlier_run_without_resume(tmp_path):
-    from fastpipe.checkpoint.files import write_checkpoint
+    from fastpipe.checkpoint.disk import write_checkpoint
 
     write_checkpoint(tmp_path / "checkpoints", {"position": {"step": 3}})
     with pytest.raises(ConfigError, match="holds checkpoints of an earlier run: add train.resume=auto"):

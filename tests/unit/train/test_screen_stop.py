@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import TINY, run_in_process
 
-from fastpipe.data.kept import KeptBatches
+from fastpipe.data.held_out_batches import KeptBatches
 from fastpipe.measure.clock import RunClock
 from fastpipe.stages.tasks import Classification
 from fastpipe.train.held_out_pass import evaluate

@@ -47,7 +47,7 @@ def settle(run_dir: Path, record: Optional[dict]) -> None:
     end them, and a logger that failed mid-run (its server gone: the trainer stopped calling it) alike:
     the tracker is asked once more, and a run it still holds RUNNING gets the record's numbers and the run
     folder's files (back-filled) and its status; a tracker still away leaves it as it has it, and a warning."""
-    from fastpipe.targets import import_target
+    from fastpipe.instantiate import import_target
 
     for name, entry in read(run_dir).items():
         if not isinstance(entry, dict) or entry.get("ended") or not entry.get("target"):

@@ -10,7 +10,7 @@ STAGES = ("run", "job", "probe", "full", "trial")  # a single run; a grid sweep'
 
 @dataclass
 class RunContext:
-    """Filled by the entry point (fastpipe/record/context.py); a run's trackers and callbacks see it."""
+    """Filled by the entry point (fastpipe/record/hydra_context.py); a run's trackers and callbacks see it."""
 
     params: Dict[str, Any] = field(default_factory=dict)  # the composed config, flattened, and every group choice
     stage: str = "run"  # one of STAGES

@@ -1,4 +1,4 @@
-"""Held-out batches read ahead in a background thread (data/kept.py, train.eval_read_ahead): kept once
+"""Held-out batches read ahead in a background thread (data/held_out_batches.py, train.eval_read_ahead): kept once
 read, an evaluation waits for the read and sees what it raised; the run's results do not change."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import TINY, make_settings, run_in_process
 
-from fastpipe.data import kept as kept_module
-from fastpipe.data.kept import KeptBatches, read_ahead, stop_reading
+from fastpipe.data import held_out_batches as kept_module
+from fastpipe.data.held_out_batches import KeptBatches, read_ahead, stop_reading
 from fastpipe.errors import ConfigError
 
 CPU = torch.device("cpu")

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from fastpipe.checkpoint.files import NAME, rotate, write_checkpoint
+from fastpipe.checkpoint.disk import NAME, rotate, write_checkpoint
 
 
 class HostSnapshot:

@@ -7,8 +7,8 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from fastpipe.config.context import RunContext, flatten
-from fastpipe.record.loggers import state
+from fastpipe.config.run_context import RunContext, flatten
+from fastpipe.record.loggers import trackers_file
 from fastpipe.record.provenance import code_provenance
 
 INTERNAL_KEYS = ("overrides", "choices", "run_id", "context", "hydra")  # filled by fastpipe, not configured
@@ -35,4 +35,4 @@ def run_context(cfg: DictConfig, choices: Dict[str, str], overrides: List[str], 
     code, diff = code_provenance(working_folder or Path.cwd(), written=[p for p in (run_dir, sweep_dir) if p])
     return RunContext(params=params_of(cfg, choices, overrides), stage=place.get("stage", "run"),
                       sweep_dir=sweep_dir, job=place.get("job"), round=place.get("round"),
-                      trackers=state.read(Path(sweep_dir)) if sweep_dir else {}, code=code, code_diff=diff)
+                      trackers=trackers_file.read(Path(sweep_dir)) if sweep_dir else {}, code=code, code_diff=diff)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from fastpipe.report import confidence
-from fastpipe.report import target as to_target
+from fastpipe.report import time_to_target as to_target
 from fastpipe.report.confidence import Confidence
 from fastpipe.report.baseline import compare, pick_baseline
-from fastpipe.report.jobs import Job, SweepSpec
+from fastpipe.report.sweep_folder import Job, SweepSpec
 from fastpipe.report.rows import row, swept_columns
 
 

@@ -174,7 +174,7 @@ def record_death(job: Job, code: int, running: Optional[dict]) -> dict:
     if running is None:  # it never began: an earlier run's record moves to metrics.previous.json
         results.begin(job.run_dir, choices, overrides, run_id=None)
     results.write(job.run_dir, record)
-    from fastpipe.record.loggers import state
+    from fastpipe.record.loggers import trackers_file
 
-    state.settle(job.run_dir, record.to_dict())  # the tracker runs it began and could not end
+    trackers_file.settle(job.run_dir, record.to_dict())  # the tracker runs it began and could not end
     return record.to_dict()
