@@ -98,7 +98,7 @@ def main() -> None:
     from fastpipe.stages.folding import fold_weights
     from fastpipe.stages.precision import Precision
     from fastpipe.stages.tasks import Classification
-    from fastpipe.train.held_out_pass import evaluate
+    from fastpipe.train.held_out import evaluate
     from fastpipe.train.held_out import HeldOut
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ imports, alternating, ``--repeats`` times each:
 
 - ``hand``: ``import torch, torchvision`` (what the hand loop of time_to_target_overhead.py imports);
 - ``fastpipe``: what ``python -m fastpipe`` imports before its first step, in its one process (Hydra, the
-  entry point, ``fastpipe.train.job``, torchvision);
+  entry point, ``fastpipe.job.training``, torchvision);
 then once with ``-X importtime``, the modules fastpipe imports beyond the hand loop's, largest
 cumulative first. Writes ``$OUT/start_imports.md`` (printed last) and ``start_imports.log``.
 
@@ -29,7 +29,7 @@ TIMED = ("import time\n"
          "from fastpipe.machine import process_started_at\n"
          "print(json.dumps({{'seconds': done - process_started_at()}}))\n")
 KINDS = {"hand": "import torch, torchvision",
-         "fastpipe": "import hydra, fastpipe.__main__, fastpipe.train.job, torchvision"}
+         "fastpipe": "import hydra, fastpipe.__main__, fastpipe.job.training, torchvision"}
 
 
 def timed(kind: str) -> subprocess.Popen:

@@ -138,7 +138,7 @@ def without_shapes(overrides):
 
 def run_in_process(run_dir, overrides=()):
     """Train in this process (no fresh worker) and return metrics.json's content."""
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     return run_training(make_settings(list(overrides)), Path(run_dir))
 

@@ -159,7 +159,7 @@ class Checkpointer:
         """The final checkpoint, when checkpointing is on (or ``always``: a time-budget stop, to resume
         from) and the last step has none yet (or ``again``: the one it has predates the evaluation that
         stopped the run). Its write, and a best.pt still being written, go on while the run writes
-        last.pt and counts its FLOPs: the run settles before it reports (train/job.py)."""
+        last.pt and counts its FLOPs: the run settles before it reports (job/training.py)."""
         if (self.every or always) and pos is not None and (pos.step != self.last_step or always or again):
             self.save(g, pos, streak)
 

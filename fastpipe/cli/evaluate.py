@@ -26,7 +26,7 @@ def evaluate_run(run_dir: Path, overrides: List[str], weights: str = "best", spl
     from fastpipe.checkpoint.trained import load, weights_path
     from fastpipe.config.reload import run_settings
     from fastpipe.runtime import Dist, Runtime, cache_root, cpu_cores, resolve_device
-    from fastpipe.train.held_out_pass import evaluate
+    from fastpipe.train.held_out import evaluate
     from fastpipe.train.graph import build_held_out, build_splits
 
     weights_path(run_dir, weights, option="--weights {}")  # missing: the hint names this command's flag

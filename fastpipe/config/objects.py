@@ -139,7 +139,7 @@ class TaskConfig(ObjectConfig):
 @dataclass
 class OptimizerConfig(ObjectConfig):
     """optimizer: a torch.optim optimizer (or a project's own) with ``_partial_: true``. Its ``lr`` may be
-    ``auto``: found by a range test before training (train/lr_find.py; ``train.lr_find_*``)."""
+    ``auto``: found by a range test before training (finders/lr_range.py; ``train.lr_find_*``)."""
 
     # optimizer.lr=auto: the found rate times this (a sweep varies it: +sweep=lr); 1.0 = the rule's rate.
     lr_auto_factor: float = 1.0

@@ -15,7 +15,7 @@ class TrainConfig:
     max_steps: Optional[int] = None  # cap on optimizer steps over the whole run; null = epochs decide
     # Samples per process per micro-batch, or auto: the largest that fits in device memory (or, with
     # batch_size_goal=throughput, the fastest of those). auto tries the real step before training
-    # (fastpipe/train/batch_size.py; on a CPU up to batch_size_max, which is then the answer for memory).
+    # (fastpipe/finders/batch_size.py; on a CPU up to batch_size_max, which is then the answer for memory).
     batch_size: Any = 64
     batch_size_goal: str = "memory"  # auto: memory (the largest that fits) or throughput (best samples/s)
     batch_size_max: Optional[int] = None  # auto's largest candidate; null = 4096 on a GPU, 128 on a CPU

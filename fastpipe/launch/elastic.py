@@ -31,7 +31,7 @@ def _worker(settings_path: str, run_dir: str, parent: int) -> Optional[dict]:
     Exceptions propagate: the agent records each in the rank's error file and stops the other ranks;
     one fastpipe recognises is written to the error file here and the rank exits without a traceback.
     """
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     die_with_parent(parent)
     settings = read_settings(settings_path)

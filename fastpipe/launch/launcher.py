@@ -52,7 +52,7 @@ def _single_worker(settings_path: str, run_dir: str, parent: int) -> None:
     try:
         process_environment(settings)  # before torch's first CUDA call, as in the launching process
         from fastpipe.measure import setup
-        from fastpipe.train.job import run_training
+        from fastpipe.job.training import run_training
 
         setup.imports_done()
         run_training(settings, Path(run_dir))
@@ -80,7 +80,7 @@ def import_trainer() -> None:
     ``imports`` set-up part (measure/setup.py): what comes after it, the config's check and the run's
     provenance, is ``launch``."""
     from fastpipe.measure import setup
-    from fastpipe.train import job  # noqa: F401
+    from fastpipe.job import training  # noqa: F401
 
     setup.imports_done()
 
@@ -144,7 +144,7 @@ def collect(run_dir: Path, exitcode: int, settings: Config) -> dict:
 
 def _join_torchrun(settings: Config, run_dir: Path) -> dict:
     """Started by torchrun/srun: this process is a rank. Train here, recording in rank 0's folder."""
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     dist = init_distributed(settings)
     run_dir = Path(broadcast_from_main(str(run_dir)))  # each rank's Hydra chose a folder: use rank 0's
@@ -226,7 +226,7 @@ def _launch(settings: Config, run_dir: Path) -> dict:
                           f"launcher={settings.launcher.name}; use launcher=ddp (or fsdp) so the ranks train together")
     if settings.launcher.fresh_process is True:
         return _spawn_single(settings, run_dir)
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     try:
         return run_training(settings, run_dir)

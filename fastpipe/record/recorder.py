@@ -1,4 +1,4 @@
-"""A run folder's artefacts besides metrics.json (graph.txt, loss.png, code.diff, lr_find.*), and the run's loggers
+"""A run folder's artefacts besides metrics.json (graph.txt, loss.png, code.diff), and the run's loggers
 and callbacks (record/loggers/), which see the run where the loop reports: window edges, evaluations,
 checkpoints, the end."""
 from __future__ import annotations
@@ -52,18 +52,11 @@ class RunRecorder:
         if self.enabled and self.hooks is not None and values:
             getattr(self.hooks, what)(step, values)
 
-    def lr_find(self, search: dict, raw=None) -> None:
-        """optimizer.lr=auto's range test (metrics.json's ``lr_search``; ``raw``: each step's loss as
-        measured): lr_find.csv and lr_find.png, and its curve to the loggers' ``on_curve`` as
-        ``lr_find/loss`` and ``lr_find/lr`` against the test's own steps, never the training steps."""
-        if not self.enabled:
-            return
-        from fastpipe.record import lr_find
-
-        lr_find.write(self.run_dir, search, raw)
-        if self.hooks is not None and search["curve"]:
-            self.hooks.curve("lr_find/loss", [(i, loss) for i, (_, loss) in enumerate(search["curve"])])
-            self.hooks.curve("lr_find/lr", [(i, lr) for i, (lr, _) in enumerate(search["curve"])])
+    def curve(self, tag: str, points) -> None:
+        """A curve measured against its own steps, not the training steps (the range test's loss and rate),
+        to the loggers' ``on_curve``."""
+        if self.enabled and self.hooks is not None and points:
+            self.hooks.curve(tag, points)
 
     def checkpoint(self, step: int, path: Path) -> None:
         """A checkpoint complete on disk (called from the checkpoint writer's thread)."""

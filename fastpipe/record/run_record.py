@@ -11,7 +11,7 @@ wrote and now amends; ``results.write`` writes nothing else. Names are checked: 
 Adding a key is one line: a field of ``RunRecord``, in the place its key takes in metrics.json, with
 its type and default (``None``: not measured), e.g. ``target: Optional[Dict[str, Any]] = None``;
 then its row in docs/measuring.md's table (tests/unit/record/test_run_record.py checks that every
-field has one) and, where the trainer measures it, ``record.set(key=...)`` in train/job.py. A key
+field has one) and, where the trainer measures it, ``record.set(key=...)`` in job/training.py. A key
 written only when it has a value (``traceback``) takes ``when_set()`` as its default. A key that
 changes the meaning of existing ones also raises ``SCHEMA_VERSION``, with a row in "Schema versions".
 

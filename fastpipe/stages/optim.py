@@ -39,7 +39,7 @@ def build_optimizer(cfg: OptimizerConfig, train: TrainConfig, model: torch.nn.Mo
     """
     from fastpipe.instantiate import call_partial
 
-    if cfg.lr_auto:  # the job settles it first (train/lr_find.py): a graph is built with a rate
+    if cfg.lr_auto:  # the job settles it first (finders/lr_range.py): a graph is built with a rate
         raise ConfigError("optimizer.lr=auto has no rate yet: a graph built outside a run needs optimizer.lr=RATE")
     no_decay = wants_no_decay(train.no_decay, cfg.callable())
     made = cfg.build(params=param_groups(model, no_decay), fused=True)

@@ -9,7 +9,7 @@ import torch
 from fastpipe.config import TrainConfig
 from fastpipe.data.held_out_batches import KeptBatches
 from fastpipe.measure.clock import RunClock
-from fastpipe.train.held_out_pass import Sums, evaluate, held_out_sums
+from fastpipe.train.held_out import Sums, evaluate, held_out_sums
 from fastpipe.train.target import OutOfReach, Target
 
 

@@ -153,7 +153,7 @@ def build_probe(settings: Config, runtime: Runtime, splits: DataSplits, batch_si
 
 
 def build_range_test(settings: Config, runtime: Runtime, splits: DataSplits) -> TrainingGraph:
-    """The run's stages for optimizer.lr=auto's range test (train/lr_find.py): the same model, placement
+    """The run's stages for optimizer.lr=auto's range test (finders/lr_range.py): the same model, placement
     (a DDP replica on every rank, as training builds it), precision, compile, EMA and optimizer, fed by
     the run's own loader, with no held-out loader; thrown away after the test."""
     return _stages(settings, runtime, splits, settings.data, probe=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import TINY, run_in_process
 
-from fastpipe.train import lr_find
+from fastpipe.finders import lr_range as lr_find
 
 AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=10", "train.max_steps=4"]
 

@@ -170,7 +170,7 @@ def settings_for(run_dir: Path, overrides):
 
 
 def test_a_resumed_run_continues_its_mlflow_run(server, tmp_path):
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     uri, _ = server
     base = [*TINY, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}", "logger.mlflow.experiment=resumes",
@@ -255,7 +255,7 @@ def test_a_hard_killed_runs_mlflow_run_ends_with_the_next_run_in_its_folder(serv
 
 
 def test_a_server_killed_mid_run_costs_seconds_and_the_run_ends_ok(server, tmp_path):
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     uri, proc = server
     overrides = [*TINY, "logger=mlflow", f"logger.mlflow.tracking_uri={uri}", "logger.mlflow.experiment=killed",

@@ -3,7 +3,7 @@
 trainer started, before it forwards signals to it, while the trainer still imports, before its own
 handlers are set (the signal waits, blocked, and is forwarded). It ends
 preempted, exit 75, with what to do next, and nothing trains. The phase signals itself
-(tests/support/signal_at.py): by phase, not by timing. The other phases: tests/unit/train/test_start_up_signals.py."""
+(tests/support/signal_at.py): by phase, not by timing. The other phases: tests/unit/job/test_start_up_signals.py."""
 from __future__ import annotations
 
 import json

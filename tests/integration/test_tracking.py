@@ -41,7 +41,7 @@ def tensorboard_scalars(folder: Path) -> dict:
 def tracked(tmp_path_factory):
     """One run with every logger, in a working folder of its own, with no tracking server and no W&B key."""
     from fastpipe.record.hydra_context import run_context
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     folder = tmp_path_factory.mktemp("project")
     run_dir = folder / "outputs" / "run"

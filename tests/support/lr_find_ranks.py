@@ -8,7 +8,7 @@ def range_test_on_rank(rank: int, store_path: str, overrides: list, out: dict) -
     from conftest import make_settings
 
     from fastpipe.runtime import Dist, Runtime, cache_root, seed_everything
-    from fastpipe.train import lr_find
+    from fastpipe.finders import lr_range as lr_find
 
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", store=torch.distributed.FileStore(store_path, 2), rank=rank,

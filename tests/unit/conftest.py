@@ -41,7 +41,7 @@ def composed(overrides):
 def run_composed(run_dir, overrides=()):
     """conftest.run_in_process on the settings of ``composed``: for the tests that run one command again
     (a requeue, a resume), whose every run composed the same list."""
-    from fastpipe.train.job import run_training
+    from fastpipe.job.training import run_training
 
     return run_training(composed(overrides), Path(run_dir))
 

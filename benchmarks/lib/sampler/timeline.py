@@ -2,7 +2,7 @@
 did, second by second, from the earliest process's start.
 
 Each process's samples of a thread become segments of one activity: an import in progress (the
-outermost one, with the package of the innermost: ``import fastpipe.train.job > torch._dynamo``),
+outermost one, with the package of the innermost: ``import fastpipe.job.training > torch._dynamo``),
 else the innermost frame of fastpipe's own code, else the innermost frame. Per segment: its span,
 the thread's and the process's CPU seconds in it (a thread
 blocked in native code shows its last Python frame and no CPU), the machine's busy and iowait cores, and the longest gap between

@@ -72,7 +72,7 @@ def test_every_choice_composes_and_builds(group, choice, tmp_path):
 
 
 def _check_graph(g, settings, lm: bool) -> None:
-    from fastpipe.train.description import describe
+    from fastpipe.job.graph_text import describe
 
     text = describe(g, settings)
     assert "fastpipe training graph" in text and len(g.train_loader) > 0

@@ -32,7 +32,7 @@ def test_a_resnet_built_on_the_device_keeps_torchvisions_init_and_the_seed_gives
 
 def test_the_graph_builds_the_model_on_its_device_and_says_how_long_it_took():
     from fastpipe.train import graph
-    from fastpipe.train.description import describe
+    from fastpipe.job.graph_text import describe
 
     settings = make_settings(TINY)
     g = graph.build(settings, cpu_runtime())

@@ -29,7 +29,7 @@ def test_dynamo_ddp_and_autograd_switches_are_described_or_said_to_do_nothing():
     from conftest import cpu_runtime
     from fastpipe.record.run_warnings import collect_warnings
     from fastpipe.train import graph
-    from fastpipe.train.description import describe
+    from fastpipe.job.graph_text import describe
 
     def built(*overrides):
         settings = make_settings(list(TINY) + list(overrides))

@@ -20,7 +20,7 @@ from fastpipe.stages import eval_forward
 from fastpipe.stages.eval_forward import EvalForwards
 from fastpipe.stages.folding import FoldedConv, fold, fold_weights
 from fastpipe.stages.precision import build_precision
-from fastpipe.train import held_out_pass
+from fastpipe.train import held_out as held_out_pass
 from fastpipe.train.held_out import HeldOut
 
 CPU = torch.device("cpu")

@@ -100,7 +100,7 @@ def test_lr_scaling_rules():
 
 def test_lr_scaling_reaches_the_optimizer_and_a_schedule_with_its_own_peak():
     from fastpipe.train import graph
-    from fastpipe.train.description import describe
+    from fastpipe.job.graph_text import describe
 
     settings = make_settings(TINY + ["train.lr_scaling=linear", "train.lr_reference_batch=8", "optimizer=sgd",
                                      "optimizer.lr=0.1", "lr_schedule=onecycle"])

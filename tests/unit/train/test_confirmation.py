@@ -11,7 +11,7 @@ from fastpipe.config import PrecisionConfig
 from fastpipe.stages.precision import build_precision
 from fastpipe.train import evaluation
 from fastpipe.train.held_out import HeldOut, SplitInParts, parts_of
-from fastpipe.train.held_out_pass import evaluate
+from fastpipe.train.held_out import evaluate
 
 CPU = torch.device("cpu")
 

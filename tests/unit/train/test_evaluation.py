@@ -78,7 +78,7 @@ class _Ranks:
 
 
 def test_evaluation_in_lockstep_repeats_the_last_batch_uncounted_while_others_go_on():
-    from fastpipe.train.held_out_pass import in_lockstep
+    from fastpipe.train.held_out import in_lockstep
 
     pairs = list(in_lockstep(_Ranks(2, 2, [False, True, True, False]), iter(["a", "b"])))
     assert pairs == [("a", True), ("b", True), ("b", False), ("b", False)]
@@ -93,7 +93,7 @@ def test_the_splits_last_smaller_batch_is_evaluated_without_cudnn_autotuning():
     from fastpipe.stages.precision import build_precision
     from fastpipe.config import PrecisionConfig
     from fastpipe.train.held_out import HeldOut
-    from fastpipe.train.held_out_pass import evaluate
+    from fastpipe.train.held_out import evaluate
 
     seen = []
 

@@ -11,9 +11,9 @@ import torch
 from fastpipe.config import PrecisionConfig
 from fastpipe.data.batches import batch_first, filled_up
 from fastpipe.stages.precision import build_precision
-from fastpipe.train import held_out_pass
+from fastpipe.train import held_out as held_out_pass
 from fastpipe.train.held_out import HeldOut
-from fastpipe.train.held_out_pass import evaluate
+from fastpipe.train.held_out import evaluate
 
 CPU = torch.device("cpu")
 TASK = SimpleNamespace(primary="accuracy", higher_is_better=True,

@@ -7,8 +7,9 @@ import json
 import pytest
 from conftest import TINY, cpu_runtime, make_settings, run_in_process
 
-from fastpipe.train import batch_size, graph, step
-from fastpipe.train.held_out_pass import evaluate
+from fastpipe.finders import batch_size
+from fastpipe.train import graph, step
+from fastpipe.train.held_out import evaluate
 
 
 def test_a_probe_runs_the_training_step_with_accumulation_clipping_and_the_ema(monkeypatch):

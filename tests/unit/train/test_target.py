@@ -178,7 +178,7 @@ def test_with_eval_batches_a_target_is_reached_only_on_the_whole_split(tmp_path)
     import torch
 
     from fastpipe.train import graph
-    from fastpipe.train.held_out_pass import evaluate
+    from fastpipe.train.held_out import evaluate
 
     args = TINY + ["train.max_steps=60", "train.eval_every=2", "train.target=0.6", "train.eval_batches=1"]
     m = run_composed(tmp_path, args)

@@ -10,11 +10,11 @@ from fastpipe.measure.steps import describe_measurement
 from fastpipe.models import describe_model
 from fastpipe.stages.optim import describe_optimization
 from fastpipe.stages.tasks import describe_task
-from fastpipe.train.batch_search import BatchSearch
+from fastpipe.finders.batch_size import BatchSearch
 from fastpipe.train.graph import TrainingGraph, steps_per_epoch
 from fastpipe.train.held_out import eval_batch_size, reads_ahead
 from fastpipe.train.loop import describe_loop
-from fastpipe.train.lr_find import LrSearch
+from fastpipe.finders.lr_range import LrSearch
 
 
 def stage_lines(g: TrainingGraph, settings: Config, search: Optional[BatchSearch] = None,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fastpipe.measure.lr_range import Curve, min_div10, ramp, readable, steepest, suggest, valley
+from fastpipe.finders.lr_curve import Curve, min_div10, ramp, readable, steepest, suggest, valley
 
 LRS = ramp(1e-7, 10.0, 100)
 

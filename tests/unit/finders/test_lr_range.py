@@ -1,5 +1,5 @@
 """optimizer.lr=auto (issue 32): the range test on the run's own step, the rate it gives the run, and
-what is recorded (the rules on given curves: tests/unit/measure/test_lr_range.py)."""
+what is recorded (the rules on given curves: tests/unit/finders/test_lr_curve.py)."""
 from __future__ import annotations
 
 import csv
@@ -10,8 +10,9 @@ import pytest
 from conftest import TINY, cpu_runtime, make_settings, run_in_process
 
 from fastpipe.errors import ConfigError, FastpipeWarning, TrainingError
-from fastpipe.measure.lr_range import ramp
-from fastpipe.train import graph, lr_find
+from fastpipe.finders.lr_curve import ramp
+from fastpipe.train import graph
+from fastpipe.finders import lr_range as lr_find
 
 AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"]
 KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds"}

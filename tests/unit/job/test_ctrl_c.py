@@ -15,7 +15,7 @@ def ctrl_c(*args, **kwargs):
 
 
 def test_ctrl_c_after_the_summary_keeps_the_results(tmp_path, monkeypatch):
-    from fastpipe.train import job
+    from fastpipe.job import training as job
 
     monkeypatch.setattr(job, "summary_text", ctrl_c)  # the last thing a run does: print its summary
     with pytest.raises(KeyboardInterrupt):

@@ -32,7 +32,7 @@ def signalling(fn):
 def patch_phase(monkeypatch, phase: str) -> list:
     """Signal at ``phase`` of the training process's start-up; returns the run's extra overrides."""
     from fastpipe.data import images
-    from fastpipe.train import job
+    from fastpipe.job import training as job
 
     if phase == "runtime":
         monkeypatch.setattr(job, "setup_runtime", signalling(job.setup_runtime))

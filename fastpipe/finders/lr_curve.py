@@ -1,5 +1,7 @@
-"""The learning-rate range test's numbers: the ramp, the smoothed loss curve, where it stops, and the
-rules that read a rate off it (optimizer.lr=auto; train/lr_find.py runs the steps).
+"""The learning-rate range test's curve: the ramp, the smoothed loss, where it stops, the rules that read a
+rate off it (optimizer.lr=auto; lr_range.py runs the steps), and its files in the run folder: ``lr_find.csv``
+(each step) and ``lr_find.png`` (the smoothed loss against the rate on a log axis, the suggestion and the
+point where the loss diverged marked), from metrics.json's ``lr_search``.
 
 Leslie Smith's range test (Cyclical Learning Rates, 2017) as fastai runs it (``lr_find`` in
 fastai/callback/schedule.py): rates rising exponentially, one per optimizer step; the loss smoothed by
@@ -10,9 +12,11 @@ anything) and its last 5 points (the climb into divergence), as fastai's do.
 """
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 BETA = 0.98  # the moving average's weight on the past
 DIVERGED = 4.0  # the smoothed loss past this many times its best: the rate is too large
@@ -100,3 +104,61 @@ def suggest(rule: str, curve: Curve, steps: int) -> Optional[float]:
     """``rule``'s rate on ``curve`` (a test of ``steps`` planned steps), or None when too few points ran."""
     part = readable(curve.lrs, curve.losses, steps)
     return None if part is None else RULES[rule](*part)
+
+
+CSV, PNG = "lr_find.csv", "lr_find.png"
+DPI = 110
+
+
+def write_csv(path: Path, search: dict, raw: Optional[Sequence[float]] = None) -> None:
+    """One row per step of the test: ``step, lr, loss`` (as measured, when ``raw`` is given), ``smoothed_loss``."""
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh, lineterminator="\n")
+        out.writerow(["step", "lr", "loss", "smoothed_loss"])
+        for step, (lr, smoothed) in enumerate(search["curve"]):
+            out.writerow([step, f"{lr:.6g}", "" if raw is None else f"{raw[step]:.6g}", f"{smoothed:.6g}"])
+
+
+def figure(search: dict, title: str = ""):
+    """The lr_find.png figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if search["curve"]:
+        lrs, losses = zip(*search["curve"])
+        ax.plot(lrs, losses, color="tab:blue", label="smoothed training loss")
+    ax.set_xscale("log")
+    ax.axvline(search["suggestion"], color="tab:green", linestyle="--",
+               label=f"{search['rule']}: {search['suggestion']:.3g}")
+    used = search["suggestion"] * search["factor"]
+    if search["factor"] != 1:
+        ax.axvline(used, color="tab:olive", linestyle=":", label=f"x {search['factor']:g} = {used:.3g} (trained at)")
+    if search["diverged_at"] is not None:
+        ax.axvline(search["diverged_at"], color="tab:red", linestyle=":",
+                   label=f"stopped at {search['diverged_at']:.3g} (diverged)")
+    ax.set(xlabel="learning rate", ylabel="training loss (smoothed)")
+    ax.set_title(title or f"range test: {search['steps']} steps from {search['min']:g} to {search['max']:g}",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write(recorder, search: dict, raw: Optional[Sequence[float]] = None) -> None:
+    """The range test in the run's record: lr_find.csv and lr_find.png in its folder, and its curve to the
+    loggers' ``on_curve`` as ``lr_find/loss`` and ``lr_find/lr`` against the test's own steps, never the
+    training steps. ``raw``: each step's loss as measured."""
+    if not recorder.enabled:
+        return
+    import matplotlib.pyplot as plt
+
+    write_csv(recorder.run_dir / CSV, search, raw)
+    fig = figure(search)
+    fig.savefig(recorder.run_dir / PNG, dpi=DPI)
+    plt.close(fig)
+    recorder.curve("lr_find/loss", [(i, loss) for i, (_, loss) in enumerate(search["curve"])])
+    recorder.curve("lr_find/lr", [(i, lr) for i, (lr, _) in enumerate(search["curve"])])

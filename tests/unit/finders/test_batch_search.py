@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fastpipe.train import batch_search
-from fastpipe.train.batch_search import BatchSearch, Probe, on_grid
-from fastpipe.train.batch_size import start_for
+from fastpipe.finders import batch_size as batch_search
+from fastpipe.finders.batch_size import BatchSearch, Probe, on_grid
+from fastpipe.finders.batch_size import start_for
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
 LIMITS = sorted({1, 2, 3, 7, 8, 9, 15, 16, 17, 100, 255, 256, 257, 1000, 2047, 2048, 2049, 3000, 3333, 4095,

@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import TINY, cpu_runtime, make_settings, run_in_process
 
-from fastpipe.train import batch_search, batch_size
-from fastpipe.train.batch_search import BatchSearch, Probe
-from fastpipe.train.batch_size import find_batch_size
+from fastpipe.finders import batch_size
+from fastpipe.finders import batch_size as batch_search
+from fastpipe.finders.batch_size import BatchSearch, Probe
+from fastpipe.finders.batch_size import find_batch_size
 from fastpipe.errors import ConfigError, FastpipeError
 
 from ..conftest import composed

@@ -15,9 +15,10 @@ from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import RunFacts
 from fastpipe.config import Config
 from fastpipe.errors import FastpipeWarning, TrainingError
-from fastpipe.train.description import describe
+from fastpipe.job.graph_text import describe
 from fastpipe.train.failures import fixable_failure, record_failure, write_record
-from fastpipe.train import lr_find
+from fastpipe.finders import lr_curve, lr_range
+from fastpipe.finders.batch_size import find_batch_size
 from fastpipe.train.first_batch import check_first_batches
 from fastpipe.train.held_out import reads_end_with_the_run
 from fastpipe.data.device import reading_ends_with_the_run
@@ -158,20 +159,18 @@ def _searched(settings: Config, runtime, record: RunRecord, recorder, show: bool
     record.batch_size = settings.train.batch_size
     splits = training_graph.overfit_cut(settings, runtime, splits)
     with setup.setup_part("lr_search"):
-        settings, lr_search = lr_find.settle(settings, runtime, splits)  # optimizer.lr=auto
+        settings, lr_search = lr_range.settle(settings, runtime, splits)  # optimizer.lr=auto
     if lr_search is not None:
         record.lr_search = lr_search.record()
-        recorder.lr_find(record.lr_search, lr_search.raw)
+        lr_curve.write(recorder, record.lr_search, lr_search.raw)
     return settings, splits, search, lr_search
 
 
 def _with_found_batch_size(settings: Config, runtime, splits) -> tuple:
     """``settings`` with ``train.batch_size=auto`` replaced by the size the search found on ``splits``,
     and the search."""
-    from fastpipe.train.batch_size import find_batch_size
-
     # optimizer.lr=auto: any rate sizes the step, so the probes train at the ramp's first
-    search = find_batch_size(lr_find.provisional(settings), runtime, splits)
+    search = find_batch_size(lr_range.provisional(settings), runtime, splits)
     if runtime.dist.is_main:
         print(f"fastpipe: train.batch_size=auto: {search.chosen} per process {search.describe()}", file=sys.stderr,
               flush=True)

@@ -6,7 +6,7 @@ model, placement, precision, compile, EMA, optimizer, the run's loader) from ``t
 times at rates rising exponentially from ``train.lr_find_min`` to ``train.lr_find_max``, each set on
 the optimizer as a Python float: only the model's forward and backward are compiled, so no rate
 recompiles anything. The smoothed loss curve, where it stopped and the rule's rate come from
-measure/lr_range.py. Under DDP every rank runs the same ramp on its own shard of the batches and the
+lr_curve.py. Under DDP every rank runs the same ramp on its own shard of the batches and the
 loss is averaged over the ranks, so every rank stops at the same step and finds the same rate.
 
 The test's graph is then thrown away, the generators reseeded, and the run builds its model and
@@ -31,7 +31,7 @@ import torch
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
 from fastpipe.errors import FastpipeWarning, TrainingError
-from fastpipe.measure import lr_range
+from fastpipe.finders import lr_curve
 from fastpipe.runtime import Runtime, seed_everything
 from fastpipe.train import graph
 from fastpipe.train.first_batch import check_first_batches, part
@@ -132,7 +132,7 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
     seed_everything(seed + dist.rank)
     try:
         splits = splits if splits is not None else graph.build_splits(test, runtime)
-        curve = _run_ramp(test, runtime, splits, lr_range.ramp(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps))
+        curve = _run_ramp(test, runtime, splits, lr_curve.ramp(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps))
     finally:
         _release(runtime.device)
         seed_everything(settings.seed + dist.rank)  # the run starts from its seed, as with a given rate
@@ -141,7 +141,7 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
         raise TrainingError(f"{part(settings, 'model')} gives a non-finite loss at the range test's first step (lr "
                             f"{cfg.lr_find_min:g}, before any update counts): it cannot train at any rate; {why}check "
                             "its initialisation and forward, and the task's loss")
-    suggestion = lr_range.suggest(cfg.lr_find_rule, curve, cfg.lr_find_steps)
+    suggestion = lr_curve.suggest(cfg.lr_find_rule, curve, cfg.lr_find_steps)
     if suggestion is None:
         raise TrainingError(f"optimizer.lr=auto: the range test's loss diverged after {len(curve.losses)} step(s), at "
                             f"lr {curve.diverged_at:.3g}: too few points to read a rate from; ramp more slowly "
@@ -151,11 +151,11 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
                     float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw))
 
 
-def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) -> lr_range.Curve:
+def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) -> lr_curve.Curve:
     """The training step at each of ``rates`` in turn, until the curve says stop (a collective under DDP)."""
     g = graph.build_range_test(settings, runtime, splits)
     check_first_batches(g, settings)  # the project's parts on a first batch, before any step
-    batches, curve, world = _batches(g.train_loader), lr_range.Curve(), runtime.dist.world_size
+    batches, curve, world = _batches(g.train_loader), lr_curve.Curve(), runtime.dist.world_size
     try:
         for rate in rates:
             for group in g.optimizer.param_groups:
