@@ -18,7 +18,7 @@ from fastpipe.report.formats import metric_text
 from fastpipe.report.lr_found import found_rate
 from fastpipe.report.time_to_target import time_cell
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds
-from fastpipe.sweeps.race_stats import p_text
+from fastpipe.sweeps.race.stats import p_text
 
 THROUGHPUT = ("throughput", "primary_metric")  # objectives whose table ranks by throughput
 TIME_TO_TARGET = ("time_to_target",)

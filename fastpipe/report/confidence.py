@@ -8,7 +8,7 @@
   says which jobs it cannot tell apart, and names every unstable job. A job with no rival (every other
   one failed or lost parity) is crowned whatever its spread: it is the only choice, not a speed claim.
 - Time to target over seeds (``report.repeats``: repeat k of every job trained with ``seed + k``, a
-  paired design; a race's rounds likewise): the race's rank test (fastpipe/sweeps/race_stats.py) on
+  paired design; a race's rounds likewise): the race's rank test (fastpipe/sweeps/race/stats.py) on
   the jobs' times per seed. A winner is named when it is separated from every other job at
   ``ALPHA``; otherwise the jobs it cannot be told from are a tie.
 - A race (``race.json``): the race's own verdict, winner or tie set.
@@ -102,7 +102,7 @@ def _throughput_verdict(rows: List[dict], best: Optional[dict], max_spread: floa
 
 def target(rows: List[dict], best: Optional[dict]) -> Confidence:
     """The verdict on a time-to-target ranking of grid or halving jobs (module docstring)."""
-    from fastpipe.sweeps.race_stats import step_down
+    from fastpipe.sweeps.race.stats import step_down
 
     if best is None:
         return Confidence("none")
@@ -133,7 +133,7 @@ def target(rows: List[dict], best: Optional[dict]) -> Confidence:
 
 
 def _test_text(verdict, runs: int) -> str:
-    from fastpipe.sweeps.race_stats import p_text
+    from fastpipe.sweeps.race.stats import p_text
 
     if verdict.test == "wilcoxon":
         (p,) = [v["p"] for v in verdict.posthoc.values()]

@@ -13,7 +13,7 @@ from fastpipe.report.lr_found import suggestion_lines
 from fastpipe.report.rows import FINISHED
 from fastpipe.report.aggregate import SweepResult
 from fastpipe.report.time_to_target import header_lines as target_header
-from fastpipe.sweeps.race_stats import p_text
+from fastpipe.sweeps.race.stats import p_text
 
 MEMORY_KINDS = {"cpu_max_rss_process": "the training process's peak RSS (CPU)",
                 "cuda_max_memory_allocated_after_warmup": "torch.cuda.max_memory_allocated after warm-up"}

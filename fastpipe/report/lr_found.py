@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from fastpipe.sweeps.race_stats import p_text
+from fastpipe.sweeps.race.stats import p_text
 
 FACTOR = "optimizer.lr_auto_factor"
 

@@ -23,9 +23,9 @@ from fastpipe.report.plot_bars import throughput_bar, time_bar
 from fastpipe.report.plot_curves import curve_points, curves_panel
 from fastpipe.report.plot_parts import (FAILED, MONO, TABLE_SIZE, WINNER_EDGE, end_labels, job_colours,
                                         job_table, table_width)
-from fastpipe.report.plot_race import panel_height, race_panel
+from fastpipe.report.race_panel import panel_height, race_panel
 from fastpipe.report.aggregate import SweepResult
-from fastpipe.sweeps import race
+from fastpipe.sweeps.race import plan as race
 
 DPI = 110
 WIDTH = 11.0  # inches

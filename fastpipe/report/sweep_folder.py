@@ -2,9 +2,9 @@
 
 - A plain sweep: every folder under the sweep holding ``.hydra/overrides.yaml``, by Hydra's job number.
 - A halving sweep (``halving.json`` in the folder): one job per grid combination; a combination dropped
-  after a probe is its last probe's folder, marked pruned (sweeps/halving.py keeps the record).
+  after a probe is its last probe's folder, marked pruned (sweeps/halving/plan.py keeps the record).
 - A race (``race.json``): one job per raced configuration, its rounds combined in ``N/metrics.json``
-  (sweeps/race.py); a halving sweep's raced finalists are their ``race/N/`` folders.
+  (sweeps/race/plan.py); a halving sweep's raced finalists are their ``race/N/`` folders.
 """
 from __future__ import annotations
 
@@ -80,14 +80,14 @@ def load_spec(sweep_dir: Path) -> SweepSpec:
 
 def load_jobs(sweep_dir: Path) -> List[Job]:
     """Every job folder under ``sweep_dir`` (found by its ``.hydra/overrides.yaml``), by job number."""
-    from fastpipe.sweeps.halving import PROBE_PREFIX, read
+    from fastpipe.sweeps.halving.plan import PROBE_PREFIX, read
 
     jobs = []
     if (Path(sweep_dir) / ".hydra" / "overrides.yaml").is_file():
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
-    from fastpipe.sweeps import race
+    from fastpipe.sweeps.race import plan as race
 
     record, raced = read(sweep_dir), race.read(sweep_dir)
     if record is not None:
@@ -119,7 +119,7 @@ def race_job(sweep_dir: Path, record, num: int) -> Job:
 def halving_jobs(sweep_dir: Path, record) -> List[Job]:
     """A halving sweep's jobs, one per grid combination: its full run (``N/``) if it had one, else its
     last probe (``probe-R/N/``), marked pruned; a combination not reached yet is missing."""
-    from fastpipe.sweeps.halving import probe_folder
+    from fastpipe.sweeps.halving.plan import probe_folder
 
     if record.settings.get("mode") == "time_to_target":
         return target_halving_jobs(sweep_dir, record)

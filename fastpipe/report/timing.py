@@ -92,7 +92,7 @@ def summarize_to_target(record) -> dict:
 
 def summarize(sweep_dir: Path, record, jobs: List, rows: List[dict]) -> dict:
     """A halving sweep's rounds and times, for report.md and report.csv."""
-    from fastpipe.sweeps.halving import probe_folder
+    from fastpipe.sweeps.halving.plan import probe_folder
 
     if record.settings.get("mode") == "time_to_target":
         return summarize_to_target(record)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fastpipe.sweeps.halving import PROBE_PREFIX
+from fastpipe.sweeps.halving.plan import PROBE_PREFIX
 
 
 def job_place(hydra_cfg) -> dict:

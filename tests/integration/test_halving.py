@@ -5,7 +5,7 @@ import csv
 import json
 from pathlib import Path
 
-from fastpipe.sweeps.halving import read
+from fastpipe.sweeps.halving.plan import read
 
 from conftest import TINY, run_sweep
 

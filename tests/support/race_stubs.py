@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastpipe.record import results
 from fastpipe.record.run_record import RunRecord
-from fastpipe.sweeps.race import RaceSettings
-from fastpipe.sweeps.race_run import new_record, run_race
+from fastpipe.sweeps.race.plan import RaceSettings
+from fastpipe.sweeps.race.run import new_record, run_race
 
 
 def stub_record(seconds, reached, stopped_by):
@@ -55,7 +55,7 @@ class StubLaunch:
 
 
 class WallClock:
-    """``time`` for fastpipe/sweeps/race_run.py (monkeypatched in): seconds pass only as the stub runs train,
+    """``time`` for fastpipe/sweeps/race/run.py (monkeypatched in): seconds pass only as the stub runs train,
     one after another, so a race's wall time (``max_wall_s``) is known in advance."""
 
     def __init__(self, now=1000.0):

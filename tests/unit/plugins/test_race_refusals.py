@@ -1,9 +1,18 @@
-"""hydra/sweeper=race refuses a grid it cannot race, in one line, before any job runs (issue 31)."""
+"""hydra/sweeper=race refuses a grid it cannot race, in one line, before any job runs (issue 31): the check
+(sweeps/race/plan.py) raises it, the plugin's refusal prints it."""
 import pytest
 from omegaconf import OmegaConf
 
 from fastpipe.errors import EXIT_CODE
-from hydra_plugins.fastpipe_sweeps.race_sweeper import refuse_unraceable
+from fastpipe.sweeps.race.plan import check_grid
+from hydra_plugins.fastpipe_sweeps.grid import refuse
+
+
+def refuse_unraceable(configs):
+    try:
+        check_grid(configs)
+    except Exception as exc:
+        refuse(exc)
 
 
 def config(objective="time_to_target", seed=0, repeats=1):
@@ -20,10 +29,10 @@ def config(objective="time_to_target", seed=0, repeats=1):
 ])
 def test_a_grid_the_race_cannot_run_is_one_line(configs, message, capsys):
     with pytest.raises(SystemExit) as stop:
-        refuse_unraceable([["x"]] * len(configs), configs)
+        refuse_unraceable(configs)
     err = capsys.readouterr().err
     assert stop.value.code == EXIT_CODE and err.startswith(f"fastpipe: error: {message}") and err.count("\n") == 1
 
 
 def test_a_raceable_grid_passes():
-    refuse_unraceable([["a"], ["b"]], [config(), config()])
+    check_grid([config(), config()])

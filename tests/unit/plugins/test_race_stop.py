@@ -3,8 +3,8 @@
 import pytest
 
 from fastpipe.errors import EXIT_PREEMPTED
-from fastpipe.sweeps.race import RaceSettings, read
-from fastpipe.sweeps.race_run import new_record, run_race
+from fastpipe.sweeps.race.plan import RaceSettings, read
+from fastpipe.sweeps.race.run import new_record, run_race
 from hydra_plugins.fastpipe_sweeps.race_sweeper import RaceSweeper
 from race_stubs import StubLaunch
 

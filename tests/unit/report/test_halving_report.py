@@ -13,7 +13,7 @@ import pytest
 
 from fastpipe.report.publish import write_report
 from fastpipe.report.sweep_folder import SweepSpec
-from fastpipe.sweeps.halving import HalvingRecord, probe_folder
+from fastpipe.sweeps.halving.plan import HalvingRecord, probe_folder
 from job_metrics import halving_job as ok
 
 
@@ -132,8 +132,8 @@ def test_report_objective_primary_metric_picks_the_best_metric():
 def test_a_pruned_job_tied_with_the_last_kept_is_called_tied_not_below(tmp_path):
     """select and judge break a tie at the cut-off by job number: the dropped one is not "slower" or "below"."""
     from fastpipe.report.sweep_folder import halving_jobs
-    from fastpipe.sweeps.halving import select
-    from fastpipe.sweeps.halving_target import judge
+    from fastpipe.sweeps.halving.plan import select
+    from fastpipe.sweeps.halving.to_target import judge
 
     probes = {1: ok(300.0), 2: ok(200.0), 3: ok(200.0), 4: ok(100.0)}
     out = select(probes, keep=0.5, finalists=1)

@@ -14,11 +14,11 @@ from figure_checks import drawn_texts, overlapping, texts_outside
 from plot_sweeps import race_sweep, target_sweep
 from fastpipe.report.sweep_folder import load_jobs
 from fastpipe.report.plot_parts import ELIMINATED
-from fastpipe.report.plot_race import cells
+from fastpipe.report.race_panel import cells
 from fastpipe.report.plots import DPI as REPORT_DPI
 from fastpipe.report.plots import report_figure, write_plot
 from fastpipe.report.aggregate import aggregate
-from fastpipe.sweeps import race
+from fastpipe.sweeps.race import plan as race
 
 DPI = REPORT_DPI  # report.png's own: the extents, so whether a text fits, depend on the dpi (as fast as a small one)
 

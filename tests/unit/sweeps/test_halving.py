@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fastpipe.errors import ConfigError
-from fastpipe.sweeps.halving import HalvingRecord, HalvingSettings, read, select
+from fastpipe.sweeps.halving.plan import HalvingRecord, HalvingSettings, read, select
 
 from conftest import CONF_DIR
 from job_metrics import halving_job as ok

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from fastpipe.record import results
-from fastpipe.sweeps import race_run, race_stats
-from fastpipe.sweeps.race import RaceSettings, median_time, read
-from fastpipe.sweeps.race_stats import step_down
+from fastpipe.sweeps.race import run as race_run, stats as race_stats
+from fastpipe.sweeps.race.plan import RaceSettings, median_time, read
+from fastpipe.sweeps.race.stats import step_down
 from race_stubs import WallClock, noisy, race
 
 INF = math.inf

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from fastpipe.launch.repeats import combine_targets, launch_repeats
-from fastpipe.sweeps.halving_target import budgets, judge, rounds_needed
+from fastpipe.sweeps.halving.to_target import budgets, judge, rounds_needed
 from fastpipe.sweeps.objective import MISSED_S, job_return_value, objective_value
 
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"

@@ -23,7 +23,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.record.results import write_json_atomic
@@ -31,6 +31,21 @@ from fastpipe.record.results import write_json_atomic
 FILE = "halving.json"
 VERSION = 1
 PROBE_PREFIX = "probe-"
+
+Launch = Callable[[List[List[str]], str], object]  # (batch of jobs' overrides, what the batch is) -> anything
+
+
+@dataclass
+class Grid:
+    """What a halving sweep runs over: the grid's combinations (each a list of overrides) and their composed
+    configs, the baseline's number, the sweep folder, the overrides every job adds, jobs run at once."""
+
+    combos: List[List[str]]
+    configs: list
+    baseline: int
+    folder: Path
+    extra: List[str] = field(default_factory=list)
+    parallel: int = 1
 
 
 def probe_folder(round_no: int) -> str:

@@ -2,7 +2,7 @@
 
 Round k (k = 0, 1, ...) trains every surviving configuration once with ``seed + k``: the same seed
 for every job of a round, so the seeds are the blocks of a paired design. From round ``min_rounds``
-on, after each round, the survivors' times to target are tested (race_stats.py): the survivors
+on, after each round, the survivors' times to target are tested (stats.py): the survivors
 significantly worse than the leader leave, worst first, the rest tested again without them
 (``step_down``). A round's cap is fixed as it starts, the same
 for every job in it: ``cap`` x the leader's median training-clock time to target over the finished
@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
 from fastpipe.record.results import write_json_atomic
-from fastpipe.sweeps.race_stats import p_text, ranking, step_down
+from fastpipe.sweeps.race.stats import p_text, ranking, step_down
 
 FILE = "race.json"
 VERSION = 2  # 2: rounds' retests (the step-down's further tests)
@@ -62,6 +62,24 @@ class RaceSettings:
                               "to target), or null for no cap")
         if self.max_wall_s is not None and not self.max_wall_s > 0:
             raise ConfigError(f"hydra.sweeper.max_wall_s={self.max_wall_s} must be > 0 seconds, or null")
+
+
+def check_grid(configs: list) -> None:
+    """One line (ConfigError) for a grid a race cannot run, given each combination's composed config: not
+    ranked by time to target, seeds in the grid, repeats, fewer than two configurations."""
+    if any(str(c.report.objective) != "time_to_target" for c in configs):
+        raise ConfigError("hydra/sweeper=race races by time to target: add report.objective=time_to_target (with "
+                          "train.target); a throughput does not depend on the seed: measure its spread with "
+                          "report.repeats=K and the basic sweeper")
+    if len({int(c.seed) for c in configs}) > 1:
+        raise ConfigError("hydra/sweeper=race gives every job of round k the seed seed+k itself: drop seed from the "
+                          "sweep's lists (seed=N, one value, sets the first round's seed)")
+    if any(int(c.report.repeats) != 1 for c in configs):
+        raise ConfigError("report.repeats inside hydra/sweeper=race: the race decides how many seeds each job gets "
+                          "(hydra.sweeper.min_rounds / max_rounds); drop report.repeats")
+    if len(configs) < 2:
+        raise ConfigError(f"hydra/sweeper=race needs at least two configurations to race, the grid has "
+                          f"{len(configs)}; give a list (e.g. compile=off,default) or run it once without -m")
 
 
 def run_time(metrics: Optional[dict], clock: str = "training") -> Optional[float]:

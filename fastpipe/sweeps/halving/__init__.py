@@ -1,0 +1,1 @@
+"""hydra/sweeper=halving: the plan and halving.json (plan.py), the rounds by throughput (probes.py) and by time to target (to_target.py)."""
