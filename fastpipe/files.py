@@ -23,6 +23,14 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+def sync_file(file) -> None:
+    """Flush ``file`` (an open file object, or a descriptor) to the disk: the one fsync of a file's bytes."""
+    if not isinstance(file, int):
+        file.flush()
+        file = file.fileno()
+    os.fsync(file)
+
+
 def fsync_folder(folder: Path) -> None:
     """Sync ``folder``'s entries: a rename into it survives a power cut."""
     fd = os.open(folder, os.O_RDONLY)
@@ -35,8 +43,7 @@ def fsync_folder(folder: Path) -> None:
 def commit(file: IO, tmp: Path, path: Path, sync_folder: bool = True) -> None:
     """Flush and fsync ``file`` (open on ``tmp``), rename ``tmp`` to ``path``, then (``sync_folder``)
     sync the folder: the name says the file exists only once its bytes are on disk."""
-    file.flush()
-    os.fsync(file.fileno())
+    sync_file(file)
     os.replace(tmp, path)
     if sync_folder:
         fsync_folder(Path(path).parent)
@@ -56,9 +63,10 @@ def atomic_write(path, data: Data, *, fsync: bool = True, sync_folder: bool = Fa
                 data(file)
             else:
                 file.write(data.encode() if isinstance(data, str) else data)
-            file.flush()
             if fsync:
-                os.fsync(file.fileno())
+                sync_file(file)
+            else:
+                file.flush()
         if before_replace is not None:
             before_replace(tmp)
         os.replace(tmp, path)

@@ -38,7 +38,7 @@ class LoaderBuilder(Protocol):
     sharded over the ranks) or the held-out one of ``splits`` (data/splits.py's DataSplits), on
     ``runtime`` (runtime.py's Runtime: the device and the processes). ``subset``, only when the choice
     registers ``held_out_subset=True``: positions in the held-out split, in a seeded random order
-    (data/subset.py), to read instead of all of it, each batch the next positions in that order (a
+    (data/held_out_batches.py), to read instead of all of it, each batch the next positions in that order (a
     screen's statistical early end takes its first batches to be a random draw of the subset)."""
 
     def __call__(self, cfg: Any, splits: Any, runtime: Any, batch_size: int, seed: int, train: bool,

@@ -19,7 +19,7 @@ import torch
 
 from fastpipe.checkpoint.disk import TRAIN_STATE, sha256, write_sidecar
 from fastpipe.errors import DataError, TrainingError
-from fastpipe.files import fsync_folder
+from fastpipe.files import fsync_folder, sync_file
 
 FORMAT = 1
 
@@ -41,8 +41,7 @@ def save_sharded(g, train_state: dict, partial: Path) -> None:
     if g.runtime.dist.is_main:
         with open(partial / TRAIN_STATE, "wb") as fh:
             torch.save(train_state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+            sync_file(fh)
 
 
 def save_step(g, folder: Path, step: int, writer, train_state: dict) -> Path:

@@ -23,7 +23,7 @@ def build_loader(cfg: LoaderConfig, splits, runtime: Runtime, batch_size: int, s
                  channels_last: bool, subset=None) -> Optional[Loader]:
     """A ``Loader`` over ``splits`` (a DataSplits): the registered builder of ``cfg.name``, called with
     the same arguments; None when there is no held-out split. ``subset`` (held-out only): positions in
-    the held-out split (in a seeded random order, data/subset.py) to read in that order instead of all
+    the held-out split (in a seeded random order, data/held_out_batches.py) to read in that order instead of all
     of it, shared out over the ranks as the whole split would be (``train.target_eval_samples``); a
     builder registered with ``held_out_subset`` takes it as its ``subset`` keyword. What the registered
     choice cannot read (a format, a stream, a subset) is refused in one line."""

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from fastpipe.config import DefaultLoaderConfig
-from fastpipe.data.collate import NamedCollate
+from fastpipe.data.batches import NamedCollate
 from fastpipe.data.device import DeviceLoader, ImagePrep, MovePrep, Normalizer
 from fastpipe.data.sampler import EpochSampler
 from fastpipe.data.splits import DataSplits

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from fastpipe.data import shapes as shapes_generator
 from fastpipe.data.cachedir import CACHE_FIX
-from fastpipe.data.checked import files_key, run_once
+from fastpipe.data.cachedir import files_key, run_once
 from fastpipe.data.folders import check_headers, scan_image_folder
 from fastpipe.errors import ConfigError, DataError, FastpipeError
 

@@ -7,6 +7,8 @@ state depends on how many epochs this process has run. A dataset may define its 
 ``epoch_length`` (samples per epoch). ``skip_next`` makes the next epoch start part-way without
 reading the skipped samples: the first samples of the epoch's order over all processes, so a
 resume on another number of processes leaves out the same samples.
+
+Where an epoch starts: a resumed run skips the batches of its epoch already trained on.
 """
 from __future__ import annotations
 
@@ -59,3 +61,14 @@ class EpochSampler(Sampler[int]):
         epoch, skipped = self._skip
         start = skipped if epoch == self.epoch else 0  # only the resumed epoch
         return iter(indices[start:self.total_size][self.rank::self.num_replicas])
+
+
+def epoch_batches(loader, epoch: int, skip_batches: int):
+    """An iterator over ``epoch`` of ``loader`` that starts ``skip_batches`` batches in."""
+    loader.set_epoch(epoch)
+    if skip_batches and getattr(loader, "skip_next", lambda n: False)(skip_batches):
+        return iter(loader)  # the sampler leaves them out unread
+    batches = iter(loader)
+    for _ in range(skip_batches):  # a loader that cannot skip: read and drop (same order by set_epoch)
+        next(batches)
+    return batches

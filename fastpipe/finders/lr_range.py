@@ -170,7 +170,7 @@ def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) ->
 
 def _batches(loader):
     """The loader's batches, epoch after epoch (the epochs' orders from the test's seed)."""
-    from fastpipe.data.order import epoch_batches
+    from fastpipe.data.sampler import epoch_batches
 
     epoch = 0
     while True:

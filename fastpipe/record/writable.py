@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from fastpipe.errors import cannot_write, unwritable
+from fastpipe.files import sync_file
 
 PROBE_BYTES = 4096  # one block: a disk without room for it fails here, not in the middle of a run
 
@@ -26,7 +27,7 @@ def check_writable(folder: Path, key: str) -> None:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, b"\0" * PROBE_BYTES)
-            os.fsync(fd)
+            sync_file(fd)
         finally:
             os.close(fd)
     except OSError as exc:

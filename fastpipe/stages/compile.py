@@ -81,20 +81,18 @@ class CompiledModel:
         return f"{self.choice}  torch.compile(mode={self.mode!r}){where}" + note + self.extras
 
 
-def build_compiled(cfg: CompileConfig, model: nn.Module, device: torch.device,
+def build_compiled(cfg: CompileConfig, builder: Callable, model: nn.Module, device: torch.device,
                    units: Optional[List[nn.Module]] = None) -> CompiledModel:
     """Wrap ``model`` per ``cfg`` (a CompileConfig), or, given ``units``, compile each of them in place
-    (``nn.Module.compile``: names and state dicts unchanged), by the choice's registered builder.
-    Compilation happens at the first call."""
-    from fastpipe.config.registry import choice
-
+    (``nn.Module.compile``: names and state dicts unchanged), by ``builder``, the choice's registered one
+    (``build_eager`` or ``compile_model``). Compilation happens at the first call."""
     extras = "".join([f"  optimize_ddp={cfg.optimize_ddp}" if cfg.optimize_ddp != "auto" else "",
                       "  compiled_autograd" if cfg.compiled_autograd else ""])
     # python_reducer traces DDP's reducer through compiled autograd, which it needs on
     autograd = cfg.compiled_autograd or cfg.optimize_ddp.startswith("python_reducer")
     result = CompiledModel(model, model, cfg.name, cfg.mode, device_type=device.type, extras=extras,
                            backward_backend=cfg.backend if autograd else None)
-    choice("compile", cfg.name).build(cfg, result, units)
+    builder(cfg, result, units)
     return result
 
 

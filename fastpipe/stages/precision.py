@@ -57,15 +57,6 @@ class Precision:
                 + (f"  ({self.note})" if self.note else ""))
 
 
-def build_precision(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
-    """The Precision for ``cfg`` (a PrecisionConfig or Fp8PrecisionConfig) on ``device``, by the choice's
-    registered builder. ``by_fsdp``: the model is FSDP2-sharded, so amp is its MixedPrecisionPolicy
-    (fsdp.py) and fp16's GradScaler is the sharded one."""
-    from fastpipe.config.registry import choice
-
-    return choice("precision", cfg.name).build(cfg, device, by_fsdp)
-
-
 def build_fp32(cfg: PrecisionConfig, device: torch.device, by_fsdp: bool = False) -> Precision:
     """precision=fp32 (TF32 matmuls only when allowed, and on CUDA)."""
     return Precision("fp32", None, device.type, torch.amp.GradScaler(device.type, enabled=False),

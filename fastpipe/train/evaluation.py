@@ -1,4 +1,4 @@
-"""Held-out evaluation (a pass: train/held_out_pass.py): when to evaluate, the best weights so far,
+"""Held-out evaluation (a pass: train/held_out.py): when to evaluate, the best weights so far,
 early stopping on the task's primary metric, and ``train.target`` (train/target.py)."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A project's dataset, collate_fn, model and task first meet in the training step,
 is a torch error far from its cause ("argument 'input' must be Tensor, not tuple", "index out of
 range in self") or, for the held-out split, one that comes only after a whole epoch. This check
 takes the first ``SAMPLES`` samples of the training and the held-out split, collates them as the
-loader does (data/collate.py), prepares them on the device as data=default does, runs the bare
+loader does (data/batches.py), prepares them on the device as data=default does, runs the bare
 model on them (eval mode, no gradients, the run's autocast), then the task's loss and metrics.
 
 What it recognises ends the run in one line naming the part at fault: samples of different shapes
@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from fastpipe.data.collate import NamedCollate
+from fastpipe.data.batches import NamedCollate
 from fastpipe.data.batches import tensors
 from fastpipe.data.device import ImagePrep, MovePrep, Normalizer
 from fastpipe.data.splits import describe_value

@@ -13,14 +13,14 @@ import copy
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 from torch import nn
 
 from fastpipe.config import Config, DefaultLoaderConfig, LoaderConfig, TrainConfig
 from fastpipe.config.data import resize_schedule
-from fastpipe.config.registry import choice
+from fastpipe.config.registry import Choice, choice
 from fastpipe.data import build_loader
 from fastpipe.data.splits import DataSplits, build_dataset
 from fastpipe.errors import ConfigError, FastpipeWarning
@@ -32,7 +32,7 @@ from fastpipe.stages.compile import CompiledModel, build_compiled
 from fastpipe.stages.ema import DeviceEMA, build_ema
 from fastpipe.stages.eval_forward import EvalForwards
 from fastpipe.stages.optim import build_optimizer, lr_factor
-from fastpipe.stages.precision import Precision, build_precision
+from fastpipe.stages.precision import Precision
 from fastpipe.stages.schedules import Schedule, build_schedule
 from fastpipe.stages.tasks import Task, build_task
 from fastpipe.train.held_out import HeldOut, eval_batch_size, held_out_loaders
@@ -60,7 +60,7 @@ class TrainingGraph:
     eval_loader: Optional[Loader]  # None: the dataset holds nothing out
     schedule: Schedule
     batch_recipe: Optional[BatchRecipe] = None  # MixUp / CutMix and the resize schedule (stages/batch_recipe.py)
-    target_loader: Optional[Loader] = None  # train.target_eval_samples: N held-out samples (data/subset.py)
+    target_loader: Optional[Loader] = None  # train.target_eval_samples: N held-out samples (data/held_out_batches.py)
     eval_forwards: Optional[EvalForwards] = None  # train.eval_fold: the folded evaluation forward
     rest_loader: Optional[Loader] = None  # the held-out samples the target's subset leaves out, where kept apart
 
@@ -165,9 +165,19 @@ def build_held_out(settings: Config, runtime: Runtime, splits: DataSplits) -> He
     not depend on the loader."""
     loader = build_loader(DefaultLoaderConfig(), splits, runtime, eval_batch_size(settings.train), settings.seed,
                           train=False, channels_last=False)
-    precision = build_precision(settings.precision, runtime.device)
+    precision = choice("precision", settings.precision.name).build(settings.precision, runtime.device)
     return HeldOut(loader, build_task(settings.task), precision, runtime.device, runtime.dist,
                    forwards=EvalForwards(settings.train.eval_fold, runtime.device, precision.dtype))
+
+
+def built_choices(settings: Config, device_type: str) -> Dict[str, Choice]:
+    """The choices of the groups built here (``launcher``, ``precision``, ``compile``), each resolved once to
+    its registered builder and what it supports; one that cannot run on ``device_type`` is refused. (``data``
+    is resolved where its loaders are built: ``build_loader``.)"""
+    chosen = {group: choice(group, getattr(settings, group).name) for group in ("launcher", "precision", "compile")}
+    for picked in chosen.values():
+        picked.refuse_unsupported(device_type=device_type)
+    return chosen
 
 
 def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: LoaderConfig,
@@ -175,16 +185,15 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
     """The stages after the dataset, each from its own group's settings (a probe's, for the batch-size
     search or the range test: no held-out loader, no batch recipe, no check of the run's length)."""
     device, train = runtime.device, settings.train
-    for group in ("launcher", "precision", "compile"):  # data: where its loader is built (build_loader)
-        choice(group, getattr(settings, group).name).refuse_unsupported(device_type=device.type)
+    chosen = built_choices(settings, device.type)
     task = build_task(settings.task)
     if train.target is not None and not probe:
         check_target_run(settings, splits, task)
-    launcher = choice("launcher", settings.launcher.name)
+    launcher = chosen["launcher"]
     if launcher.shards and train.ema_decay is not None:
         raise ConfigError(f"train.ema_decay with launcher={launcher.name}: the average would be a second sharded "
                           f"copy of the model, which fastpipe does not keep; drop train.ema_decay, or use launcher=ddp")
-    precision = build_precision(settings.precision, device, by_fsdp=launcher.shards)
+    precision = chosen["precision"].build(settings.precision, device, launcher.shards)
     spec = ModelSpec(settings.model, splits.model_kwargs(), settings.choices.get("model", ""), settings.runtime)
     with setup_part("model_build"):
         parallel = launcher.build(spec, settings.launcher, runtime, precision)
@@ -192,7 +201,8 @@ def _stages(settings: Config, runtime: Runtime, splits: DataSplits, loader_cfg: 
         warnings.warn(f"compile.optimize_ddp={settings.compile.optimize_ddp} shapes how Dynamo compiles a DDP model; "
                       f"with launcher={settings.launcher.name} it does nothing", FastpipeWarning)
     with setup_part("compile_setup"):
-        compiled = build_compiled(settings.compile, parallel.train_module, device, units=list(parallel.units) or None)
+        compiled = build_compiled(settings.compile, chosen["compile"].build, parallel.train_module, device,
+                                  units=list(parallel.units) or None)
     ema = build_ema(parallel.model, train.ema_decay)
     factor = lr_factor(train, runtime.dist.world_size)
     optimizer = build_optimizer(settings.optimizer, train, parallel.model, device, factor)

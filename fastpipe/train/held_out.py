@@ -1,5 +1,5 @@
 """What an evaluation reads: the held-out loader at ``train.eval_batch_size``, the target's screening
-subset of ``train.target_eval_samples`` samples (data/subset.py), both kept on the device once read
+subset of ``train.target_eval_samples`` samples (data/held_out_batches.py), both kept on the device once read
 (data/held_out_batches.py) and read ahead while training runs (``train.eval_read_ahead``), and ``HeldOut``, the
 parts evaluating a model takes (train/evaluation.py runs it); and one pass of a model over held-out
 batches: the task's metric sums (``Sums``, which add up over the parts of a split evaluated with the same
@@ -22,7 +22,7 @@ from fastpipe.data.device import DeviceLoader
 from fastpipe.data.held_out_batches import KeptBatches, batch_length, read_ahead as kept_read_ahead, stop_reading
 from fastpipe.data.splits import DataSplits
 from fastpipe.data.streams import is_stream
-from fastpipe.data.subset import eval_subset
+from fastpipe.data.held_out_batches import eval_subset
 from fastpipe.errors import ConfigError
 from fastpipe.protocols import Loader
 from fastpipe.runtime import Dist, Runtime, autotuning_off
@@ -60,7 +60,7 @@ def held_out_loaders(settings: Config, splits: DataSplits, runtime: Runtime, loa
     """(the held-out loader, the target's screening loader, the rest of the split) at
     ``train.eval_batch_size``; the last two None without ``train.target_eval_samples``. The screen reads
     that many samples of the held-out split, class-balanced where the dataset exposes its labels
-    (data/subset.py), the same samples at every evaluation, its batches kept after the first screen
+    (data/held_out_batches.py), the same samples at every evaluation, its batches kept after the first screen
     where the device has room (data/held_out_batches.py). Where the whole split's batches are kept too
     (``keeps_whole_split``), the held-out loader is the screen's samples and then the rest's
     (``SplitInParts``): each sample kept once, and a confirmation adds the screen's sums to a pass over

@@ -11,7 +11,7 @@ from tqdm import tqdm
 from fastpipe.checkpoint.nothing_to_train import NothingToTrain
 from fastpipe.checkpoint.policy import Checkpointer
 from fastpipe.checkpoint.state import Position, global_batch
-from fastpipe.data.order import epoch_batches
+from fastpipe.data.sampler import epoch_batches
 from fastpipe.config import TrainConfig
 from fastpipe.data.batches import head
 from fastpipe.stages.profiling import NoProfiler

@@ -99,7 +99,7 @@ class OutOfReach:
       subset's mean would miss the target;
     - or, with ``target.screen_risk`` > 0 and both bounds finite, beyond that risk: were the whole
       subset's mean to reach the target, a first ``seen`` of its samples (in the subset's random
-      order: data/subset.py) would fall this far short of it with a probability under the risk
+      order: data/held_out_batches.py) would fall this far short of it with a probability under the risk
       shared over the screen's checks. Bernstein's inequality bounds that probability; it holds for
       samples drawn without replacement (Hoeffding 1963, section 6), with the largest variance a
       subset reaching the target can have (Bhatia-Davis: (hi - mean)(mean - lo)).

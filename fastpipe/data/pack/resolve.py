@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from fastpipe.config import MmapLoaderConfig
-from fastpipe.data.checked import passed_at, stamp, version_key
+from fastpipe.data.cachedir import passed_at, stamp, version_key
 from fastpipe.data.pack.cache import ensure_cached_pack, stored_shape
 from fastpipe.data.pack.format import TRAIN, VAL
 from fastpipe.data.pack.jpeg import Decoder, gather
@@ -30,7 +30,7 @@ def _open(path: str, verify: bool, threads: int, version: tuple, cache_root: Opt
     if not verify or index_of(Path(path)) is not None:  # a sharded pack verifies each shard as it opens it
         return PackSet(path, verify, threads), "verified as opened" if verify else "not verified"
     key = version_key("pack", [str(Path(path).resolve()), *map(str, version)])
-    earlier = passed_at(cache_root, key)  # once per version of the file (data/checked.py)
+    earlier = passed_at(cache_root, key)  # once per version of the file (data/cachedir.py)
     packs = PackSet(path, earlier is None, threads)
     if earlier is None:
         stamp(cache_root, key)

@@ -99,7 +99,7 @@ def test_the_held_out_split_and_a_subset_of_it_are_read_once_in_order(packs, fol
     whole = list(loader(folder, packs["jpeg"], "dali", train=False))
     assert [len(y) for _, y in whole] == [8, 2]  # the short last batch is kept
     assert torch.cat([y for _, y in whole]).tolist() == labels.tolist()
-    subset = [9, 2, 5, 0, 3, 7, 1, 8, 4]  # a seeded random order (data/subset.py): batches take it in turn
+    subset = [9, 2, 5, 0, 3, 7, 1, 8, 4]  # a seeded random order (data/held_out_batches.py): batches take it in turn
     picked = list(loader(folder, packs["jpeg"], "dali", train=False, subset=subset))
     same_batches(list(loader(folder, packs["jpeg"], "cpu", train=False, subset=subset)), picked)
     in_turn = sorted(subset[:8]) + subset[8:]  # each batch the next positions, read in ascending order

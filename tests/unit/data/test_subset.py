@@ -1,4 +1,4 @@
-"""train.target_eval_samples' subset (data/subset.py): class-balanced where a dataset exposes its labels,
+"""train.target_eval_samples' subset (data/held_out_batches.py): class-balanced where a dataset exposes its labels,
 seeded random otherwise, the same for the same seed, in a seeded random order."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import Subset, TensorDataset
 
-from fastpipe.data.subset import eval_subset, labels_of
+from fastpipe.data.held_out_batches import eval_subset, labels_of
 
 
 class Labelled(torch.utils.data.Dataset):

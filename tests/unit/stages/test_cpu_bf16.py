@@ -12,7 +12,7 @@ import torch
 from fastpipe import machine
 from fastpipe.config.precision import PrecisionConfig
 from fastpipe.errors import FastpipeWarning
-from fastpipe.stages.precision import build_precision
+from fastpipe.stages.precision import build_amp
 
 NONE = {"native": False, "isa": [], "looked_for": ["AVX512-BF16", "AMX-BF16"], "source": "torch.cpu"}
 
@@ -22,7 +22,7 @@ def test_amp_on_a_cpu_without_native_bf16_names_fp32(monkeypatch, native):
     monkeypatch.setattr(machine, "cpu_bf16", lambda: {**NONE, "native": native})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        amp = build_precision(PrecisionConfig(name="amp"), torch.device("cpu"))
+        amp = build_amp(PrecisionConfig(name="amp"), torch.device("cpu"))
     said = [str(w.message) for w in caught if issubclass(w.category, FastpipeWarning)]
     if native is False:  # None: cannot be told here, no claim either way
         assert said == ["precision=amp trains in bf16, which this CPU computes only in emulation (it has no "

@@ -19,7 +19,7 @@ from fastpipe.errors import FastpipeWarning
 from fastpipe.stages import eval_forward
 from fastpipe.stages.eval_forward import EvalForwards
 from fastpipe.stages.folding import FoldedConv, fold, fold_weights
-from fastpipe.stages.precision import build_precision
+from fastpipe.stages.precision import build_fp32
 from fastpipe.train import held_out as held_out_pass
 from fastpipe.train.held_out import HeldOut
 
@@ -190,7 +190,7 @@ def test_an_evaluation_with_the_folded_copy_gives_the_models_metrics():
     batches = [(torch.randn(8, 3, 32, 32), torch.randint(0, 3, (8,))) for _ in range(3)]
     task = SimpleNamespace(metrics=lambda out, y: {"loss": F.cross_entropy(out, y, reduction="sum"),
                                                    "accuracy": (out.argmax(1) == y).float().sum()})
-    precision = build_precision(PrecisionConfig(name="fp32"), CPU)
+    precision = build_fp32(PrecisionConfig(name="fp32"), CPU)
     plain = held_out_pass.evaluate(HeldOut(batches, task, precision, CPU), model)
     folded = HeldOut(batches, task, precision, CPU, forwards=EvalForwards(True, CPU, None))
     for _ in range(2):  # the first evaluation checks the copy, the second runs it alone

@@ -17,9 +17,9 @@ def test_amp_trains_with_finite_loss_in_bf16_autocast(tmp_path):
 def test_fsdp_precision_is_the_policy_not_autocast():
     from fastpipe.config import PrecisionConfig
     from fastpipe.stages.fsdp import mixed_precision
-    from fastpipe.stages.precision import build_precision
+    from fastpipe.stages.precision import build_amp
 
-    p = build_precision(PrecisionConfig(name="amp"), torch.device("cpu"), by_fsdp=True)
+    p = build_amp(PrecisionConfig(name="amp"), torch.device("cpu"), by_fsdp=True)
     assert p.dtype is torch.bfloat16 and "MixedPrecisionPolicy" in p.describe()
     with p.autocast():
         assert not torch.is_autocast_enabled("cpu")

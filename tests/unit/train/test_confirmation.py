@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 
 from fastpipe.config import PrecisionConfig
-from fastpipe.stages.precision import build_precision
+from fastpipe.stages.precision import build_fp32
 from fastpipe.train import evaluation
 from fastpipe.train.held_out import HeldOut, SplitInParts, parts_of
 from fastpipe.train.held_out import evaluate
@@ -37,7 +37,7 @@ def evaluator(screen, rest, target=0.75):
     task = SimpleNamespace(primary="accuracy", higher_is_better=True, bounds=(0.0, 1.0),
                            metrics=lambda out, y: {"accuracy": (out.argmax(1) == y).float().sum(),
                                                    "loss": torch.nn.functional.cross_entropy(out, y, reduction="sum")})
-    held = HeldOut(SplitInParts(screen, rest), task, build_precision(PrecisionConfig(name="fp32"), CPU), CPU)
+    held = HeldOut(SplitInParts(screen, rest), task, build_fp32(PrecisionConfig(name="fp32"), CPU), CPU)
     model = Guess()
     g = SimpleNamespace(task=task, model=model, held_out=held, target_held_out=parts_of(held)[0],
                         target_rest=parts_of(held)[1])

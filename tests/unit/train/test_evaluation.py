@@ -90,7 +90,7 @@ def test_evaluation_in_lockstep_repeats_the_last_batch_uncounted_while_others_go
 def test_the_splits_last_smaller_batch_is_evaluated_without_cudnn_autotuning():
     """A held-out split's last batch is a shape met once per evaluation: autotuning every convolution for
     it would cost seconds on a GPU, so it runs with cuDNN's benchmark mode off (and on again after)."""
-    from fastpipe.stages.precision import build_precision
+    from fastpipe.stages.precision import build_fp32
     from fastpipe.config import PrecisionConfig
     from fastpipe.train.held_out import HeldOut
     from fastpipe.train.held_out import evaluate
@@ -105,7 +105,7 @@ def test_the_splits_last_smaller_batch_is_evaluated_without_cudnn_autotuning():
     batches = [(torch.zeros(4, 1), torch.zeros(4, dtype=torch.long)) for _ in range(2)]
     batches.append((torch.zeros(3, 1), torch.zeros(3, dtype=torch.long)))
     task = SimpleNamespace(metrics=lambda out, y: {"accuracy": (out.argmax(1) == y).float().sum()})
-    held = HeldOut(batches, task, build_precision(PrecisionConfig(name="fp32"), torch.device("cpu")), torch.device("cpu"))
+    held = HeldOut(batches, task, build_fp32(PrecisionConfig(name="fp32"), torch.device("cpu")), torch.device("cpu"))
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True
     try:

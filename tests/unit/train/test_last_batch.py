@@ -1,4 +1,4 @@
-"""The split's last, shorter batch (train/held_out_pass.py): off the CPU it is filled up to the pass's
+"""The split's last, shorter batch (train/held_out.py): off the CPU it is filled up to the pass's
 first batch and its outputs cut back, so an evaluation meets no new batch shape; the metrics are the
 same as the batch run as it is; what cannot be filled up or cut back runs as it is."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from fastpipe.config import PrecisionConfig
 from fastpipe.data.batches import batch_first, filled_up
-from fastpipe.stages.precision import build_precision
+from fastpipe.stages.precision import build_fp32
 from fastpipe.train import held_out as held_out_pass
 from fastpipe.train.held_out import HeldOut
 from fastpipe.train.held_out import evaluate
@@ -41,7 +41,7 @@ def split(samples=10, batch=4):
 
 
 def held(batches, task=TASK):
-    return HeldOut(batches, task, build_precision(PrecisionConfig(name="fp32"), CPU), CPU)
+    return HeldOut(batches, task, build_fp32(PrecisionConfig(name="fp32"), CPU), CPU)
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def len_val() -> int:
 
 def test_the_target_subset_is_class_balanced_drawn_with_the_seed_and_the_same_at_every_evaluation():
     from fastpipe.data import build_loader
-    from fastpipe.data.subset import eval_subset
+    from fastpipe.data.held_out_batches import eval_subset
 
     splits = shapes_splits(num_images=240, image_size=16)  # its held-out split lists the images class by class
     labels = splits.val.targets
