@@ -1,5 +1,5 @@
 """``python -m fastpipe``: the Hydra entry point. Compose, convert, launch: a single run trains in
-this process (launch/launcher.py says where sweep jobs and repeats train)."""
+this process (launch/dispatch.py says where sweep jobs and repeats train)."""
 from __future__ import annotations
 
 import os
@@ -46,7 +46,7 @@ def run(cfg: DictConfig):
 
 
 def _run(cfg: DictConfig):
-    from fastpipe.launch.launcher import import_trainer, launch, own_job_process, refused, resolve_fresh_process
+    from fastpipe.launch.dispatch import import_trainer, launch, own_job_process, refused, resolve_fresh_process
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.hydra_context import run_context
     from fastpipe.record.loggers import preflight

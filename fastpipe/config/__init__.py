@@ -5,15 +5,14 @@ only what differs from it, so each key's default and meaning live in one place, 
 type fails with OmegaConf's own message, an unknown key as Hydra composes the config (or, on a node
 open to another choice's keys, when it is converted: config/keys.py).
 
-The root config and its checks across groups: config/root.py; what is registered with Hydra and each
-group's choice: config/store.py; ``to_settings``, converting the composed DictConfig once, at the
-edge (nothing past it sees Hydra): config/convert.py. Each group's schemas have a module of their own.
+The root config and its checks across groups: config/root.py; what is registered with Hydra, each
+group's choice, and ``to_settings``, converting the composed DictConfig once, at the edge (nothing past
+it sees Hydra): config/store.py. Each group's schemas have a module of their own.
 """
 from __future__ import annotations
 
 from fastpipe.config.compile import CompileConfig
 from fastpipe.config.run_context import RunContext
-from fastpipe.config.convert import to_settings
 from fastpipe.config.data import (
     DaliLoaderConfig,
     DefaultLoaderConfig,
@@ -36,7 +35,7 @@ from fastpipe.config.report import ReportConfig, SweepConfig
 from fastpipe.config.root import GROUPS, Config, check_target
 from fastpipe.config.runtime import MeasureConfig, RuntimeConfig
 from fastpipe.config.store import (config_dir, default_choices, group_schemas, job_choices, register_configs,
-                                   root_schema)
+                                   root_schema, to_settings)
 from fastpipe.config.train import TrainConfig
 
 __all__ = ["Config", "GROUPS", "check_target", "group_schemas", "config_dir", "default_choices", "job_choices",

@@ -19,7 +19,7 @@ def run_settings(run_dir: Path, overrides=()):
     from omegaconf import DictConfig, OmegaConf
 
     from fastpipe.config import keys
-    from fastpipe.config.convert import to_settings
+    from fastpipe.config.store import to_settings
     from fastpipe.config.store import group_schemas, register_configs, root_schema
 
     path = Path(run_dir) / ".hydra" / "config.yaml"

@@ -1,10 +1,13 @@
 """What Hydra is given and what it tells back: the packaged conf/ folder, the schemas registered with
-its ConfigStore (the root's and each group choice's, named ``schema_<name>``), and each group's choice.
+its ConfigStore (the root's and each group choice's, named ``schema_<name>``), each group's choice, and
+``to_settings``: the composed DictConfig converted to the dataclasses (``Config``) once, at the edge;
+nothing past it sees Hydra.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -13,6 +16,7 @@ from fastpipe.config import keys, registry
 from fastpipe.config.logger import SCHEMAS as LOGGER_SCHEMAS, logger_choice
 from fastpipe.config.profile import ProfileConfig
 from fastpipe.config.root import GROUPS, Config
+from fastpipe.errors import ConfigError, FastpipeError
 
 
 def config_dir() -> str:
@@ -72,3 +76,23 @@ def default_choices() -> Dict[str, str]:
     """fastpipe's own choice of each group (conf/config.yaml's defaults list)."""
     defaults = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults") or []
     return {str(k): str(v) for entry in defaults if isinstance(entry, dict) for k, v in entry.items()}
+
+
+def to_settings(cfg: DictConfig, choices: Optional[Dict[str, str]] = None, check: bool = True) -> Config:
+    """Convert the composed config to dataclasses (running every schema's validation); with ``check``
+    also import each ``_target_`` and check its keys and the combination (``Config.check``). ``cfg``
+    itself is left as it is."""
+    cfg = copy.deepcopy(cfg)
+    dropped = keys.drop_other_choices_keys(cfg, group_schemas())
+    keys.refuse_added_keys(cfg)
+    try:
+        settings = OmegaConf.to_object(cfg)
+    except FastpipeError:  # a schema's own message, or a stop signal (Preempted) that landed here
+        raise
+    except Exception as exc:  # OmegaConf's own messages name the key; keep them
+        raise ConfigError(str(exc).splitlines()[0]) from exc
+    settings.dropped_keys = dropped
+    settings.choices = dict(choices or {})
+    if check:
+        settings.check()
+    return settings

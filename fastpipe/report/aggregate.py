@@ -34,7 +34,7 @@ class SweepResult:
     halving: Optional[dict] = None  # halving sweeps: rounds and times (fastpipe/report/timing.py)
     confidence: Confidence = field(default_factory=lambda: Confidence("none"))  # how sure the ranking is
     candidate: Optional[dict] = None  # the leader when no winner is named (--save-best --force writes it)
-    race: Optional[object] = None  # a race's record (fastpipe/sweeps/race/plan.py), for its rounds and panel
+    race: Optional[object] = None  # a race's record (fastpipe/sweeps/race/rounds.py), for its rounds and panel
 
 
 def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]:
@@ -53,7 +53,7 @@ def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     """Rows with speed-ups and parity verdicts, the baseline row, the leader and how sure the ranking is."""
     from fastpipe.report.timing import summarize
-    from fastpipe.sweeps.race import plan as race
+    from fastpipe.sweeps.race import rounds as race
     from fastpipe.sweeps.halving.plan import read
 
     columns = swept_columns(jobs)

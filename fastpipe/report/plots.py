@@ -25,7 +25,7 @@ from fastpipe.report.plot_parts import (FAILED, MONO, TABLE_SIZE, WINNER_EDGE, e
                                         job_table, table_width)
 from fastpipe.report.race_panel import panel_height, race_panel
 from fastpipe.report.aggregate import SweepResult
-from fastpipe.sweeps.race import plan as race
+from fastpipe.sweeps.race import rounds as race
 
 DPI = 110
 WIDTH = 11.0  # inches

@@ -1,4 +1,4 @@
-"""report.png's race panel (``race.json``, fastpipe/sweeps/race/plan.py): a table of each job's time to target
+"""report.png's race panel (``race.json``, fastpipe/sweeps/race/rounds.py): a table of each job's time to target
 on each round's seed, one row per job (its number in its colour, the report's order), one column per
 round. A cell is shaded by the job's rank within that seed (the paired comparison the race tests: darker
 is sooner) and says the seconds, or ``miss``, ``cap`` (stopped at the round's cap) or ``failed``; an
@@ -12,7 +12,7 @@ import numpy as np
 
 from fastpipe.record.figures import fit_lines, shorten_middle
 from fastpipe.report.plot_parts import ELIMINATED, FAILED, readable
-from fastpipe.sweeps.race.plan import RaceRecord, median_time
+from fastpipe.sweeps.race.rounds import RaceRecord, median_time
 from fastpipe.sweeps.race.stats import p_text
 
 SIZE = 9.5

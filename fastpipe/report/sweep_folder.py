@@ -4,7 +4,7 @@
 - A halving sweep (``halving.json`` in the folder): one job per grid combination; a combination dropped
   after a probe is its last probe's folder, marked pruned (sweeps/halving/plan.py keeps the record).
 - A race (``race.json``): one job per raced configuration, its rounds combined in ``N/metrics.json``
-  (sweeps/race/plan.py); a halving sweep's raced finalists are their ``race/N/`` folders.
+  (sweeps/race/rounds.py); a halving sweep's raced finalists are their ``race/N/`` folders.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
-    from fastpipe.sweeps.race import plan as race
+    from fastpipe.sweeps.race import rounds as race
 
     record, raced = read(sweep_dir), race.read(sweep_dir)
     if record is not None:

@@ -32,7 +32,7 @@ class HalvingSweeper(GridSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.errors import ConfigError
         from fastpipe.sweeps.halving.plan import Grid, HalvingSettings
-        from fastpipe.sweeps.halving.probes import run_probes
+        from fastpipe.sweeps.halving.by_throughput import run_probes
         from fastpipe.sweeps.halving.to_target import TargetSettings, run_to_target
 
         to_target = str(OmegaConf.select(self.config, "report.objective", default="")) == "time_to_target"

@@ -28,7 +28,7 @@ class RaceSweeper(GridSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.errors import ConfigError
-        from fastpipe.sweeps.race.plan import RaceSettings, check_grid, read
+        from fastpipe.sweeps.race.rounds import RaceSettings, check_grid, read
         from fastpipe.sweeps.race.run import new_record, run_race
 
         try:

@@ -61,7 +61,7 @@ def test_a_stop_signal_reaches_every_ddp_rank_and_the_resume_continues_on_every_
     from conftest import make_settings
     from fastpipe.checkpoint.disk import verify
     from fastpipe.errors import EXIT_PREEMPTED
-    from fastpipe.launch.launcher import launch
+    from fastpipe.launch.dispatch import launch
 
     hold = tmp_path.parent / f"{tmp_path.name}.hold"  # both ranks wait in step 7 until the signal reaches them
     hold.touch()

@@ -68,7 +68,7 @@ def race_sweep(root: Path, n: int) -> SweepSpec:
     others are close; job 2 fails in round 1. race.json and the combined N/metrics.json are the race's."""
     from fastpipe.record import results
     from fastpipe.record.run_record import RunRecord
-    from fastpipe.sweeps.race.plan import RaceSettings
+    from fastpipe.sweeps.race.rounds import RaceSettings
     from fastpipe.sweeps.race.run import new_record, run_race
 
     spec = target_sweep(root, n)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastpipe.record import results
 from fastpipe.record.run_record import RunRecord
-from fastpipe.sweeps.race.plan import RaceSettings
+from fastpipe.sweeps.race.rounds import RaceSettings
 from fastpipe.sweeps.race.run import new_record, run_race
 
 

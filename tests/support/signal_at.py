@@ -16,7 +16,7 @@ def main() -> None:
         raise SystemExit(f"unknown phase {phase!r}")
     sys.argv = ["fastpipe", *sys.argv[3:]]
     import fastpipe.__main__ as app
-    from fastpipe.launch import launcher
+    from fastpipe.launch import dispatch as launcher
 
     held = launcher.started_with_signals_held
 

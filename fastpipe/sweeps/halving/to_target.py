@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 from fastpipe.errors import ConfigError
 from fastpipe.record import results as run_results
 from fastpipe.sweeps.halving.plan import Grid, HalvingRecord, HalvingSettings, Launch
-from fastpipe.sweeps.race.plan import RaceSettings, read as read_race
+from fastpipe.sweeps.race.rounds import RaceSettings, read as read_race
 from fastpipe.sweeps.race.run import new_record, run_race
 
 log = logging.getLogger(__name__)

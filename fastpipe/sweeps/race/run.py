@@ -1,4 +1,4 @@
-"""A race's rounds, launched through any launcher (fastpipe/sweeps/race/plan.py says what a round is).
+"""A race's rounds, launched through any launcher (fastpipe/sweeps/race/rounds.py says what a round is).
 
 ``run_race`` is what ``hydra/sweeper=race`` runs over its grid and ``hydra/sweeper=halving`` over its
 finalists: it needs only a function that launches a batch of jobs (each a list of overrides) and the
@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 from fastpipe.launch.repeats import combined_record
 from fastpipe.record import results
-from fastpipe.sweeps.race.plan import (RaceRecord, RaceSettings, decide_round, finish, round_cap, round_folder,
+from fastpipe.sweeps.race.rounds import (RaceRecord, RaceSettings, decide_round, finish, round_cap, round_folder,
                                   run_time)
 
 log = logging.getLogger(__name__)

@@ -50,3 +50,28 @@ def test_an_older_run_folder_reads_back(tmp_path):
     assert settings.notes == ["data.num_workers=0 does not apply to data=mmap (a key of data=default): ignored for "
                               "this run"]
     settings.check()  # the rewritten targets import
+
+
+def test_every_target_in_conf_and_every_moved_module_still_imports():
+    """What users may have written stays valid: each ``_target_`` of conf/ (and of the sweep plugins' and
+    loggers' schemas) imports as written, and each old path of MOVED_MODULES leads to an importable module."""
+    import importlib
+    import re
+
+    from conftest import REPO
+    from fastpipe.config.keys import MOVED_MODULES, current_target
+    from fastpipe.config.logger import SCHEMAS
+    from fastpipe.instantiate import import_target
+    from hydra_plugins.fastpipe_sweeps import config as plugin_config
+
+    written = {m.group(1) for path in (REPO / "conf").rglob("*.yaml")
+               for m in re.finditer(r"_target_:\s*([\w.]+)", path.read_text())}
+    written |= {node._target_ for entry in SCHEMAS.values() for node in entry.values()}
+    written |= {c._target_ for c in (plugin_config.GpusLauncherConf, plugin_config.HalvingSweeperConf,
+                                     plugin_config.RaceSweeperConf)}
+    assert len(written) > 15 and "fastpipe.stages.tasks.Classification" in written
+    for target in sorted(written):
+        import_target("_target_", target)
+    for old, new in MOVED_MODULES.items():
+        importlib.import_module(new.rstrip("."))
+        assert current_target(old + "X") == new + "X"

@@ -8,7 +8,7 @@ import signal
 def test_results_of_a_finished_worker_survive_a_signal_on_its_way_out(tmp_path):
     """The H200 case: a stop signal reached the trainer just after it had written ok metrics."""
     from conftest import make_settings
-    from fastpipe.launch.launcher import collect
+    from fastpipe.launch.dispatch import collect
     from fastpipe.record.results import write_json_atomic
 
     settings = make_settings([])

@@ -8,7 +8,7 @@ import pytest
 
 from fastpipe.errors import ConfigError
 from fastpipe.launch.elastic import elastic_config, failure_reason
-from fastpipe.launch.launcher import launch
+from fastpipe.launch.dispatch import launch
 
 from conftest import make_settings
 

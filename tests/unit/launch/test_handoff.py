@@ -9,7 +9,7 @@ import pickle
 
 from conftest import TINY, make_settings
 
-from fastpipe.launch import launcher
+from fastpipe.launch import dispatch as launcher
 from fastpipe.launch.handoff import read_settings, settings_file
 
 

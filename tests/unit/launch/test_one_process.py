@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import TINY, in_process, make_settings
-from fastpipe.launch.launcher import JOB_PROCESS_LAUNCHERS, own_job_process, resolve_fresh_process
+from fastpipe.launch.dispatch import JOB_PROCESS_LAUNCHERS, own_job_process, resolve_fresh_process
 from fastpipe.record import results
 from fastpipe.record.run_record import failed
 from fastpipe.record.runlock import RunLock
@@ -155,7 +155,7 @@ def test_a_parallel_sweep_passes_every_stop_signal_on_to_its_running_jobs(sig, m
 def test_a_sweep_jobs_training_process_checkpoints_when_its_sweep_dies(monkeypatch):
     """The parent-death signal of a sweep job's training process (and of a gpus launcher's job process) is
     SIGTERM, its stop signal, not SIGKILL: a job whose sweep was killed checkpoints and stops."""
-    from fastpipe.launch import launcher
+    from fastpipe.launch import dispatch as launcher
 
     asked = []
     monkeypatch.setattr(launcher, "die_with_parent", lambda parent, how: asked.append(how) or (_ for _ in ()).throw(

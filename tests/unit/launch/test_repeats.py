@@ -20,7 +20,7 @@ def test_repeats_median_spread_and_failure(tmp_path):
 
     calls = []
 
-    def fake_launch(settings, run_dir):  # stands in for fastpipe.launch.launcher.launch
+    def fake_launch(settings, run_dir):  # stands in for fastpipe.launch.dispatch.launch
         calls.append(run_dir)
         return metrics(100.0 + len(calls))
 
@@ -75,7 +75,7 @@ def test_sweep_resume_of_real_repeats_continues_the_stopped_one_from_its_checkpo
     train.max_steps, as a signal would leave it). The resumed job keeps repeat 0 and trains repeat 1
     from its checkpoint to the end, where before it refused: 'holds checkpoints of an earlier run'."""
     from conftest import RESUMABLE, RESUMABLE_TOTAL, make_settings
-    from fastpipe.launch.launcher import launch
+    from fastpipe.launch.dispatch import launch
 
     job = RESUMABLE + [f"train.max_steps={RESUMABLE_TOTAL}", "report.repeats=2", "launcher.fresh_process=false"]
     first = launch(make_settings(job), tmp_path / "repeat-0")

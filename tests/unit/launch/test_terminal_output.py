@@ -11,7 +11,7 @@ import pytest
 from conftest import HERE_TESTS, TINY, make_settings
 
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED
-from fastpipe.launch import launcher
+from fastpipe.launch import dispatch as launcher
 from fastpipe.launch.handoff import settings_file
 
 HERE = Path(__file__).resolve().parent

@@ -1,10 +1,10 @@
 """hydra/sweeper=race refuses a grid it cannot race, in one line, before any job runs (issue 31): the check
-(sweeps/race/plan.py) raises it, the plugin's refusal prints it."""
+(sweeps/race/rounds.py) raises it, the plugin's refusal prints it."""
 import pytest
 from omegaconf import OmegaConf
 
 from fastpipe.errors import EXIT_CODE
-from fastpipe.sweeps.race.plan import check_grid
+from fastpipe.sweeps.race.rounds import check_grid
 from hydra_plugins.fastpipe_sweeps.grid import refuse
 
 

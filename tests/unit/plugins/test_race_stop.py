@@ -3,7 +3,7 @@
 import pytest
 
 from fastpipe.errors import EXIT_PREEMPTED
-from fastpipe.sweeps.race.plan import RaceSettings, read
+from fastpipe.sweeps.race.rounds import RaceSettings, read
 from fastpipe.sweeps.race.run import new_record, run_race
 from hydra_plugins.fastpipe_sweeps.race_sweeper import RaceSweeper
 from race_stubs import StubLaunch

@@ -174,7 +174,7 @@ def trainer(failure: BaseException, latest=None):
 
 def entry_point(exc):
     def path(run_dir):
-        from fastpipe.launch.launcher import refused
+        from fastpipe.launch.dispatch import refused
 
         return refused(run_dir, exc, CHOICES, OVERRIDES)
     return path
@@ -190,7 +190,7 @@ SETTINGS = SimpleNamespace(choices=CHOICES, overrides=OVERRIDES, run_id="r1")
 
 
 def worker_died(run_dir):
-    from fastpipe.launch.launcher import collect
+    from fastpipe.launch.dispatch import collect
 
     results.begin(run_dir, CHOICES, OVERRIDES, "r1")
     return collect(run_dir, -signal.SIGKILL, SETTINGS)

@@ -18,7 +18,7 @@ from fastpipe.report.race_panel import cells
 from fastpipe.report.plots import DPI as REPORT_DPI
 from fastpipe.report.plots import report_figure, write_plot
 from fastpipe.report.aggregate import aggregate
-from fastpipe.sweeps.race import plan as race
+from fastpipe.sweeps.race import rounds as race
 
 DPI = REPORT_DPI  # report.png's own: the extents, so whether a text fits, depend on the dpi (as fast as a small one)
 

@@ -8,7 +8,7 @@ import pytest
 
 from fastpipe.record import results
 from fastpipe.sweeps.race import run as race_run, stats as race_stats
-from fastpipe.sweeps.race.plan import RaceSettings, median_time, read
+from fastpipe.sweeps.race.rounds import RaceSettings, median_time, read
 from fastpipe.sweeps.race.stats import step_down
 from race_stubs import WallClock, noisy, race
 
