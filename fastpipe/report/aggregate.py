@@ -53,7 +53,7 @@ def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     """Rows with speed-ups and parity verdicts, the baseline row, the leader and how sure the ranking is."""
     from fastpipe.report.timing import summarize
-    from fastpipe.sweeps.race import rounds as race
+    from fastpipe.sweeps.race import rounds
     from fastpipe.sweeps.halving.plan import read
 
     columns = swept_columns(jobs)
@@ -61,7 +61,7 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     base_job, notes = pick_baseline(jobs, spec), []
     base = next((r for r in rows if base_job is not None and r["job"] == base_job.num), None)
     compare(rows, base, spec, notes)
-    raced = race.read(sweep_dir)
+    raced = rounds.read(sweep_dir)
     if spec.objective == "time_to_target":
         best = to_target.rank(rows, base, notes)
         if raced is not None:

@@ -9,7 +9,7 @@ alone outlined in black and named "best".
 - With a target (train.target): the primary metric of every whole-split evaluation against the
   training clock (plot_curves.py).
 - A race (``race.json``: hydra/sweeper=race, or a halving sweep's finalists): each job's time to
-  target per seed, by round (plot_race.py).
+  target per seed, by round (race_panel.py).
 Every text is wrapped or shortened from the middle to fit the figure; legends give way to labels
 beside the lines.
 """
@@ -25,7 +25,7 @@ from fastpipe.report.plot_parts import (FAILED, MONO, TABLE_SIZE, WINNER_EDGE, e
                                         job_table, table_width)
 from fastpipe.report.race_panel import panel_height, race_panel
 from fastpipe.report.aggregate import SweepResult
-from fastpipe.sweeps.race import rounds as race
+from fastpipe.sweeps.race import rounds
 
 DPI = 110
 WIDTH = 11.0  # inches
@@ -41,7 +41,7 @@ def write_plot(result: SweepResult, path: Path, dpi: int = DPI) -> None:
 
 def report_figure(result: SweepResult, dpi: int = DPI):
     """The figure of report.png: the bars, then the target's curves and the race where there are."""
-    raced = race.read(result.sweep_dir)
+    raced = rounds.read(result.sweep_dir)
     raced = raced if raced is not None and raced.rounds else None
     has_curves = any(curve_points(r) for r in result.rows)
     heights = [0.9 + ROW_IN * max(len(result.rows), 2)] + [PANEL_IN] * has_curves

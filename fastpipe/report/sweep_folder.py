@@ -87,9 +87,9 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
-    from fastpipe.sweeps.race import rounds as race
+    from fastpipe.sweeps.race import rounds
 
-    record, raced = read(sweep_dir), race.read(sweep_dir)
+    record, raced = read(sweep_dir), rounds.read(sweep_dir)
     if record is not None:
         jobs = halving_jobs(Path(sweep_dir), record)
         return jobs if raced is None else [race_job(Path(sweep_dir), raced, j.num) if j.num in raced.entrants else j

@@ -7,19 +7,19 @@ import pytest
 import torch
 from conftest import TINY, run_in_process
 
-from fastpipe.finders import lr_range as lr_find
+from fastpipe.finders import lr_curve, lr_range
 
 AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=10", "train.max_steps=4"]
 
 
 def test_a_compiled_range_test_compiles_its_step_once_and_the_run_trains(tmp_path, monkeypatch, one_torch_thread):
-    graphs, release = [], lr_find._release
+    graphs, release = [], lr_range._release
 
     def counted(device):  # before the test's compiled code is dropped
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
         release(device)
 
-    monkeypatch.setattr(lr_find, "_release", counted)
+    monkeypatch.setattr(lr_range, "_release", counted)
     m = run_in_process(tmp_path, [*AUTO, "compile=default"])
     assert m["status"] == "ok" and m["compile_fallback"] is None and len(m["lr_search"]["curve"]) == 10
     assert graphs and graphs[0] <= 2  # the forward (and no graph per rate); 10 rates would be 10
@@ -33,4 +33,4 @@ def test_every_ddp_rank_runs_the_same_ramp_and_finds_the_same_rate(tmp_path):
                                           [*AUTO, "launcher=ddp"], out), nprocs=2, start_method="spawn")
     (curve0, rate0), (curve1, rate1) = out[0], out[1]
     assert curve0 == curve1 and rate0 == rate1 and len(curve0) == 10
-    assert [lr for lr, _ in curve0] == pytest.approx(lr_find.lr_range.ramp(1e-7, 10.0, 10))
+    assert [lr for lr, _ in curve0] == pytest.approx(lr_curve.ramp(1e-7, 10.0, 10))

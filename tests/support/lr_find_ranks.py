@@ -8,7 +8,7 @@ def range_test_on_rank(rank: int, store_path: str, overrides: list, out: dict) -
     from conftest import make_settings
 
     from fastpipe.runtime import Dist, Runtime, cache_root, seed_everything
-    from fastpipe.finders import lr_range as lr_find
+    from fastpipe.finders import lr_range
 
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", store=torch.distributed.FileStore(store_path, 2), rank=rank,
@@ -16,7 +16,7 @@ def range_test_on_rank(rank: int, store_path: str, overrides: list, out: dict) -
     try:
         settings = make_settings(overrides)
         seed_everything(settings.seed + rank)
-        search = lr_find.find_lr(settings, Runtime(torch.device("cpu"), Dist(rank, 2, rank, 2), cache_root(), 1))
+        search = lr_range.find_lr(settings, Runtime(torch.device("cpu"), Dist(rank, 2, rank, 2), cache_root(), 1))
         out[rank] = (search.curve, search.suggestion)
     finally:
         torch.distributed.destroy_process_group()

@@ -16,9 +16,9 @@ def main() -> None:
         raise SystemExit(f"unknown phase {phase!r}")
     sys.argv = ["fastpipe", *sys.argv[3:]]
     import fastpipe.__main__ as app
-    from fastpipe.launch import dispatch as launcher
+    from fastpipe.launch import dispatch
 
-    held = launcher.started_with_signals_held
+    held = dispatch.started_with_signals_held
 
     def held_then_signal(start):
         def start_then_signal():
@@ -28,7 +28,7 @@ def main() -> None:
 
         return held(start_then_signal)
 
-    launcher.started_with_signals_held = held_then_signal
+    dispatch.started_with_signals_held = held_then_signal
     app.main()
 
 

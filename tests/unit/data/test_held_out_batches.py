@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import TINY, make_settings, run_in_process
 
-from fastpipe.data import held_out_batches as kept_module
+from fastpipe.data import held_out_batches
 from fastpipe.data.held_out_batches import KeptBatches, read_ahead, stop_reading
 from fastpipe.errors import ConfigError
 
@@ -88,7 +88,7 @@ def test_a_read_ahead_stopped_with_its_run_keeps_nothing():
 
 
 def test_a_read_ahead_without_room_stops_at_once_and_keeps_nothing(monkeypatch):
-    monkeypatch.setattr(kept_module, "free_bytes", lambda device: 10)
+    monkeypatch.setattr(held_out_batches, "free_bytes", lambda device: 10)
     loader = Gated(3)
     loader.gate.set()
     kept = KeptBatches(loader)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fastpipe.finders import batch_size as batch_search
+from fastpipe.finders import batch_size
 from fastpipe.finders.batch_size import BatchSearch, Probe, on_grid
 from fastpipe.finders.batch_size import start_for
 
@@ -27,7 +27,7 @@ def _search(monkeypatch, limit: int, start, rounding, cap: int = 4096, device=GP
         return Probe(size, size <= limit, why="" if size <= limit else "out of memory")
 
     first = start_for(SimpleNamespace(batch_size_start=start, batch_size_round=rounding), device, cap)
-    return batch_search.search(probe, SimpleNamespace(world_size=1), cap, first, rounding)
+    return batch_size.search(probe, SimpleNamespace(world_size=1), cap, first, rounding)
 
 
 def _exhaustive(limit: int, cap: int) -> int:

@@ -9,7 +9,6 @@ import torch
 from conftest import TINY, cpu_runtime, make_settings, run_in_process
 
 from fastpipe.finders import batch_size
-from fastpipe.finders import batch_size as batch_search
 from fastpipe.finders.batch_size import BatchSearch, Probe
 from fastpipe.finders.batch_size import find_batch_size
 from fastpipe.errors import ConfigError, FastpipeError
@@ -96,7 +95,7 @@ def test_fsdp_is_refused_with_the_fix():
 def test_ranks_agree_on_sizes_that_fit_everywhere():
     rank0 = [Probe(8, True, 100.0), Probe(16, True, 150.0), Probe(32, False, why="out of memory")]
     rank1 = [Probe(8, True, 90.0), Probe(16, False, why="out of memory")]
-    agreed = batch_search.agree([rank0, rank1])
+    agreed = batch_size.agree([rank0, rank1])
     assert [(p.batch_size, p.fits) for p in agreed] == [(8, True), (16, False)]
     assert agreed[0].samples_per_s == pytest.approx(190.0)
 
@@ -110,8 +109,8 @@ def test_every_rank_follows_the_same_search_path(monkeypatch):
         tried["size"] = size
         return Probe(size, size <= 16, why="" if size <= 16 else "out of memory")
 
-    monkeypatch.setattr(batch_search, "gather_objects", lambda fits, world_size: [fits, tried["size"] <= 4])
-    probes = batch_search.search(probe, SimpleNamespace(world_size=2), 64, 8, 8)
+    monkeypatch.setattr(batch_size, "gather_objects", lambda fits, world_size: [fits, tried["size"] <= 4])
+    probes = batch_size.search(probe, SimpleNamespace(world_size=2), 64, 8, 8)
     assert [(p.batch_size, p.fits) for p in probes] == [(8, False), (4, True)]  # no size of the grid between
     assert probes[0].why == "did not fit on every rank"
 

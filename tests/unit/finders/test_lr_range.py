@@ -12,14 +12,14 @@ from conftest import TINY, cpu_runtime, make_settings, run_in_process
 from fastpipe.errors import ConfigError, FastpipeWarning, TrainingError
 from fastpipe.finders.lr_curve import ramp
 from fastpipe.train import graph
-from fastpipe.finders import lr_range as lr_find
+from fastpipe.finders import lr_range
 
 AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"]
 KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds"}
 
 
 def _found(*extra):
-    return lr_find.find_lr(make_settings([*AUTO, "train.lr_find_steps=10", *extra]), cpu_runtime())
+    return lr_range.find_lr(make_settings([*AUTO, "train.lr_find_steps=10", *extra]), cpu_runtime())
 
 
 def test_the_found_rate_trains_as_if_given_unscaled_and_is_recorded(tmp_path, one_torch_thread):
@@ -49,7 +49,7 @@ def test_the_found_rate_trains_as_if_given_unscaled_and_is_recorded(tmp_path, on
 
 def test_the_schedule_warms_up_to_the_found_rate_and_onecycle_peaks_at_it():
     for schedule, peak_key in (["lr_schedule.warmup_steps=4"], "initial_lr"), (["lr_schedule=onecycle"], "max_lr"):
-        settings = lr_find.with_found_lr(make_settings([*AUTO, *schedule]), 0.02)
+        settings = lr_range.with_found_lr(make_settings([*AUTO, *schedule]), 0.02)
         g = graph.build(settings, cpu_runtime())
         assert g.optimizer.param_groups[0][peak_key] == 0.02
         if peak_key == "initial_lr":
@@ -67,8 +67,8 @@ def test_the_same_seed_gives_the_same_suggestion_and_a_fixed_lr_find_seed_ignore
 
 
 def test_batch_size_auto_runs_first_and_the_rate_is_found_at_its_batch(tmp_path, monkeypatch, one_torch_thread):
-    seen, built, real, build = [], [], lr_find.find_lr, graph.build_dataset
-    monkeypatch.setattr(lr_find, "find_lr", lambda settings, runtime, splits=None: seen.append(
+    seen, built, real, build = [], [], lr_range.find_lr, graph.build_dataset
+    monkeypatch.setattr(lr_range, "find_lr", lambda settings, runtime, splits=None: seen.append(
         settings.train.batch_size) or real(settings, runtime, splits))
     monkeypatch.setattr(graph, "build_dataset", lambda *a, **k: built.append(a[2]) or build(*a, **k))
     tiny = [o for o in AUTO if not o.startswith("train.batch_size")]
@@ -101,17 +101,17 @@ def test_fsdp_is_refused_and_a_factor_without_auto_is_a_warning():
         make_settings([*AUTO, "launcher=fsdp"])  # when the config is read, before any process starts
     given = make_settings([*TINY, "optimizer.lr_auto_factor=3"])
     with pytest.warns(FastpipeWarning, match=r"optimizer.lr_auto_factor=3 .* optimizer.lr=0.003 is given"):
-        assert lr_find.settle(given, cpu_runtime()) == (given, None)
+        assert lr_range.settle(given, cpu_runtime()) == (given, None)
 
 
 def test_the_provisional_rate_stands_in_only_for_auto():
     settings = make_settings(AUTO)
-    assert lr_find.provisional(settings).optimizer.params["lr"] == 1e-7 and settings.optimizer.lr_auto
+    assert lr_range.provisional(settings).optimizer.params["lr"] == 1e-7 and settings.optimizer.lr_auto
     given = make_settings(TINY)
-    assert lr_find.provisional(given) is given
+    assert lr_range.provisional(given) is given
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # lr_scaling=none: nothing to say
-        assert dataclasses.asdict(lr_find.with_found_lr(settings, 0.01).optimizer)["params"]["lr"] == 0.01
+        assert dataclasses.asdict(lr_range.with_found_lr(settings, 0.01).optimizer)["params"]["lr"] == 0.01
 
 
 @pytest.mark.parametrize("bad, said", [

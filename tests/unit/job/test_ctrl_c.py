@@ -15,9 +15,9 @@ def ctrl_c(*args, **kwargs):
 
 
 def test_ctrl_c_after_the_summary_keeps_the_results(tmp_path, monkeypatch):
-    from fastpipe.job import training as job
+    from fastpipe.job import training
 
-    monkeypatch.setattr(job, "summary_text", ctrl_c)  # the last thing a run does: print its summary
+    monkeypatch.setattr(training, "summary_text", ctrl_c)  # the last thing a run does: print its summary
     with pytest.raises(KeyboardInterrupt):
         run_in_process(tmp_path, TINY)
     record = read_metrics(tmp_path)

@@ -32,10 +32,10 @@ def signalling(fn):
 def patch_phase(monkeypatch, phase: str) -> list:
     """Signal at ``phase`` of the training process's start-up; returns the run's extra overrides."""
     from fastpipe.data import images
-    from fastpipe.job import training as job
+    from fastpipe.job import training
 
     if phase == "runtime":
-        monkeypatch.setattr(job, "setup_runtime", signalling(job.setup_runtime))
+        monkeypatch.setattr(training, "setup_runtime", signalling(training.setup_runtime))
     elif phase == "first batch":  # inside the image decoder's try, which names a file it cannot read
         monkeypatch.setattr(images, "decode_rgb", signalling(images.decode_rgb))  # first read: the check's
     elif phase == "compile":  # inside the compile stage's try, which falls back to eager on a failure

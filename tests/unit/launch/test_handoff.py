@@ -9,7 +9,7 @@ import pickle
 
 from conftest import TINY, make_settings
 
-from fastpipe.launch import dispatch as launcher
+from fastpipe.launch import dispatch
 from fastpipe.launch.handoff import read_settings, settings_file
 
 
@@ -38,9 +38,9 @@ def test_the_spawn_payload_stays_small_whatever_the_settings_carry(tmp_path, mon
     class Context:
         Process = Recorded
 
-    monkeypatch.setattr(launcher.multiprocessing, "get_context", lambda method: Context)
-    monkeypatch.setattr(launcher, "collect", lambda run_dir, code, s: {"status": "ok"})
-    launcher._spawn_single(settings, tmp_path)
+    monkeypatch.setattr(dispatch.multiprocessing, "get_context", lambda method: Context)
+    monkeypatch.setattr(dispatch, "collect", lambda run_dir, code, s: {"status": "ok"})
+    dispatch._spawn_single(settings, tmp_path)
     assert seen["payload"] < 4096  # far below the pipe's 64 KB
     assert seen["handed"].context.code_diff == settings.context.code_diff and seen["handed"].run_id == "abc"
     assert not list(tmp_path.glob(".settings-*"))  # removed once the trainer has ended

@@ -155,11 +155,11 @@ def test_a_parallel_sweep_passes_every_stop_signal_on_to_its_running_jobs(sig, m
 def test_a_sweep_jobs_training_process_checkpoints_when_its_sweep_dies(monkeypatch):
     """The parent-death signal of a sweep job's training process (and of a gpus launcher's job process) is
     SIGTERM, its stop signal, not SIGKILL: a job whose sweep was killed checkpoints and stops."""
-    from fastpipe.launch import dispatch as launcher
+    from fastpipe.launch import dispatch
 
     asked = []
-    monkeypatch.setattr(launcher, "die_with_parent", lambda parent, how: asked.append(how) or (_ for _ in ()).throw(
+    monkeypatch.setattr(dispatch, "die_with_parent", lambda parent, how: asked.append(how) or (_ for _ in ()).throw(
         SystemExit(0)))
     with pytest.raises(SystemExit):
-        launcher._single_worker("unused", "unused", 1)
+        dispatch._single_worker("unused", "unused", 1)
     assert asked == [signal.SIGTERM]

@@ -11,7 +11,7 @@ import pytest
 from conftest import HERE_TESTS, TINY, make_settings
 
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED
-from fastpipe.launch import dispatch as launcher
+from fastpipe.launch import dispatch
 from fastpipe.launch.handoff import settings_file
 
 HERE = Path(__file__).resolve().parent
@@ -20,13 +20,13 @@ HERE = Path(__file__).resolve().parent
 def worker_output(tmp_path, monkeypatch, capfd, overrides) -> tuple:
     """(exit code, stderr) of the training process's entry point, run in this process."""
     monkeypatch.syspath_prepend(str(HERE_TESTS))
-    monkeypatch.setattr(launcher, "die_with_parent", lambda parent, how: None)  # this test process has no such parent
-    monkeypatch.setattr(launcher, "take_ctrl_c_once", lambda: None)  # this process's SIGINT handler stays pytest's
-    monkeypatch.setattr(launcher, "hold_once_free", lambda folder, command: None)  # no parent to outlive here
-    monkeypatch.setattr(launcher, "exit_within", lambda seconds, code: None)  # this process goes on
+    monkeypatch.setattr(dispatch, "die_with_parent", lambda parent, how: None)  # this test process has no such parent
+    monkeypatch.setattr(dispatch, "take_ctrl_c_once", lambda: None)  # this process's SIGINT handler stays pytest's
+    monkeypatch.setattr(dispatch, "hold_once_free", lambda folder, command: None)  # no parent to outlive here
+    monkeypatch.setattr(dispatch, "exit_within", lambda seconds, code: None)  # this process goes on
     settings = make_settings(TINY + overrides)
     with pytest.raises(SystemExit) as exit_info, settings_file(settings, tmp_path) as path:
-        launcher._single_worker(path, str(tmp_path), 0)
+        dispatch._single_worker(path, str(tmp_path), 0)
     return exit_info.value.code, capfd.readouterr().err
 
 

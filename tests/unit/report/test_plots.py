@@ -18,7 +18,7 @@ from fastpipe.report.race_panel import cells
 from fastpipe.report.plots import DPI as REPORT_DPI
 from fastpipe.report.plots import report_figure, write_plot
 from fastpipe.report.aggregate import aggregate
-from fastpipe.sweeps.race import rounds as race
+from fastpipe.sweeps.race import rounds
 
 DPI = REPORT_DPI  # report.png's own: the extents, so whether a text fits, depend on the dpi (as fast as a small one)
 
@@ -103,7 +103,7 @@ def test_a_throughput_sweep_draws_throughput_with_its_speed_up(tmp_path, n):
 def test_the_race_panel_shows_every_seeds_time_misses_caps_and_greys_the_eliminated(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", lambda fd: None)  # the race's 90 record writes: durability is not tested here
     spec = race_sweep(tmp_path, 8)
-    record = race.read(tmp_path)
+    record = rounds.read(tmp_path)
     result, fig = figure(tmp_path, spec)
     assert texts_outside(fig) == []
     panel = fig.axes[-1]

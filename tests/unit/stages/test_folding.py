@@ -20,7 +20,7 @@ from fastpipe.stages import eval_forward
 from fastpipe.stages.eval_forward import EvalForwards
 from fastpipe.stages.folding import FoldedConv, fold, fold_weights
 from fastpipe.stages.precision import build_fp32
-from fastpipe.train import held_out as held_out_pass
+from fastpipe.train import held_out
 from fastpipe.train.held_out import HeldOut
 
 CPU = torch.device("cpu")
@@ -191,10 +191,10 @@ def test_an_evaluation_with_the_folded_copy_gives_the_models_metrics():
     task = SimpleNamespace(metrics=lambda out, y: {"loss": F.cross_entropy(out, y, reduction="sum"),
                                                    "accuracy": (out.argmax(1) == y).float().sum()})
     precision = build_fp32(PrecisionConfig(name="fp32"), CPU)
-    plain = held_out_pass.evaluate(HeldOut(batches, task, precision, CPU), model)
+    plain = held_out.evaluate(HeldOut(batches, task, precision, CPU), model)
     folded = HeldOut(batches, task, precision, CPU, forwards=EvalForwards(True, CPU, None))
     for _ in range(2):  # the first evaluation checks the copy, the second runs it alone
-        got = held_out_pass.evaluate(folded, model)
+        got = held_out.evaluate(folded, model)
         assert got["accuracy"] == plain["accuracy"] and got["loss"] == pytest.approx(plain["loss"], rel=1e-5)
 
 

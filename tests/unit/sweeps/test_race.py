@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fastpipe.record import results
-from fastpipe.sweeps.race import run as race_run, stats as race_stats
+from fastpipe.sweeps.race import run, stats
 from fastpipe.sweeps.race.rounds import RaceSettings, median_time, read
 from fastpipe.sweeps.race.stats import step_down
 from race_stubs import WallClock, noisy, race
@@ -29,36 +29,36 @@ MISSES = [[10.0, 12.0, INF, INF], [11.0, 10.0, INF, 30.0], [10.0, 10.0, 25.0, IN
      {1: 1.0, 2: 0.00012996561239071247, 3: 0.0002166626542375926}),
 ])
 def test_friedman_conover_and_holm_match_the_reference_packages(times, friedman, raw, adjusted):
-    ranks = race_stats.seed_ranks(times)
-    f = race_stats.friedman(ranks)
+    ranks = stats.seed_ranks(times)
+    f = stats.friedman(ranks)
     assert f["statistic"] == pytest.approx(friedman[0]) and f["p"] == pytest.approx(friedman[1])
-    p = race_stats.conover_vs(ranks, 0)
+    p = stats.conover_vs(ranks, 0)
     assert p == pytest.approx(raw, rel=1e-6)
-    assert race_stats.holm(p) == pytest.approx(adjusted, rel=1e-6)
+    assert stats.holm(p) == pytest.approx(adjusted, rel=1e-6)
 
 
 def test_a_miss_ranks_below_every_reached_run_and_two_misses_tie():
-    assert race_stats.seed_ranks([[30.0, INF, 10.0, INF]]).tolist() == [[2.0, 3.5, 1.0, 3.5]]
+    assert stats.seed_ranks([[30.0, INF, 10.0, INF]]).tolist() == [[2.0, 3.5, 1.0, 3.5]]
 
 
 def test_a_clear_field_drops_the_slow_pair_and_keeps_the_close_one():
-    verdict = race_stats.judge({j: [row[j] for row in MISSES] for j in range(4)}, alpha=0.05)
+    verdict = stats.judge({j: [row[j] for row in MISSES] for j in range(4)}, alpha=0.05)
     assert verdict.test == "friedman+conover" and verdict.leader == 0 and verdict.worse == [2, 3]
     assert verdict.posthoc[1]["p_holm"] == 1.0
 
 
 def test_two_survivors_need_five_seeds_before_a_paired_test_can_separate_them():
-    four = race_stats.judge({0: [1, 2, 3, 4], 1: [2, 3, 4, 5]}, alpha=0.05)
+    four = stats.judge({0: [1, 2, 3, 4], 1: [2, 3, 4, 5]}, alpha=0.05)
     assert four.test == "wilcoxon" and four.posthoc[1]["p"] == 1 / 16 and four.worse == []
-    five = race_stats.judge({0: [1, 2, 3, 4, 5], 1: [2, 3, 4, 5, 6]}, alpha=0.05)
+    five = stats.judge({0: [1, 2, 3, 4, 5], 1: [2, 3, 4, 5, 6]}, alpha=0.05)
     assert five.posthoc[1]["p"] == 1 / 32 and five.worse == [1]
     # a seed where both missed says nothing (zero_method="wilcox" drops it): still four informative seeds
-    tied = race_stats.judge({0: [1, 2, 3, 4, INF], 1: [2, 3, 4, 5, INF]}, alpha=0.05)
+    tied = stats.judge({0: [1, 2, 3, 4, INF], 1: [2, 3, 4, 5, INF]}, alpha=0.05)
     assert tied.posthoc[1]["p"] == 1 / 16 and tied.worse == []
 
 
 def test_runs_that_agree_everywhere_are_no_evidence_of_a_difference():
-    same = race_stats.judge({0: [INF] * 5, 1: [INF] * 5, 2: [INF] * 5}, alpha=0.05)
+    same = stats.judge({0: [INF] * 5, 1: [INF] * 5, 2: [INF] * 5}, alpha=0.05)
     assert same.friedman == {"statistic": 0.0, "p": 1.0} and same.worse == []
 
 
@@ -116,7 +116,7 @@ def test_a_failed_run_leaves_the_race_with_its_reason(tmp_path):
 
 def test_max_wall_s_is_checked_before_a_round_so_the_round_that_passes_it_finishes(tmp_path, monkeypatch):
     clock = WallClock()  # the stub runs train one after another: rounds of 21, 23 and 21 s
-    monkeypatch.setattr(race_run, "time", clock)
+    monkeypatch.setattr(run, "time", clock)
     record, launch = race(tmp_path, lambda n, seed: 10.0 + n + seed % 2, n=2, clock=clock, max_wall_s=50.0)
     assert [r["round"] for r in record.rounds] == [0, 1, 2]  # 44 s before round 2 (it runs), 65 s after
     assert record.wall_s() == pytest.approx(65.0) and record.settings["max_wall_s"] == 50.0
@@ -161,7 +161,7 @@ def test_a_close_pair_is_judged_on_its_own_seeds_once_the_hopeless_pair_is_out()
     # one of them by 0.01 s. Beside two jobs that never reached the target Conover's pooled variance
     # made that p = 0.023; tested on its own (Wilcoxon, five seeds) the pair is not separated.
     times = {0: [3.74, 6.32, 2.96, 5.17, 6.61], 1: [3.73, 5.87, 5.31, 4.88, 5.23], 2: [INF] * 5, 3: [INF] * 5}
-    first = race_stats.judge(times, alpha=0.05)
+    first = stats.judge(times, alpha=0.05)
     assert sorted(first.worse) == [0, 2, 3]  # the pooled test alone would send job 0 out
     steps = list(step_down(times, alpha=0.05))
     assert [out for _, out in steps] == [[2, 3], []]

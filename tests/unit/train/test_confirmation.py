@@ -10,8 +10,7 @@ import torch
 from fastpipe.config import PrecisionConfig
 from fastpipe.stages.precision import build_fp32
 from fastpipe.train import evaluation
-from fastpipe.train.held_out import HeldOut, SplitInParts, parts_of
-from fastpipe.train.held_out import evaluate
+from fastpipe.train.held_out import evaluate, HeldOut, parts_of, SplitInParts
 
 CPU = torch.device("cpu")
 

@@ -11,9 +11,8 @@ import torch
 from fastpipe.config import PrecisionConfig
 from fastpipe.data.batches import batch_first, filled_up
 from fastpipe.stages.precision import build_fp32
-from fastpipe.train import held_out as held_out_pass
-from fastpipe.train.held_out import HeldOut
-from fastpipe.train.held_out import evaluate
+from fastpipe.train import held_out
+from fastpipe.train.held_out import HeldOut, evaluate
 
 CPU = torch.device("cpu")
 TASK = SimpleNamespace(primary="accuracy", higher_is_better=True,
@@ -47,14 +46,14 @@ def held(batches, task=TASK):
 @pytest.fixture
 def off_the_cpu(monkeypatch):
     """The pass as it runs on a GPU: the last batch filled up."""
-    monkeypatch.setattr(held_out_pass, "RUNS_SHORT_AS_IS", ())
+    monkeypatch.setattr(held_out, "RUNS_SHORT_AS_IS", ())
 
 
 def test_the_last_batch_is_filled_up_and_the_metrics_are_those_of_the_batch_as_it_is(off_the_cpu):
     batches = split()  # 4, 4, 2
     as_is = Shapes()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(held_out_pass, "RUNS_SHORT_AS_IS", ("cpu",))
+        mp.setattr(held_out, "RUNS_SHORT_AS_IS", ("cpu",))
         expected = evaluate(held(batches), as_is)
     assert as_is.shapes == [(4, 6), (4, 6), (2, 6)]
     model = Shapes()

@@ -16,8 +16,7 @@ from conftest import TINY, run_in_process
 from fastpipe.data.held_out_batches import KeptBatches
 from fastpipe.measure.clock import RunClock
 from fastpipe.stages.tasks import Classification
-from fastpipe.train.held_out import evaluate
-from fastpipe.train.held_out import HeldOut
+from fastpipe.train.held_out import evaluate, HeldOut
 from fastpipe.train.target import OutOfReach, Target
 
 
