@@ -163,7 +163,7 @@ def setup_runtime(settings) -> Runtime:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     else:
-        _undo_later(_filtered(logging.getLogger("torch.utils.cpp_extension"), _no_cuda_runtime_note))
+        drop_no_cuda_runtime_note()
     tf32 = settings.precision.name == "fp32" and settings.precision.tf32
     _undo_later(_switched(torch.backends.cudnn, "benchmark", settings.runtime.cudnn_benchmark))
     _undo_later(_switched(torch.backends.cuda.matmul, "allow_tf32", tf32))  # fp32 means fp32 unless TF32 is allowed
@@ -275,11 +275,13 @@ def autotuning_off() -> Iterator[None]:
         torch.backends.cudnn.benchmark = previous
 
 
-def _no_cuda_runtime_note(record: logging.LogRecord) -> bool:
-    """Drops torch.utils.cpp_extension's ``No CUDA runtime is found, using CUDA_HOME=...``, which every run
-    compiled on a CPU printed where a CUDA toolkit is installed (Inductor's C++ builder imports that module):
-    a CPU run builds no CUDA code. That one note only; the module's other messages pass."""
-    return not str(record.msg).startswith("No CUDA runtime is found")
+def drop_no_cuda_runtime_note() -> None:
+    """Drop torch.utils.cpp_extension's ``No CUDA runtime is found, using CUDA_HOME=...``, which every run
+    compiled on a CPU (and the doctor's compile probe) printed where a CUDA toolkit is installed (Inductor's
+    C++ builder imports that module): a CPU run builds no CUDA code. That one note only; the module's
+    other messages pass. Put back as the job ends."""
+    _undo_later(_filtered(logging.getLogger("torch.utils.cpp_extension"),
+                          lambda record: not str(record.msg).startswith("No CUDA runtime is found")))
 
 
 def seed_everything(seed: int) -> None:

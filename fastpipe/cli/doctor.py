@@ -25,6 +25,7 @@ from fastpipe.config.logger import logger_class, logger_names
 from fastpipe.config.registry import Requirement
 from fastpipe.config.registry import requirements as choice_requirements
 from fastpipe.machine import cpu_bf16, nvml_gpu_count
+from fastpipe.runtime import drop_no_cuda_runtime_note
 
 REQUIRED_RANGES = {"hydra-core": ("1.3.2", "1.4"), "omegaconf": ("2.3", "2.4")}  # pyproject's pins
 MACHINE = ("cuda", "nccl", "compile")  # what --require can make mandatory, beside the packages choices need
@@ -163,6 +164,8 @@ def main(argv=None) -> int:
     parser.add_argument("--require", action="append", default=[], choices=optional_choices(),
                         help="treat this optional component (or the package of this extra) as required (repeatable)")
     args = parser.parse_args(argv)
+    if not torch.cuda.is_available():  # the report says so itself, not torch's CUDA_HOME line
+        drop_no_cuda_runtime_note()
     report = diagnose(args.compile_backend, set(args.require))
     if args.bench:
         from fastpipe.measure.bench import run_bench

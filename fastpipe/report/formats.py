@@ -11,3 +11,9 @@ def metric_text(name: Optional[str], value: Optional[float], delta: bool = False
     if name == "accuracy":
         return f"{100 * value:+.1f} pp" if delta else f"{100 * value:.1f} %"
     return f"{value:+.4g}" if delta else f"{value:.4g}"
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``12th``, ``13th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 from fastpipe.record.provenance import describe
 from fastpipe.report.columns import num
-from fastpipe.report.formats import metric_text
+from fastpipe.report.formats import metric_text, ordinal
 from fastpipe.report.lr_found import suggestion_lines
 from fastpipe.report.rows import FINISHED
 from fastpipe.report.aggregate import SweepResult
@@ -142,7 +142,7 @@ def race_lines(record) -> List[str]:
     cap = f"each round capped at {s['cap']:g}x the leader's median time" if s.get("cap") else "no cap"
     seeds = f"seeds {record.seed_base}..{record.seed_base + len(rounds) - 1}" if rounds else "no round yet"
     who = "the finalists' race" if record.folder else "race"
-    lines = [f"- {who}: {len(record.entrants)} configurations over {seeds} (tests from the {s['min_rounds']}th seed, "
+    lines = [f"- {who}: {len(record.entrants)} configurations over {seeds} (tests from the {ordinal(s['min_rounds'])} seed, "
              f"at most {s['max_rounds']}, alpha {s['alpha']:g}, {cap}); {len(rounds)} round(s), {runs} runs in "
              f"{_duration(record.wall_s())} of rounds" + (f", {record.parallel} at a time" if record.parallel > 1 else "")
              + (f"; stopped: {record.stopped_by.replace('_', ' ')}" if record.stopped_by else "")]

@@ -28,6 +28,7 @@ class RaceSweeper(GridSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.errors import ConfigError
+        from fastpipe.report.formats import ordinal
         from fastpipe.sweeps.race.rounds import RaceSettings, check_grid, read
         from fastpipe.sweeps.race.run import new_record, run_race
 
@@ -41,7 +42,8 @@ class RaceSweeper(GridSweeper):
         record = new_record(combos, int(configs[0].seed), self.baseline(combos, configs), settings, clock,
                             self.parallel())
         log.info(f"Race of {len(combos)} configurations over seeds from {record.seed_base}: tests from round "
-                 f"{settings.min_rounds - 1} (the {settings.min_rounds}th seed), at most {settings.max_rounds} rounds")
+                 f"{settings.min_rounds - 1} (the {ordinal(settings.min_rounds)} seed), at most "
+                 f"{settings.max_rounds} rounds")
         returns: List[list] = []
         run_race(lambda batch, stage: returns.append(self.launch_batch(batch, stage)), record, settings, sweep_dir,
                  clock, earlier=read(sweep_dir))

@@ -219,7 +219,13 @@ def _check_shared_memory(batches: int, batch_bytes: int) -> None:
         return  # no /dev/shm: torch shares through files elsewhere
     need, free = batches * batch_bytes, st.f_bavail * st.f_frsize
     if need > free:
-        raise EnvironmentProblem(f"data.decode_workers keeps about {need / 2**20:,.0f} MB of decoded batches in "
-                                 f"{SHM}, which has {free / 2**20:,.0f} MB free: give the container more (docker run "
+        raise EnvironmentProblem(f"data.decode_workers keeps about {_megabytes(need)} of decoded batches in "
+                                 f"{SHM}, which has {_megabytes(free)} free: give the container more (docker run "
                                  "--shm-size), or lower data.prefetch or train.batch_size, or set data.decode_workers=0 "
                                  "(threads, no shared memory)")
+
+
+def _megabytes(n: float) -> str:
+    """``n`` bytes in MB, with a digit that is not 0 below 10 MB: ``350 MB``, ``0.06 MB``."""
+    mb = n / 2**20
+    return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.2g} MB"

@@ -34,9 +34,11 @@ def _say(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {text}"[:300]
+def _one_line(exc: BaseException) -> str:
+    """The error on one line, all of it (a reason may run over several: Hydra's blocked targets' does), cut
+    at 500 characters."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:500]
 
 
 class _Worker:
@@ -82,7 +84,7 @@ class _Worker:
         return idle if idle > self.timeout_s else None
 
     def _failed(self, run: RunInfo, where: str, exc: BaseException) -> None:
-        self.failure = (f"{self.hook.key} failed ({where}: {_first_line(exc)}); the run goes on without it")
+        self.failure = (f"{self.hook.key} failed ({where}: {_one_line(exc)}); the run goes on without it")
         _say(f"fastpipe: warning: {self.failure}")
         self.leave(run, self.failure)
 
@@ -106,7 +108,7 @@ class RunHooks:
             try:
                 obj = hook.build()
             except Exception as exc:  # noqa: BLE001 - checked before training; still never fatal here
-                self._note(f"{hook.key} could not be built ({_first_line(exc)}); the run goes on without it")
+                self._note(f"{hook.key} could not be built ({_one_line(exc)}); the run goes on without it")
                 continue
             self.workers.append(_Worker(hook, obj))
         for worker in self.workers:

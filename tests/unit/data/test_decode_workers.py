@@ -137,6 +137,11 @@ def test_unused_decode_threads_are_a_warning_and_shared_memory_too_small_is_refu
                                                  r"/dev/shm, which has 64 MB free: give the container more"):
         workers._check_shared_memory(100, 2**20)
     workers._check_shared_memory(10, 2**20)  # 10 MB: fits
+    # a container whose /dev/shm is nearly full: the sizes keep a digit that is not 0
+    monkeypatch.setattr(workers.os, "statvfs", lambda path: os.statvfs_result((4096, 4096, 32768, 16, 16, 0, 0, 0, 0, 255)))
+    with pytest.raises(EnvironmentProblem, match=r"keeps about 0.19 MB of decoded batches in /dev/shm, which has "
+                                                 r"0.062 MB free: "):
+        workers._check_shared_memory(2, 100_000)
 
 
 def test_decode_workers_is_checked_and_its_automatic_values_leave_the_training_process_cores():

@@ -252,3 +252,13 @@ def test_a_sweep_without_a_tracker_makes_no_sweep_runs(tmp_path):
         config = OmegaConf.create({"logger": logger, "hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"task": []}}})
         assert start_sweep(config) is None
     assert not (tmp_path / "trackers.json").exists()
+
+
+def test_a_callback_hydra_refuses_to_build_is_a_warning_with_its_whole_reason(tmp_path, capsys):
+    """Hydra blocks os.system as a _target_; its reason runs over several lines, all of them said on one."""
+    hooks = RunHooks([Hook("callbacks", "shell", "os.system", {"command": "true"})], info(tmp_path))
+    notes = hooks.end(0, {"status": "ok"})
+    assert len(notes) == 1 and notes[0].startswith("callbacks.shell could not be built (ConfigError: callbacks.shell.")
+    assert "is blocklisted because it allows" in notes[0] and "\n" not in notes[0]
+    reason = notes[0].split("blocklisted because it allows", 1)[1]
+    assert len(reason.split()) > 3 and notes[0].endswith("); the run goes on without it")

@@ -21,7 +21,7 @@ def test_a_tie_is_reported_as_one_row_per_job_and_save_best_refuses_it(tmp_path,
     md = (tmp_path / "report.md").read_text()
     assert [r["job"] for r in result.rows][:2] in ([0, 1], [1, 0]) and len(result.rows) == 4
     assert result.best is None and sorted(result.confidence.tie) == [0, 1]
-    assert "- race: 4 configurations over seeds 0..9" in md and "stopped: max rounds" in md
+    assert "- race: 4 configurations over seeds 0..9 (tests from the 5th seed," in md and "stopped: max rounds" in md
     assert "eliminated: job 2 after round 4 (p < 0.001)" in md and "- cost: 30 runs against 40 for every job" in md
     assert "- tie: jobs 0, 1 (10 seeds; max_rounds reached)" in md or "- tie: jobs 1, 0 (10 seeds; max_rounds reached)" in md
     assert "| tie, 10 seeds |" in md and "| out after round 4 (p < 0.001), 5 seeds |" in md and ", 5 seeds |" in md
@@ -78,3 +78,10 @@ def test_the_lr_race_says_the_range_tests_suggestion_tied_and_with_which_multipl
     # "either rate" is said of the tie; the factor that left the race comes after it
     assert "- learning rate: the range test's suggestion (valley, 0.002) tied with 3x: median 10.5 s; 3x median " \
            "10.5 s: either rate; 0.3x not reached (out after round 4, p < 0.001)\n" in md
+
+
+def test_ordinals_read_as_words_do():
+    from fastpipe.report.formats import ordinal
+
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th"]
