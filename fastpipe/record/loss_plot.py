@@ -1,6 +1,7 @@
 """loss.png: the training loss at each measurement window's edge, on a log axis when it spans more than
 10x (a loss that falls from 240 to 1 and then stays flat is a line on the floor of a linear axis), the
-held-out primary metric of each evaluation on a second axis, titled by the run's overrides."""
+held-out primary metric of each evaluation on a second axis (log too under the same rule: a regression's
+mse from 220 to 1.04), titled by the run's overrides."""
 from __future__ import annotations
 
 import math
@@ -49,11 +50,18 @@ def loss_figure(history: Iterable[Tuple[int, float]], title: str, evaluations: S
 
 
 def _metric_axis(ax, evaluations: Sequence[Tuple[int, float]], metric: dict) -> None:
+    points = [(s, v) for s, v in evaluations if v is not None and math.isfinite(v)]
+    if not points:
+        return
     twin = ax.twinx()
-    steps, values = zip(*evaluations)
+    steps, values = zip(*points)
     twin.plot(steps, values, color=METRIC_COLOUR, marker="o", markersize=3, linewidth=1.0)
+    log = log_axis(values)
+    if log:
+        twin.set_yscale("log")
     better = "higher" if metric.get("higher_is_better", True) else "lower"
-    twin.set_ylabel(f"held-out {metric['name']} ({better} is better)", color=METRIC_COLOUR)
+    twin.set_ylabel(f"held-out {metric['name']} ({better} is better)" + (" (log scale)" if log else ""),
+                    color=METRIC_COLOUR)
     twin.tick_params(axis="y", colors=METRIC_COLOUR)
 
 

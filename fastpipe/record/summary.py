@@ -1,6 +1,7 @@
 """The few lines printed at the end of a run, from its record."""
 from __future__ import annotations
 
+import statistics
 from typing import Dict, Optional
 
 from fastpipe.record.run_record import RunRecord
@@ -29,6 +30,15 @@ def target_text(t: dict) -> str:
     return f"{t['metric']} {sign} {t['value']:g} NOT reached in {t['seconds']:.2f} s ({t['steps']} steps): best {best}"
 
 
+def epochs_text(r: RunRecord) -> str:
+    """The epochs' training times: one epoch's, or over several their median and range (the first holds the
+    warm-up, the last may be cut short by a target or a budget)."""
+    times = [t for t in (r.epoch_times_s or []) if t is not None]
+    if len(times) <= 1:
+        return f"epoch {_fmt(times[0] if times else r.epoch_time_s, '.2f', ' s')}"
+    return f"epochs {len(times)}: median {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f} s)"
+
+
 def summary_text(r: RunRecord) -> str:
     """The run's summary: its steady-state numbers, held-out metrics, FLOPs and warnings."""
     if r.status != "ok":
@@ -40,7 +50,7 @@ def summary_text(r: RunRecord) -> str:
         "fastpipe run summary",
         f"  throughput   {_fmt(r.throughput, ',.1f')} samples/s{tokens} (steady state, {r.measured_steps} steps)",
         f"  step time    median {_fmt(st.get('median'), '.2f', ' ms')}  p90 {_fmt(st.get('p90'), '.2f', ' ms')}",
-        f"  warm-up      {_fmt(r.warmup_s, '.2f', ' s')} (compilation included)   epoch {_fmt(r.epoch_time_s, '.2f', ' s')}",
+        f"  warm-up      {_fmt(r.warmup_s, '.2f', ' s')} (compilation included)   {epochs_text(r)}",
         f"  data-wait    {_fmt(None if r.data_wait_frac is None else 100 * r.data_wait_frac, '.1f', ' %')}"
         f"   GPU util {_fmt(r.gpu_util, '.0f', ' %')}   peak memory {_fmt(r.peak_mem_gb, '.3f', ' GB')}",
         f"  held-out     {held_out_text(r.val_metrics, primary)}   final loss {_fmt(r.final_loss, '.4f')}",

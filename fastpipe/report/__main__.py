@@ -80,7 +80,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.save_best is not None:
         saved = result.best or result.candidate
         what = "the winner" if result.best is not None else "the leader, not a separated winner,"
-        print(f"saved {what} (job {saved['job']}) to {args.save_best}; run it: {experiment_hint(args.save_best)}")
+        print(f"saved {what} (job {saved['job']}) to {args.save_best}; run it: {experiment_hint(args.save_best, args.sweep_dir)}")
     return 0
 
 

@@ -73,12 +73,13 @@ def command_line(overrides: List[str], choices: Dict[str, str]) -> str:
     return " ".join(["python -m fastpipe"] + [shlex.quote(o) for o in pinned + kept])
 
 
-def experiment_hint(path: Path) -> str:
-    """How to run a saved winner: by name when it sits in an ``experiment/`` folder."""
+def experiment_hint(path: Path, sweep_dir: Path) -> str:
+    """How to run a winner saved at ``path`` from the sweep in ``sweep_dir``: by name when it sits in an
+    ``experiment/`` folder, else how to save it there."""
     path = Path(path)
     if path.parent.name == EXPERIMENT:
         return f"python -m fastpipe --config-dir {path.parent.parent} +experiment={path.stem}"
-    return (f"save it as <your conf>/experiment/NAME.yaml (python -m fastpipe.report {path.parent} "
+    return (f"save it as <your conf>/experiment/NAME.yaml (python -m fastpipe.report {sweep_dir} "
             "--save-best conf/experiment/NAME.yaml), then: python -m fastpipe --config-dir conf +experiment=NAME")
 
 
@@ -112,6 +113,6 @@ def winner_text(best: dict, result, path: Path) -> str:
     comments = [f"fastpipe sweep {'winner' if best is result.best else 'leader'}: job {best['job']} of "
                 f"{result.sweep_dir}", line, *how_sure,
                 f"code: {describe(best.get('code'))}",
-                f"run it:  {experiment_hint(path)}",
+                f"run it:  {experiment_hint(path, result.sweep_dir)}",
                 f"same as: {command_line(overrides, best['choices'])}", ""]
     return winner_yaml(overrides, best["choices"], comments)

@@ -58,3 +58,12 @@ def test_loss_png_is_written_and_a_run_without_a_held_out_metric_has_one_axis(tm
     RunRecorder(tmp_path).plot_loss(FLAT, RunRecord(overrides=[]))
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
     assert len(loss_figure(FLAT, "x", [], None).axes) == 1
+
+
+def test_a_held_out_metric_spanning_more_than_10x_is_drawn_on_a_log_axis():
+    """A regression's mse from 220 to 1.04: on a linear axis its end cannot be read."""
+    mse = [(10, 220.0), (20, 31.0), (30, 4.2), (40, 1.04)]
+    fig = loss_figure(FALL, "x", mse, {"name": "mse", "higher_is_better": False})
+    assert fig.axes[1].get_yscale() == "log" and fig.axes[1].get_ylabel().endswith("(log scale)")
+    fig = loss_figure(FALL, "x", [(100, 0.4), (200, 0.8)], {"name": "accuracy", "higher_is_better": True})
+    assert fig.axes[1].get_yscale() == "linear" and "log" not in fig.axes[1].get_ylabel()

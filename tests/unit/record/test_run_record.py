@@ -311,3 +311,12 @@ def test_a_new_run_keeps_the_earlier_record_aside_and_the_folder_always_holds_on
     assert results.read(tmp_path) is None  # r1's record is not left standing as r2's
     assert json.loads((tmp_path / results.PREVIOUS).read_text())["run_id"] == "r1"
     assert sorted(p.name for p in tmp_path.iterdir()) == [results.PREVIOUS]  # no temporary file left
+
+
+def test_the_summary_gives_every_epochs_time_not_the_last_ones_alone():
+    from fastpipe.record.summary import epochs_text
+
+    many = RunRecord.from_dict({"epoch_times_s": [11.67, 1.05, 1.2, 1.1], "epoch_time_s": 1.1})
+    assert epochs_text(many) == "epochs 4: median 1.15 s (1.05-11.67 s)"
+    assert epochs_text(RunRecord.from_dict({"epoch_times_s": [2.5], "epoch_time_s": 2.5})) == "epoch 2.50 s"
+    assert epochs_text(RunRecord.from_dict({})) == "epoch n/a"

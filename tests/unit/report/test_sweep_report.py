@@ -121,7 +121,7 @@ def test_a_winner_of_jobs_run_with_an_experiment_runs_as_an_experiment_itself(tm
     assert cfg.train.epochs == 5 and cfg.train.batch_size == 24  # the winner's keys over the experiment's
 
 
-def test_report_files_and_cli_on_a_finished_sweep(tmp_path):
+def test_report_files_and_cli_on_a_finished_sweep(tmp_path, capsys):
     from fastpipe.report.__main__ import main
 
     make_sweep(tmp_path, grid())
@@ -135,6 +135,10 @@ def test_report_files_and_cli_on_a_finished_sweep(tmp_path):
     target = tmp_path / "proj" / "conf" / "experiment" / "fastest.yaml"
     assert main([str(tmp_path), "--quiet", "--save-best", str(target)]) == 0
     assert "override /precision: \"amp\"" in target.read_text() and "+experiment=fastest" in target.read_text()
+    elsewhere = tmp_path / "out" / "w.yaml"  # not in an experiment/ folder: the hint names the sweep's folder
+    assert main([str(tmp_path), "--quiet", "--save-best", str(elsewhere)]) == 0
+    hint = f"python -m fastpipe.report {tmp_path} --save-best conf/experiment/NAME.yaml"
+    assert hint in capsys.readouterr().out and hint in elsewhere.read_text()
     assert main([str(tmp_path / "nope")]) == 2  # one clear line, exit code 2
     assert main([str(tmp_path), "--baseline", "precision=fp16"]) == 2
 
