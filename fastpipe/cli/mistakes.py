@@ -1,9 +1,10 @@
-"""One line after Hydra's own message for the commonest mistakes on fastpipe's command line.
+"""One line, instead of Hydra's own message, for the commonest mistakes on fastpipe's command line.
 
 Hydra prints a config it cannot compose and exits 1 from its ``run_and_report``; ``explain_hydra_errors``
-wraps that function so that its message lists no ``schema_*`` entry among a group's options (they are
-the structured configs a group's YAML files start from, not choices) and its exit (``Explained``)
-carries fastpipe's line, which the entry point prints after it:
+wraps that function so that a mistake fastpipe can name exits 1 with fastpipe's line alone (``Explained``,
+printed by the entry point; Hydra's advice to add ``+`` is wrong for a misspelt key), and any other
+message lists no ``schema_*`` entry among a group's options (they are the structured configs a group's
+YAML files start from, not choices). The mistakes named:
 
 - a group choice no searched folder holds (``model=ringnet``): the ``--config-dir`` to add when a
   folder here holds it (``conf/model/ringnet.yaml``), else the group's choices and the nearest one;
@@ -42,28 +43,22 @@ def explain_hydra_errors(config_name: str) -> None:
         return
 
     def run_and_report(func):
-        failed = []
-
         def composing():
             try:
                 return func()
             except Exception as exc:
-                failed.append(exc)
+                try:
+                    line = explain(exc, sys.argv[1:], config_name)
+                except Exception:  # a courtesy: Hydra's message stands without it, never with a traceback
+                    line = None
+                if line is not None:  # fastpipe's line alone: Hydra's advice (add +) is wrong for a misspelt key
+                    raise Explained(1, line) from None
                 shown = without_schemas(exc)
                 if shown is exc:
                     raise
                 raise shown.with_traceback(exc.__traceback__) from exc.__cause__
 
-        try:
-            return report(composing)
-        except SystemExit as stop:  # Hydra printed its message
-            if not failed or stop.code in (0, None):
-                raise
-            try:
-                line = explain(failed[0], sys.argv[1:], config_name)
-            except Exception:  # a courtesy: Hydra's message stands without it, never with a traceback
-                line = None
-            raise Explained(stop.code, line) from None
+        return report(composing)
 
     run_and_report.explains = True
     for module in (utils, hydra_class):  # --info reports through the name hydra.py imported

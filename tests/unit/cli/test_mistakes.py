@@ -1,5 +1,6 @@
-"""The commonest command-line mistakes get Hydra's own message, then fastpipe's one line (exit 1), in this
-process: a choice of a conf/ folder not searched, a choice nowhere, a key the config lacks without ``+``."""
+"""The commonest command-line mistakes get fastpipe's one line alone (exit 1), not Hydra's message with its
+advice to add ``+``, in this process: a choice of a conf/ folder not searched, a choice nowhere, a key the
+config lacks without ``+``."""
 from __future__ import annotations
 
 import sys
@@ -29,15 +30,15 @@ def project(tmp_path, monkeypatch):
 
 
 def last_line(err: str) -> str:
+    """The one line the command printed: fastpipe's, and nothing of Hydra's."""
     lines = err.strip().splitlines()
-    assert sum(line.startswith("fastpipe:") for line in lines) == 1, err
+    assert len(lines) == 1 and lines[0].startswith("fastpipe:"), err
     return lines[-1]
 
 
 def test_a_choice_of_a_conf_folder_here_names_config_dir(app, project):
     code, out, err = app("--cfg", "job", "model=ringnet")
     assert code == 1 and out == ""
-    assert err.startswith("In 'config': Could not find 'model/ringnet'")  # Hydra's own message, first
     assert last_line(err) == ("fastpipe: model=ringnet is conf/model/ringnet.yaml, which this command does not "
                               "search: add --config-dir conf")
     code, out, help_err = app("--help", "model=ringnet")  # --help composes outside Hydra's report: the same
@@ -50,10 +51,7 @@ def test_a_choice_nowhere_lists_the_real_choices_and_never_a_schema(app, tmp_pat
     monkeypatch.chdir(tmp_path)
     code, _, err = app("--cfg", "job", "data=mmapp")
     assert code == 1 and "schema_" not in err
-    # fastpipe's own choices (a choice another test registered in this process, tests/support/toy_loader.py's
-    # data=toy, may follow them)
-    assert "Available options in 'data':\n\tdali\n\tdefault\n\tmmap\n" in err
-    line = last_line(err)
+    line = last_line(err)  # fastpipe's own choices (a choice another test registered in this process may follow)
     assert line.startswith("fastpipe: data=mmapp is not a choice of data (did you mean data=mmap?); its choices: "
                            "dali, default, mmap") and line.endswith(" (a project's own data/mmapp.yaml comes with "
                                                                     "--config-dir DIR)")
@@ -65,11 +63,11 @@ def test_an_unknown_key_without_plus_gets_the_line_it_gets_with_plus(app, projec
         to_settings(cfg, check=False).model.check_keys()
     assert str(added.value) == WITH_PLUS
     code, _, err = app("--cfg", "job", "--config-dir", "conf", "model=ringnet", "model.hiden=8")
-    assert code == 1 and "Could not override 'model.hiden'." in err and last_line(err) == f"fastpipe: {WITH_PLUS}"
+    assert code == 1 and last_line(err) == f"fastpipe: {WITH_PLUS}"  # not Hydra's "To append ... use +"
     code, _, err = app("-m", "--config-dir", "conf", "model=ringnet", "model.hiden=8,16",  # refused before any job
                        "launcher.fresh_process=false", f"hydra.sweep.dir={project / 'sweep'}")
     assert code == 1 and last_line(err) == f"fastpipe: {WITH_PLUS}"
     code, _, err = app("--cfg", "job", "train.epoch=3")  # fastpipe's own schema: its keys and the nearest
-    assert code == 1 and "Could not override 'train.epoch'." in err
+    assert code == 1
     assert last_line(err).startswith("fastpipe: train.epoch is not a key of TrainConfig (the nearest: train.epochs; "
                                      "its keys: batch_size, ")
