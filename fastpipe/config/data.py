@@ -24,6 +24,13 @@ TRAINING_CORES = 4  # physical cores a training process keeps beside data.decode
 MAX_DECODE_WORKERS = 16  # data.decode_workers=auto: 12 fed ResNet-50 on an H200 at twice its rate
 
 
+def decode_workers_bound(cores: int) -> int:
+    """The most decoding processes a process of ``cores`` cores may start: its cores less those the training
+    keeps (TRAINING_CORES, at most half of them), and at least 2, so that the worker pool runs anywhere. More
+    processes than cores only compete for them (1,000 on 2 cores forked 581 processes in a minute)."""
+    return max(2, cores - min(TRAINING_CORES, cores // 2))
+
+
 def resize_schedule(value) -> Optional[List[tuple]]:
     """``data.resize_schedule`` as ``[(fraction, size), ...]``, checked; None when unset."""
     if value is None:
@@ -175,7 +182,14 @@ class MmapLoaderConfig(LoaderCommon):
         return max(1, cores) if self.decode_threads == "auto" else int(self.decode_threads)
 
     def decoding_workers(self, device_type: str, cores: int) -> int:
+        """The worker processes that decode, for a process of ``cores`` cores; an explicit count above what the
+        machine can run beside the training (``decode_workers_bound``) is refused in one line."""
         if self.decode_workers != "auto":
+            bound = decode_workers_bound(cores)
+            if int(self.decode_workers) > bound:
+                raise ConfigError(f"data.decode_workers={self.decode_workers} is more decoding processes than this "
+                                  f"process's {cores} cores can run beside its training (at most {bound}); use "
+                                  f"data.decode_workers=auto, or a number up to {bound}")
             return int(self.decode_workers)
         return 0 if device_type == "cpu" or cores < TRAINING_CORES + 2 else min(MAX_DECODE_WORKERS, cores - TRAINING_CORES)
 

@@ -151,6 +151,15 @@ def test_decode_workers_is_checked_and_its_automatic_values_leave_the_training_p
     assert auto.decoding_workers("cpu", 16) == 0  # a CPU run: the step needs the cores
     assert [auto.decoding_workers("cuda", c) for c in (2, 5, 6, 12, 16, 64)] == [0, 0, 2, 8, 12, 16]
     assert MmapLoaderConfig(decode_workers=3).decoding_workers("cpu", 16) == 3
+    # an explicit count is bounded by the machine: the process's cores less the training's (at least 2)
+    assert MmapLoaderConfig(decode_workers=2).decoding_workers("cpu", 2) == 2
+    assert MmapLoaderConfig(decode_workers=12).decoding_workers("cuda", 16) == 12
+    with pytest.raises(ConfigError, match=r"^data.decode_workers=1000 is more decoding processes than this process's 2 "
+                                          r"cores can run beside its training \(at most 2\); use data.decode_workers=auto, "
+                                          r"or a number up to 2$"):
+        MmapLoaderConfig(decode_workers=1000).decoding_workers("cpu", 2)
+    with pytest.raises(ConfigError, match=r"at most 12\)"):
+        MmapLoaderConfig(decode_workers=13).decoding_workers("cuda", 16)
     # data.decoder=auto: worker processes on CUDA where 2 or more fit beside the training cores, else nvJPEG
     assert [auto.decoder_for("cuda", c) for c in (5, 6, 16)] == ["gpu", "cpu", "cpu"]
     assert MmapLoaderConfig(decode_workers=0).decoder_for("cuda", 16) == "gpu"  # threads: nvJPEG instead
