@@ -202,3 +202,46 @@ def test_a_killed_dataloader_worker_is_one_line(tmp_path):
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("fastpipe: error: a DataLoader worker process died") and "data.num_workers" in line
     assert "Traceback" not in proc.stderr
+
+
+def test_a_jpeg_pack_with_damaged_images_ends_in_seconds_with_its_record(tmp_path):
+    """Three damaged JPEGs of a pack decoded by two worker processes (data.verify=false): the run records the
+    failure and the command ends within seconds, leaving no worker behind (it once hung until killed)."""
+    import numpy as np
+
+    from fastpipe.cli.pack import main as pack_main
+    from fastpipe.data import shapes
+    from fastpipe.data.pack.format import TRAIN
+    from fastpipe.data.pack.reader import PackReader
+
+    images = shapes.generate(tmp_path / "images", 4, 1200, (40, 30), seed=7)
+    pack = tmp_path / "pack"
+    assert pack_main([str(images), str(pack), "--size", "32", "--threads", "1", "--codec", "jpeg", "--no-progress"]) == 0
+    reader = PackReader(pack)
+    train = np.flatnonzero(reader.split == TRAIN)
+    with open(pack, "r+b") as f:
+        for i in train[[300, 600, 900]]:
+            f.seek(reader.data_offset + int(reader.offsets[i]))
+            f.write(b"\0\0")  # no SOI marker: not a JPEG any more
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "fastpipe", "data=mmap", f"data.path={pack}", "dataset=imagefolder",
+                             f"dataset.root={images}", "dataset.image_size=16", "data.decoder=cpu",
+                             "data.decode_workers=2", "data.verify=false", "logger=none", "train.epochs=2",
+                             "runtime.progress=false", f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_CODE and time.monotonic() - start < 90
+    assert f"pack {pack}: a JPEG among images " in err and "does not decode" in err
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert record["status"] == "failed" and "does not decode" in record["reason"]
+    left = []  # any process still working in the run's folder (its decode workers inherit it)
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if cwd.resolve() == tmp_path.resolve() and alive(int(cwd.parent.name)):
+                left.append(int(cwd.parent.name))
+        except OSError:
+            continue
+    assert not left
