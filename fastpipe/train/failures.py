@@ -23,6 +23,21 @@ from fastpipe.record.run_record import RunRecord
 WORKER = re.compile(r"^Caught (\w+) in (DataLoader worker process \d+)\.")
 
 
+def _worker_death(text: str) -> str:
+    """What a DataLoader worker's death says of its cause, from torch's words for it, and what to do."""
+    if "Terminated" in text:  # SIGTERM: a process sent it; the out-of-memory killer sends SIGKILL
+        return ("it was ended by SIGTERM, which another process sent (a kill, a scheduler, a shutdown of the "
+                "machine or of this process's group), not the out-of-memory killer (it sends SIGKILL); run again, "
+                "and look for what signalled it")
+    if "Killed" in text:
+        return ("SIGKILL: the out-of-memory killer, most often (the kernel log says: dmesg); lower "
+                "data.num_workers or train.batch_size, or read a pack with data=mmap")
+    if "Bus error" in text:
+        return "a bus error: most often /dev/shm too small for the batches (docker run --shm-size), or lower data.num_workers"
+    return ("the out-of-memory killer is the usual cause: lower data.num_workers or train.batch_size, or read a pack "
+            "with data=mmap")
+
+
 def fixable_failure(settings: Config, exc: BaseException, run_dir: Path) -> BaseException:
     """The error a user can act on for a known failure, else ``exc``."""
     if isinstance(exc, torch.OutOfMemoryError):
@@ -32,9 +47,7 @@ def fixable_failure(settings: Config, exc: BaseException, run_dir: Path) -> Base
         return cannot_write(full, run_dir)
     text = (str(exc).strip().splitlines() or [""])[0]
     if isinstance(exc, RuntimeError) and "DataLoader worker" in text and ("killed" in text or "exited" in text):
-        return EnvironmentProblem(f"a DataLoader worker process died ({text}); the out-of-memory killer is the "
-                                  "usual cause: lower data.num_workers or train.batch_size, or read a pack with "
-                                  "data=mmap")
+        return EnvironmentProblem(f"a DataLoader worker process died ({text}); {_worker_death(text)}")
     if isinstance(exc, RuntimeError) and "Expected to have finished reduction" in text:  # DDP, at the second step
         model = settings.choices.get("model", settings.model.short_name)
         return TrainingError(f"launcher={settings.launcher.name}: model={model}'s forward left some parameters without "

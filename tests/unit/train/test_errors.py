@@ -2,6 +2,8 @@
 exactly what the user sees."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -98,3 +100,22 @@ def test_sigusr2_submitits_time_limit_warning_checkpoints_like_sigterm(tmp_path)
         run_in_process(tmp_path, RUN + ["model._target_=fault_models.SignalsAt", "+model.after=3",
                                         "+model.sig=SIGUSR2", "train.max_steps=8"])
     assert read_metrics(tmp_path)["status"] == "preempted"
+
+
+def test_a_dataloader_workers_death_says_what_its_signal_tells():
+    """SIGTERM is sent by a process, never by the out-of-memory killer (SIGKILL): the hint says so."""
+    from fastpipe.train.failures import fixable_failure
+
+    settings = make_settings([])
+
+    def line(torch_text):
+        return str(fixable_failure(settings, RuntimeError(torch_text), Path(".")))
+
+    term = line("DataLoader worker (pid 4242) is killed by signal: Terminated. ")
+    assert term.startswith("a DataLoader worker process died (DataLoader worker (pid 4242) is killed by signal: "
+                           "Terminated.); it was ended by SIGTERM, which another process sent")
+    assert "not the out-of-memory killer (it sends SIGKILL)" in term and "lower data.num_workers" not in term
+    kill = line("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert "SIGKILL: the out-of-memory killer, most often" in kill and "lower data.num_workers" in kill
+    assert "/dev/shm" in line("DataLoader worker (pid 4242) is killed by signal: Bus error. ")
+    assert "the out-of-memory killer is the usual cause" in line("DataLoader worker (pid(s) 4242) exited unexpectedly")
