@@ -109,6 +109,23 @@ def refuse_finished(run_dir: Path, resume) -> None:
                       "continue that run, or remove the folder")
 
 
+def refuse_finished_sweep(sweep_dir: Path) -> None:
+    """A sweep folder holding finished jobs (a job folder's metrics.json says ``ok``: a grid's ``N/``, a race's
+    ``N/round-K/``, a halving sweep's probes, a repeat's ``repeat-K/``) is never swept over again: refused in
+    one line, unless the sweep continues (``sweep.resume=true``, which skips its finished jobs)."""
+    sweep_dir = Path(sweep_dir)
+    done = sorted({path.parent for depth in ("*", "*/*", "*/*/*") for path in sweep_dir.glob(f"{depth}/{FILE}")
+                   if (read(path.parent) or {}).get("status") == "ok"})
+    if not done:
+        return
+    from fastpipe.errors import ConfigError
+
+    raise ConfigError(f"hydra.sweep.dir={sweep_dir} holds a sweep whose {len(done)} job(s) finished "
+                      f"({done[0].relative_to(sweep_dir)}/ first): fastpipe never sweeps over them; add "
+                      "sweep.resume=true to continue that sweep (its finished jobs are kept), or give this sweep its "
+                      "own hydra.sweep.dir (without it, each sweep gets a new dated folder)")
+
+
 def own(run_dir: Path, run_id: Optional[str]) -> Optional[dict]:
     """The run folder's record if this run (``run_id``) wrote it, else None."""
     record = read(run_dir)
@@ -127,7 +144,7 @@ def outcome(run_dir: Path) -> Optional[dict]:
     from fastpipe.record.runlock import free
 
     record = read(run_dir)
-    if record is None or record.get("status") != "running" or not free(run_dir):
+    if not isinstance(record, dict) or record.get("status") != "running" or not free(run_dir):
         return record
     return died(record, run_dir)
 

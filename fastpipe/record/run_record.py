@@ -21,6 +21,7 @@ Readers (report/, sweeps/, the Hydra callbacks, tests) get the plain dict of met
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+import typing
 from typing import Any, Dict, Iterable, List, Optional, TypedDict
 
 # What each version of the record changed is in docs/measuring.md ("schema versions").
@@ -211,3 +212,42 @@ def _unknown(names: List[str]) -> str:
     return (f"metrics.json has no key {', '.join(map(repr, names))}; its keys are RunRecord's fields "
             "(fastpipe/record/run_record.py)")
 
+
+def shape_problem(data: Any) -> Optional[str]:
+    """What keeps ``data`` (a metrics.json's content) from being read as a run's record, or None: not a JSON
+    object, a status that is not a run's, or a key of this version whose value has the wrong type (a number
+    as text, a table as a list). Keys this version does not know are left alone (an older record's)."""
+    if not isinstance(data, dict):
+        return f"it is a JSON {type(data).__name__}, not an object"
+    if data.get("status") not in STATUSES:
+        return f"its status is {data.get('status')!r}, not one of {', '.join(STATUSES)}"
+    for name, kind in _HINTS.items():
+        value = data.get(name)
+        if value is not None and not _is(value, kind):
+            return f"its {name} is {value!r}, not {_KIND_WORDS.get(_base(kind), 'of its type')}"
+    return None
+
+
+_HINTS = typing.get_type_hints(RunRecord)
+_KIND_WORDS = {float: "a number", int: "a whole number", str: "text", bool: "true or false", dict: "a table",
+               list: "a list"}
+
+
+def _base(kind) -> Any:
+    """``Optional[X]`` -> X's plain type (``float``, ``dict`` for a Dict or TypedDict, ``list`` for a List)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) is typing.Union and len(args) == 1:
+        kind = args[0]
+    origin = typing.get_origin(kind) or kind
+    if isinstance(origin, type) and issubclass(origin, dict):  # a TypedDict is a dict
+        return dict
+    return origin
+
+
+def _is(value: Any, kind) -> bool:
+    base = _base(kind)
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return not isinstance(base, type) or isinstance(value, base)

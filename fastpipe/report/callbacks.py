@@ -79,6 +79,7 @@ class RunGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError
+        from fastpipe.record.results import refuse_finished_sweep
         from fastpipe.sweeps.check import check_sweep
 
         try:
@@ -87,6 +88,12 @@ class RunGuard(Callback):
             _refuse(exc)
         _writable_or_refuse(Path(str(config.hydra.sweep.dir)), "hydra.sweep.dir")
         self._lock(Path(str(config.hydra.sweep.dir)), "sweep")
+        if not OmegaConf.select(config, "sweep.resume", default=False):  # its lock held: nothing else writes it now
+            try:
+                refuse_finished_sweep(Path(str(config.hydra.sweep.dir)))
+            except ConfigError as exc:
+                self._unlock(Path(str(config.hydra.sweep.dir)))
+                _refuse(exc)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._unlock(Path(str(config.hydra.sweep.dir)))

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from fastpipe.errors import ConfigError
 from fastpipe.record import results
 from fastpipe.record.overrides import measured_overrides, override_key
+from fastpipe.record.run_record import shape_problem
 from fastpipe.report import columns
 
 
@@ -52,6 +53,35 @@ class Job:
             if "=" in o and not o.startswith("~"):
                 values[override_key(o)] = unquote(o.split("=", 1)[1])
         return values
+
+
+def vetted(job_dir: Path, overrides: Optional[List[str]] = None, sweeper_keys=()) -> Optional[dict]:
+    """The job folder's record as the report may use it (``results.outcome``), checked first: one that is
+    not a record (cut short, not JSON, a value of the wrong type) or is another run's (``overrides``: the
+    job's; the record's own set a key of them otherwise, ``sweeper_keys`` aside: those a sweeper sets on its
+    own jobs, a probe's length) becomes a failed record saying so, a row with its reason, never a traceback.
+    None: the folder has no metrics.json."""
+    path = Path(job_dir) / results.FILE
+    record = results.outcome(job_dir)
+    if record is None:
+        return _not_its(path, "is not a run's record (not JSON: cut short?)", overrides) if path.is_file() else None
+    problem = shape_problem(record)
+    if problem is not None:
+        return _not_its(path, f"is not a run's record: {problem}", overrides)
+    if overrides is not None and isinstance(record.get("overrides"), list):
+        theirs = {override_key(str(o)): str(o).lstrip("+") for o in record["overrides"]}
+        other = [o for o in measured_overrides(overrides) if override_key(o) not in sweeper_keys
+                 and theirs.get(override_key(o)) != o.lstrip("+")]
+        if other:
+            said = theirs.get(override_key(other[0]))
+            return _not_its(path, f"is another run's: this job sets {other[0]}, the record "
+                                  + (f"{said}" if said is not None else "does not"), overrides)
+    return record
+
+
+def _not_its(path: Path, what: str, overrides: Optional[List[str]]) -> dict:
+    return {"status": "failed", "reason": f"its {path.name} {what}; run the job again (sweep.resume=true reruns it)",
+            "overrides": list(overrides or []), "choices": {}}
 
 
 def unquote(value: str) -> str:
@@ -106,14 +136,14 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         if num is None:
             num = int(job_dir.name) if job_dir.name.isdigit() else len(jobs)
         overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
-        jobs.append(Job(int(num), job_dir, overrides, results.outcome(job_dir)))
+        jobs.append(Job(int(num), job_dir, overrides, vetted(job_dir, overrides)))
     return sorted(jobs, key=lambda j: j.num)
 
 
 def race_job(sweep_dir: Path, record, num: int) -> Job:
     """A raced configuration: its folder ``<folder>N/``, whose metrics.json combines its rounds."""
     folder = sweep_dir / f"{record.folder}{num}"
-    return Job(num, folder, list(record.combos[num]), results.outcome(folder), full=bool(record.folder))
+    return Job(num, folder, list(record.combos[num]), vetted(folder), full=bool(record.folder))
 
 
 def halving_jobs(sweep_dir: Path, record) -> List[Job]:
@@ -127,10 +157,11 @@ def halving_jobs(sweep_dir: Path, record) -> List[Job]:
     for num, overrides in enumerate(record.combos):
         last = record.last_round(num)
         probe_dir = sweep_dir / probe_folder(last["round"]) / str(num) if last else None
-        probe = results.outcome(probe_dir) if probe_dir is not None else None
+        probe = vetted(probe_dir, list(overrides), record.probe_keys) if probe_dir is not None else None
         if num in record.finals or last is None or num in (last.get("kept") or []):
             job_dir = sweep_dir / str(num)
-            jobs.append(Job(num, job_dir, list(overrides), results.outcome(job_dir), probe=probe, full=True))
+            jobs.append(Job(num, job_dir, list(overrides), vetted(job_dir, list(overrides), record.probe_keys),
+                            probe=probe, full=True))
             continue
         rates = last.get("throughput") or {}
         rate = rates.get(str(num))
@@ -147,7 +178,7 @@ def target_halving_jobs(sweep_dir: Path, record) -> List[Job]:
     in a round is pruned, with the round's reason."""
     jobs = []
     for num, overrides in enumerate(record.combos):
-        metrics = results.outcome(sweep_dir / str(num))
+        metrics = vetted(sweep_dir / str(num), list(overrides), record.probe_keys)
         dropped = next((r for r in record.rounds if num in (r.get("dropped") or [])), None)
         if dropped is None:
             jobs.append(Job(num, sweep_dir / str(num), list(overrides), metrics, full=True))

@@ -74,6 +74,11 @@ def test_resume_skips_finished_jobs_and_rebuilds_the_report(grid_sweep, tmp_path
     m_path.write_text(json.dumps(dict(m, status="failed", reason="interrupted")))
     kept = {p: p.stat().st_mtime_ns for p in sweep_dir.glob("*/metrics.json") if p != m_path}
     report_mtime = (sweep_dir / "report.md").stat().st_mtime_ns
+    again = run_sweep(sweep_dir, GRID_ARGS)  # without sweep.resume: refused, nothing of the sweep touched
+    assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].startswith(
+        f"fastpipe: error: hydra.sweep.dir={sweep_dir} holds a sweep whose 3 job(s) finished (")
+    assert "add sweep.resume=true to continue that sweep" in again.stderr and "own hydra.sweep.dir" in again.stderr
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept and (sweep_dir / "report.md").stat().st_mtime_ns == report_mtime
     proc = run_sweep(sweep_dir, GRID_ARGS + ["sweep.resume=true"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("finished ok earlier; skipped") == 3

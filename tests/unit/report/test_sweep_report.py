@@ -170,3 +170,30 @@ def test_the_footer_names_what_the_jobs_loggers_left_in_their_folders():
     assert _job_files([{"choices": {"logger": "[csv, mlflow]"}}]) == (
         "metrics.json, graph.txt, `metrics.csv`, its MLflow run (`trackers.json` says where)")
     assert _job_files([{"choices": {"logger": "none"}}]) == "metrics.json, graph.txt"
+
+
+def test_a_record_that_is_not_the_jobs_own_or_not_a_record_is_a_failed_row_with_its_reason(tmp_path):
+    """Another run's metrics.json in a job's folder (another precision), a JSON list, a number as text and a
+    file cut short: each its row's reason, never a traceback, and none of them ranked or saved."""
+    from fastpipe.report.publish import write_report
+
+    make_sweep(tmp_path, grid())
+    foreign = json.loads((tmp_path / "1" / "metrics.json").read_text())
+    foreign.update(overrides=["precision=amp", "compile=default"], throughput=10_000.0)  # faster, but not job 1's
+    (tmp_path / "1" / "metrics.json").write_text(json.dumps(foreign))
+    (tmp_path / "2" / "metrics.json").write_text("[1, 2, 3]")
+    bad = json.loads((tmp_path / "3" / "metrics.json").read_text())
+    (tmp_path / "3" / "metrics.json").write_text(json.dumps(dict(bad, throughput="fast")))
+    result = write_report(tmp_path)
+    rows = {r["job"]: r for r in read_csv(tmp_path / "report.csv")}
+    assert rows["0"]["status"] == "ok" and [rows[j]["status"] for j in "123"] == ["failed"] * 3
+    reasons = {j: r["reason"] for j, r in rows.items()}
+    md = (tmp_path / "report.md").read_text()
+    assert "failed: its metrics.json is another run's: this job sets precision=fp32, the record precision=amp" in md
+    assert "failed: its metrics.json is not a run's record: it is a JSON list, not an object" in md
+    assert "failed: its metrics.json is not a run's record: its throughput is 'fast', not a number" in md
+    assert all(reasons[j].endswith("; run the job again (sweep.resume=true reruns it)") for j in "123")
+    assert result.best is None or result.best["job"] == 0
+    (tmp_path / "0" / "metrics.json").write_text('{"status": "ok", "throughput": 1')  # cut short
+    write_report(tmp_path)
+    assert "is not a run's record (not JSON: cut short?)" in (tmp_path / "report.md").read_text()
