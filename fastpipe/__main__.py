@@ -50,7 +50,7 @@ def _run(cfg: DictConfig):
     from fastpipe.launch.repeats import finished_metrics, launch_repeats
     from fastpipe.record.hydra_context import run_context
     from fastpipe.record.loggers import preflight
-    from fastpipe.machine import process_started_at
+    from fastpipe.machine import clock_started_at
     from fastpipe.runtime import process_environment, quiet_library_info
     from fastpipe.signals import stop_while_launching, stopped_before_training
     from fastpipe.sweeps.job_place import job_place
@@ -61,9 +61,9 @@ def _run(cfg: DictConfig):
     if not sweep:  # a sweep's report names its jobs' folders
         say_run_folder_first(hc)
     # the end-to-end clock's start: the command's for one run; a sweep's job's own, in the sweep's process
-    # (its imports paid once) or in a process started for it alone (from that process's start)
-    started_at = (process_started_at() if own_process else time.time()) if sweep \
-        else (_COMMANDS[-1] if _COMMANDS else process_started_at())
+    # (its imports paid once) or in a process started for it alone (from fastpipe's import there)
+    started_at = (clock_started_at() if own_process else time.time()) if sweep \
+        else (_COMMANDS[-1] if _COMMANDS else clock_started_at())
     quiet_library_info()
     import_trainer()
     run_dir = Path(hc.runtime.output_dir)
@@ -200,12 +200,12 @@ def cli() -> None:
     EXIT_WITHIN_S of its last line with the command's exit code, whatever threads or pools are still
     winding down (a tracker's uploader, decode workers, Inductor's compile workers): the run's record
     is written by then, and nothing the process still does can change it."""
-    from fastpipe.machine import process_started_at
+    from fastpipe.machine import clock_started_at
     from fastpipe.processes import EXIT_WITHIN_S, exit_within
 
     code = 0
     try:
-        main(started_at=process_started_at())  # the command is this process: its clock from the process's start
+        main(started_at=clock_started_at())  # the command is this process: its clock from fastpipe's import
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         raise

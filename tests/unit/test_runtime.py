@@ -32,3 +32,17 @@ def test_a_cpu_run_drops_torchs_no_cuda_runtime_note_and_only_it():
     finally:
         log.removeHandler(handler)
     assert seen == ["Error building extension 'mine'"]
+
+
+def test_the_clock_starts_at_fastpipes_import_not_at_a_shells_start_that_exec_kept():
+    """Under ``bash -c '... && python -m fastpipe'`` the process keeps the shell's start through the exec: a
+    160 s install was once booked as imports. The clock starts at fastpipe's first import instead."""
+    import subprocess
+    import sys
+
+    code = ("import time, fastpipe; from fastpipe.machine import clock_started_at, process_started_at; "
+            "print(time.time() - clock_started_at(), time.time() - process_started_at())")
+    out = subprocess.run(["bash", "-c", f'sleep 1.5; exec {sys.executable} -c "{code}"'], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    on_clock, since_process = map(float, out)
+    assert since_process >= 1.4 and on_clock < 1.0
