@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import statistics
 import time
 from typing import Optional
 
@@ -23,19 +24,23 @@ TIMED_SAMPLES = 256
 
 
 def sample_read_s(dataset) -> Optional[float]:
-    """Seconds this process takes to read one of ``dataset``'s samples, timed on its first ``TIMED_SAMPLES``
-    after a first read (which may open files or page in); None as soon as they take ``CHEAP_SAMPLE_S`` each
-    or more, so a slow dataset costs this check at most ~13 ms."""
+    """Seconds this process takes to read one of ``dataset``'s samples: the median over its first
+    ``TIMED_SAMPLES`` after a first read (which may open files or page in), so that a moment this process
+    was not running (a busy machine) does not decide it; timing stops once the samples have taken 4 times
+    ``CHEAP_SAMPLE_S`` each (and 8 are timed), so a slow dataset costs this check at most ~50 ms. None for
+    fewer than 2 samples."""
     n = min(len(dataset), TIMED_SAMPLES)
     if n < 2:
         return None
     dataset[0]
-    budget, start = CHEAP_SAMPLE_S * (n - 1), time.perf_counter()
+    budget, times, start = 4 * CHEAP_SAMPLE_S * (n - 1), [], time.perf_counter()
     for i in range(1, n):
+        began = time.perf_counter()
         dataset[i]
-        if time.perf_counter() - start >= budget:
-            return None
-    return (time.perf_counter() - start) / (n - 1)
+        times.append(time.perf_counter() - began)
+        if len(times) >= 8 and time.perf_counter() - start >= budget:
+            break
+    return statistics.median(times)
 
 
 def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: Runtime, batch_size: int,
@@ -51,7 +56,8 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
         dataset = Subset(dataset, [int(i) for i in subset])
     read_s = (sample_read_s(dataset) if cfg.num_workers == "auto" and not is_stream(dataset) and not splits.is_images
               else None)
-    sampler, workers = None, cfg.workers(runtime.cores_per_process, cheap_samples=read_s is not None)
+    cheap = read_s is not None and read_s < CHEAP_SAMPLE_S
+    sampler, workers = None, cfg.workers(runtime.cores_per_process, cheap_samples=cheap)
     persistent = cfg.persistent_workers
     if is_stream(dataset):  # sharded over ranks and workers; no random access, no sampler
         quota = None
@@ -80,7 +86,8 @@ def build_default_loader(cfg: DefaultLoaderConfig, splits: DataSplits, runtime: 
     if isinstance(dataset, Shard) and not train:
         sampler = None
     prepare = ImagePrep(Normalizer(device, channels_last)) if splits.is_images else MovePrep(device)
-    why = f" (auto: {read_s * 1e6:.0f} us a sample, read here)" if read_s is not None else ""
+    why = (f" (auto: {read_s * 1e6:.0f} us a sample, read here)" if read_s is not None else
+           " (auto: image files to decode)" if cfg.num_workers == "auto" and splits.is_images else "")
     description = (f"default  DataLoader  num_workers={workers}{why}  pin_memory={pin}  "
                    f"persistent_workers={loader.persistent_workers}  prefetch_factor={cfg.prefetch_factor}  "
                    f"drop_last={loader.drop_last}")

@@ -35,3 +35,27 @@ def test_auto_takes_no_workers_for_in_memory_rows_and_workers_for_costly_samples
     assert cheap.loader.num_workers == 0 and "num_workers=0 (auto: " in cheap.describe(), cheap.describe()
     assert loader(SlowRows()).loader.num_workers >= 1
     assert loader(rows, "data.num_workers=1").loader.num_workers == 1  # a number is taken as given
+
+
+class StallsOnce(Dataset):
+    """In-memory rows, but the process is not scheduled for 40 ms while it reads one (a busy machine)."""
+
+    def __init__(self):
+        self.rows = torch.randn(4000, 4)
+
+    def __len__(self):
+        return 4000
+
+    def __getitem__(self, i):
+        if i == 3:
+            time.sleep(0.04)
+        return self.rows[i], i % 2
+
+
+def test_a_moment_the_machine_was_busy_does_not_flip_auto_and_the_reason_is_always_said():
+    """It chose 2 workers in one run and 0 in the next on the same data, the first time saying nothing."""
+    stalled = loader(StallsOnce())
+    assert stalled.loader.num_workers == 0 and "num_workers=0 (auto: " in stalled.describe()
+    costly = loader(SlowRows())
+    assert costly.loader.num_workers >= 1 and f"num_workers={costly.loader.num_workers} (auto: " in costly.describe()
+    assert " us a sample, read here)" in costly.describe()
