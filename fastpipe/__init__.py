@@ -1,7 +1,7 @@
 """fastpipe: declarative, self-measuring PyTorch training pipelines composed from Hydra config groups."""
 import time as _time
 
-_IMPORTED_AT = _time.time()  # a command's clock starts here: machine.clock_started_at says why
+_IMPORTED_AT = _time.time()  # a command's clock starts here: __main__.clock_started_at says why
 
 __version__ = "0.2.0"
 

@@ -46,14 +46,9 @@ def run(cfg: DictConfig):
 
 
 def _run(cfg: DictConfig):
-    from fastpipe.launch.dispatch import import_trainer, launch, own_job_process, refused, resolve_fresh_process
-    from fastpipe.launch.repeats import finished_metrics, launch_repeats
-    from fastpipe.record.hydra_context import run_context
-    from fastpipe.record.loggers import preflight
-    from fastpipe.machine import clock_started_at
-    from fastpipe.runtime import process_environment, quiet_library_info
-    from fastpipe.signals import stop_while_launching, stopped_before_training
-    from fastpipe.sweeps.job_place import job_place
+    from fastpipe.launch.dispatch import import_trainer, own_job_process
+    from fastpipe.record import finished_run
+    from fastpipe.runtime import quiet_library_info
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
@@ -69,7 +64,26 @@ def _run(cfg: DictConfig):
     run_dir = Path(hc.runtime.output_dir)
     choices = job_choices(hc.runtime.choices, cfg)
     overrides = list(hc.overrides.task)
-    earlier = (results.read(run_dir) or {}).get("run_id")  # an earlier run's record in this folder
+    found = results.read(run_dir)
+    earlier = found.get("run_id") if isinstance(found, dict) else None  # an earlier run's record in this folder
+    try:
+        return _launched(hc, cfg, sweep, own_process, started_at, run_dir, choices, overrides, earlier)
+    finally:
+        if not sweep:  # a resumed finished run this launch did not train: its folder as it was
+            finished_run.put_back(run_dir)
+
+
+def _launched(hc, cfg, sweep: bool, own_process: bool, started_at: float, run_dir: Path, choices: dict,
+              overrides: list, earlier) -> dict:
+    """The job launched, its record, and the exit its status asks for."""
+    from fastpipe.launch.dispatch import launch, refused, resolve_fresh_process
+    from fastpipe.launch.repeats import finished_metrics, launch_repeats
+    from fastpipe.record.hydra_context import run_context
+    from fastpipe.record.loggers import preflight
+    from fastpipe.runtime import process_environment
+    from fastpipe.signals import stop_while_launching, stopped_before_training
+    from fastpipe.sweeps.job_place import job_place
+
     try:
         with stop_while_launching():  # SIGTERM/SIGUSR1/SIGUSR2 before training begins: exit 75
             settings = to_settings(cfg, choices, check=False)
@@ -195,12 +209,21 @@ def main(started_at: Optional[float] = None) -> None:
             say_run_folder()  # last, after the summary or the error: where the run's files are
 
 
+def clock_started_at() -> float:
+    """When a command's clock starts in this process (Unix time): fastpipe's first import. Not the process's
+    start: a process keeps its start through an exec, so under ``bash -c 'pip install ... && python -m
+    fastpipe'`` the shell's start, and the install, would be on the clock. The interpreter's own start
+    before that import (tens of milliseconds) is not on it."""
+    import fastpipe
+
+    return fastpipe._IMPORTED_AT
+
+
 def cli() -> None:
     """``python -m fastpipe`` and the ``fastpipe`` command: ``main``, then the process ends within
     EXIT_WITHIN_S of its last line with the command's exit code, whatever threads or pools are still
     winding down (a tracker's uploader, decode workers, Inductor's compile workers): the run's record
     is written by then, and nothing the process still does can change it."""
-    from fastpipe.machine import clock_started_at
     from fastpipe.processes import EXIT_WITHIN_S, exit_within
 
     code = 0

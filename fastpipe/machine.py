@@ -1,5 +1,5 @@
 """What this machine and process are: versions and hardware for the run's record, the CUDA devices
-training would use, whether the CPU computes bf16 natively, when the process and its clock started, which CPUs are
+training would use, whether the CPU computes bf16 natively, when the process started, which CPUs are
 left beyond a process's first physical cores. Reads the machine (torch's probes, NVML, /proc), never the
 environment's settings (runtime.py does). torch is imported by the functions that use it: the entry
 point asks when it started before it imports torch."""
@@ -11,25 +11,18 @@ import time
 from pathlib import Path
 from typing import List, Optional, Set
 
-def clock_started_at() -> float:
-    """When a command's clock starts in this process (Unix time): fastpipe's first import. Not the process's
-    start: a process keeps its start through an exec, so under ``bash -c 'pip install ... && python -m
-    fastpipe'`` the shell's start, and the install, would be on the clock. The interpreter's own start
-    before that import (tens of milliseconds) is not on it."""
-    import fastpipe
-
-    return fastpipe._IMPORTED_AT
+_IMPORTED_AT = time.time()
 
 
 def process_started_at() -> float:
     """When this process started (Unix time): from /proc on Linux (to 1/100 s: its start in clock ticks
-    since boot against the uptime; an exec keeps it), else fastpipe's first import."""
+    since boot against the uptime; an exec keeps it), else the moment this module was imported."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
-        return clock_started_at()
+        return _IMPORTED_AT
 
 
 def cpu_bf16() -> dict:

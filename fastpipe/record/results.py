@@ -98,7 +98,7 @@ def refuse_finished(run_dir: Path, resume) -> None:
     run: refused in one line, unless ``resume`` (``train.resume``) continues that run, which keeps its
     record (a finished run with nothing to train ends there)."""
     record = read(run_dir)
-    if resume or record is None or record.get("status") != "ok":
+    if resume or not isinstance(record, dict) or record.get("status") != "ok":
         return
     from fastpipe.errors import ConfigError
 

@@ -69,13 +69,18 @@ class RunGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError
-        from fastpipe.record.results import refuse_finished
+        from fastpipe.record import finished_run, results
 
-        _writable_or_refuse(Path(str(config.hydra.run.dir)), "hydra.run.dir")
+        run_dir = Path(str(config.hydra.run.dir))
+        _writable_or_refuse(run_dir, "hydra.run.dir")
+        resume = OmegaConf.select(config, "train.resume")
         try:  # before .hydra/ or anything else of the finished run is touched
-            refuse_finished(Path(str(config.hydra.run.dir)), OmegaConf.select(config, "train.resume"))
+            results.refuse_finished(run_dir, resume)
         except ConfigError as exc:
             _refuse(exc)
+        record = results.read(run_dir)
+        if resume and isinstance(record, dict) and record.get("status") == "ok":
+            finished_run.keep(run_dir)  # put back by the app unless this launch trains (record/finished_run.py)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from fastpipe.errors import ConfigError

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 
-from conftest import (REPO, RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, held_model, in_process, run_in_process,
+from conftest import (REPO, RESUMABLE, RESUMABLE_TOTAL, SLOW_MODEL, TINY, held_model, in_process, run_in_process,
                       start_run, wait_for)
 from fastpipe.errors import EXIT_CODE, EXIT_PREEMPTED
 
@@ -245,3 +245,35 @@ def test_a_jpeg_pack_with_damaged_images_ends_in_seconds_with_its_record(tmp_pat
         except OSError:
             continue
     assert not left
+
+
+def _folder_state(folder: Path) -> dict:
+    """Every file of a run folder but its lock: path -> content."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".fastpipe.lock"}
+
+
+def test_a_refused_or_a_no_op_resume_leaves_a_finished_run_as_it_was(tmp_path):
+    """A resume the run's checkpoint cannot take (another model width) is refused, and one with nothing to
+    train (no step checkpoint) ends at once: neither changes the finished run's record, .hydra/ or weights,
+    which still load. A resume that trains further keeps what it wrote."""
+    import fastpipe
+
+    run = tmp_path / "run"
+    args = [*RESUMABLE, "logger=tensorboard", f"hydra.run.dir={run}"]
+    assert in_process(args).returncode == 0
+    finished = _folder_state(run)
+    refused = in_process([*args, "+model.width=64", "train.resume=auto"])
+    assert refused.returncode == EXIT_CODE and _folder_state(run) == finished, refused.stderr[-2000:]
+    assert fastpipe.load(run).model is not None
+    assert in_process([*args, "train.epochs=1"]).returncode == EXIT_CODE  # its protection holds still
+
+    plain = tmp_path / "plain"  # train.checkpoint_every=0: no step checkpoint to resume from
+    plain_args = [*TINY, f"hydra.run.dir={plain}"]
+    assert in_process(plain_args).returncode == 0
+    finished = _folder_state(plain)
+    again = in_process([*plain_args, "train.resume=auto", "train.max_steps=20"])
+    assert again.returncode == 0 and "nothing to train" in again.stderr and _folder_state(plain) == finished
+
+    longer = in_process([*args, "train.epochs=3", "train.resume=auto"])
+    assert longer.returncode == 0 and json.loads((run / "metrics.json").read_text())["steps"] > RESUMABLE_TOTAL
