@@ -115,7 +115,7 @@ def refuse_finished_sweep(sweep_dir: Path) -> None:
     one line, unless the sweep continues (``sweep.resume=true``, which skips its finished jobs)."""
     sweep_dir = Path(sweep_dir)
     done = sorted({path.parent for depth in ("*", "*/*", "*/*/*") for path in sweep_dir.glob(f"{depth}/{FILE}")
-                   if (read(path.parent) or {}).get("status") == "ok"})
+                   if isinstance(record := read(path.parent), dict) and record.get("status") == "ok"})
     if not done:
         return
     from fastpipe.errors import ConfigError

@@ -320,3 +320,13 @@ def test_the_summary_gives_every_epochs_time_not_the_last_ones_alone():
     assert epochs_text(many) == "epochs 4: median 1.15 s (1.05-11.67 s)"
     assert epochs_text(RunRecord.from_dict({"epoch_times_s": [2.5], "epoch_time_s": 2.5})) == "epoch 2.50 s"
     assert epochs_text(RunRecord.from_dict({})) == "epoch n/a"
+
+
+def test_a_sweep_folder_is_refused_for_its_finished_jobs_and_a_record_that_is_no_object_is_none(tmp_path):
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / results.FILE).write_text("[1, 2, 3]")  # not a record: not a finished job, no traceback
+    results.refuse_finished_sweep(tmp_path)
+    (tmp_path / "1" / "round-0").mkdir(parents=True)
+    (tmp_path / "1" / "round-0" / results.FILE).write_text(json.dumps({"status": "ok"}))
+    with pytest.raises(ConfigError, match=r"holds a sweep whose 1 job\(s\) finished \(1/round-0/ first\)"):
+        results.refuse_finished_sweep(tmp_path)
