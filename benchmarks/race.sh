@@ -13,12 +13,14 @@
 #   grid-1: a grid with one run per job (the ranking the report calls untested).
 # Each sweep's report.md follows its wall time; the summary last: the winners or tie sets and the races'
 # wall time as a share of the repeats grid's (goal: at most 60 %). WORK=DIR keeps the sweep folders.
-# --machine h200 (one H200, one device call): two ResNet-50 jobs on the 51,200-image shapes set at 224 px
-# (compile=off at batch 256 and 512, amp, data=mmap, SGD lr 0.1 scaled linearly, to 90 % held-out accuracy
-# every 25 steps on 2,048 class-balanced samples) raced from seed 0 for as long as DEADLINE seconds allow
-# (default 500; the data and its pack as time_to_target_overhead.py --phase 1 leaves them in
-# /tmp/fp-ttt/fpcache, else built first). A race cut off by the deadline is stopped with SIGTERM: its
-# report says how many rounds ran and that it has no verdict yet; race.json and report.md go to $OUT.
+# --machine h200 (one H100 or H200): two ResNet-50 jobs on the 51,200-image shapes set at 224 px (compile=off
+# at batch 256 and 512, amp, data=mmap, SGD lr 0.1 scaled linearly, to 90 % held-out accuracy every 25 steps
+# on 2,048 class-balanced samples), raced with the race's default settings from seed base SEED (default 0)
+# for as long as DEADLINE seconds allow (default 500; the data and its pack are built by the first job into
+# /tmp/fp-ttt/fpcache if absent). The race runs with sweep.resume=true in /tmp/fp-ttt/race-SEED, so a race
+# cut off by the deadline (SIGTERM: its report says it has no verdict yet) goes on where it stopped when the
+# same command runs again on the same warm machine. $OUT gets race-h200-SEED.log (appended), race.json,
+# report.md and race-SEED.tgz (every round's records and logs, no checkpoint: the report can be rewritten).
 set -euo pipefail
 case ${1:-} in
   --machine) machine=${2:-} ;;
@@ -26,23 +28,26 @@ case ${1:-} in
   *) machine="" ;;
 esac
 h200() {  # one call: as many rounds of the two-job race as the deadline allows
-  local work=${WORK:-/tmp/fp-ttt} out=${OUT:-/tmp/out} deadline=${DEADLINE:-500}
+  local work=${WORK:-/tmp/fp-ttt} out=${OUT:-/tmp/out} deadline=${DEADLINE:-500} seed=${SEED:-0}
+  local log="$out/race-h200-$seed.log"
   mkdir -p "$out"
   export FASTPIPE_CACHE="$work/fpcache" TORCHINDUCTOR_CACHE_DIR="$work/inductor-race" PYTHONUNBUFFERED=1
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the machine's rule
   echo "# $(date -u '+%F %T') UTC · $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) · fastpipe" \
-    "$(git rev-parse --short HEAD 2>/dev/null || echo '?') · deadline ${deadline} s" | tee "$out/race-h200.log"
+    "$(git rev-parse --short HEAD 2>/dev/null || echo '?') · seed base $seed · deadline ${deadline} s" | tee -a "$log"
   timeout -s TERM -k 60 "$deadline" python3 -m fastpipe -m hydra/sweeper=race compile=off train.batch_size=256,512 \
     dataset=shapes "dataset.source_size=[500,375]" dataset.num_images=51200 dataset.image_size=224 \
     dataset.augment=true model=resnet50 +model.zero_init_residual=true precision=amp data=mmap optimizer=sgd \
     optimizer.lr=0.1 train.lr_scaling=linear train.lr_reference_batch=256 lr_schedule.warmup_steps=10 \
     train.epochs=3 measure.warmup_steps=10 measure.window=10 report.objective=time_to_target train.target=0.90 \
-    train.eval_every=25 train.target_eval_samples=2048 runtime.progress=false seed=0 \
-    "hydra.sweep.dir=$work/race" >> "$out/race-h200.log" 2>&1
-  echo "exit $? after $SECONDS s" | tee -a "$out/race-h200.log"
-  [[ -f $work/race/report.md ]] || python3 -m fastpipe.report "$work/race" --quiet >> "$out/race-h200.log" 2>&1
-  cp "$work/race/race.json" "$work/race/report.md" "$out/" 2>/dev/null
-  cat "$out/report.md" 2>/dev/null || tail -40 "$out/race-h200.log"
+    train.eval_every=25 train.target_eval_samples=2048 runtime.progress=false seed="$seed" sweep.resume=true \
+    "hydra.sweep.dir=$work/race-$seed" >> "$log" 2>&1 && code=0 || code=$?
+  echo "exit $code after $SECONDS s" | tee -a "$log"
+  [[ -f $work/race-$seed/report.md ]] || python3 -m fastpipe.report "$work/race-$seed" --quiet >> "$log" 2>&1 || true
+  cp "$work/race-$seed/race.json" "$out/race-$seed.json" 2>/dev/null || true
+  cp "$work/race-$seed/report.md" "$out/report-$seed.md" 2>/dev/null || true
+  tar -C "$work" -czf "$out/race-$seed.tgz" --exclude='*.pt' --exclude='tb' --exclude='*.png' "race-$seed" || true
+  cat "$out/report-$seed.md" 2>/dev/null || tail -40 "$log"
 }
 [[ $machine == h200 ]] && { h200; exit 0; }
 [[ $machine == cpu ]] || { echo "usage: race.sh --machine cpu|h200" >&2; exit 2; }

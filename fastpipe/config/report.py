@@ -32,6 +32,10 @@ class ReportConfig:
     # Throughput with report.repeats: a job whose repeats spread (max - min) / median more than this is
     # flagged unstable and never named the winner (its samples/s is not measured well enough to rank).
     max_spread: float = 0.10
+    # Throughput with one run per job: the run-to-run spread (a standard deviation, relative) added to each
+    # run's own steady-state windows; the leader is named only when its margin over the next job exceeds
+    # twice their combined uncertainty. 0.04: measured on the 2-core CPU VM (docs/sweeps.md#one-run-per-job).
+    noise_floor: float = 0.04
     # time_to_target over several runs of a job (report.repeats, a race's rounds): median, or olympic
     # (MLPerf's: the fastest and slowest dropped, the rest averaged; a miss counts as the slowest, and
     # a job that missed more than once has not reached the target).
@@ -48,6 +52,9 @@ class ReportConfig:
         if not self.max_spread > 0.0:
             raise ConfigError(f"report.max_spread={self.max_spread} must be > 0 (the largest (max - min) / median of a "
                               "job's repeated throughputs that still ranks, e.g. 0.10)")
+        if not 0.0 <= self.noise_floor < 1.0:
+            raise ConfigError(f"report.noise_floor={self.noise_floor} must be between 0 and 1 (the run-to-run "
+                              "standard deviation of a throughput, relative: 0.04 = 4 %)")
         if self.aggregate not in AGGREGATES:
             raise ConfigError(f"report.aggregate={self.aggregate!r} is not valid; use median or olympic (MLPerf's: the "
                               "fastest and slowest run dropped, the rest averaged)")

@@ -72,7 +72,7 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         best = pick_best(rows, spec.objective)
         if best is None:
             notes.append("no job qualifies as best (none is ok with its primary metric held)")
-        verdict = confidence.throughput(rows, best, spec.max_spread)
+        verdict = confidence.throughput(rows, best, spec.max_spread, spec.noise_floor)
     candidate = None
     if best is not None and not verdict.crowns:
         best, candidate = None, best

@@ -212,6 +212,8 @@ COLUMNS = (
     Column("status", lambda s: s.status, "status", _status),
     Column("reason", lambda s: s.reason),
     Column("step_time_p90_ms", metric("step_time_ms.p90")),
+    Column("step_time_spread_ms", metric("step_time_ms.spread")),  # slowest minus fastest window's step
+    Column("step_windows", metric("step_time_ms.windows")),
     Column("final_loss", metric("final_loss")),
     Column("target_reached", target("target_reached"), hparam="target_reached",
            description="1 when the run reached train.target, 0 when it did not"),

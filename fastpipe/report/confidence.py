@@ -26,8 +26,9 @@ WINNABLE = ("ok", "unmeasured")
 @dataclass
 class Confidence:
     """The ranking's verdict: ``separated`` (a winner the measurements support), ``untested`` (one run per
-    job), ``tie`` (jobs the measurements cannot tell apart), ``unstable`` (the leader's repeats spread too
-    wide), or ``none`` (nothing to rank)."""
+    job, too close to call), ``tie`` (jobs the measurements cannot tell apart), ``unstable`` (the leader's
+    repeats spread too wide), ``last_standing`` (a race's survivor whose rivals failed), or ``none``
+    (nothing to rank). Only ``separated`` names a winner and writes best.yaml."""
 
     kind: str
     lines: List[str] = field(default_factory=list)  # report.md's header lines
@@ -37,7 +38,7 @@ class Confidence:
     @property
     def crowns(self) -> bool:
         """Whether the report may name the leader the winner (and write best.yaml)."""
-        return self.kind in ("separated", "untested")
+        return self.kind == "separated"
 
 
 def spread(r: dict) -> Optional[float]:
@@ -47,13 +48,45 @@ def spread(r: dict) -> Optional[float]:
     return (r["throughput_max"] - r["throughput_min"]) / r["throughput"]
 
 
-def throughput(rows: List[dict], best: Optional[dict], max_spread: float) -> Confidence:
+def throughput(rows: List[dict], best: Optional[dict], max_spread: float, noise_floor: float = 0.04) -> Confidence:
     """The verdict on a throughput ranking (module docstring), and a line naming every unstable job: a
     row's flag alone is easy to miss when the leader is steady (issue 33)."""
     unstable = sorted(r["job"] for r in rows if (spread(r) or 0.0) > max_spread)
+    if best is not None and best.get("repeats", 1) < 2:
+        return one_run(rows, best, noise_floor)
     verdict = _throughput_verdict(rows, best, max_spread, unstable)
     verdict.lines += _unstable_lines(rows, unstable, max_spread)
     return verdict
+
+
+def uncertainty(r: dict, noise_floor: float) -> float:
+    """A one-run throughput's relative standard error: its steady-state windows' (their step times' range
+    over the median, a range of about four standard deviations, over the square root of their count)
+    and the run-to-run ``noise_floor``, added in quadrature."""
+    median, extent, windows = r.get("step_time_median_ms"), r.get("step_time_spread_ms"), r.get("step_windows")
+    own = extent / median / 4.0 / math.sqrt(windows) if median and extent is not None and windows else 0.0
+    return math.sqrt(own ** 2 + noise_floor ** 2)
+
+
+def one_run(rows: List[dict], best: dict, noise_floor: float) -> Confidence:
+    """One run per job, by throughput: the leader is named only when its margin over the next job is more
+    than twice their combined uncertainty (``uncertainty``); otherwise too close to call."""
+    rivals = [r for r in rows if r is not best and r["status"] == "ok" and r["throughput"] is not None
+              and r["parity"] != "FAIL"]
+    if not rivals:
+        return Confidence("separated", [f"- noise: job {best['job']} is the only job that could win: nothing to rank "
+                                        "it against"])
+    second = max(rivals, key=lambda r: r["throughput"])
+    margin = best["throughput"] / second["throughput"] - 1.0
+    both = math.sqrt(uncertainty(best, noise_floor) ** 2 + uncertainty(second, noise_floor) ** 2)
+    how = (f"job {best['job']} leads job {second['job']} by {100 * margin:.1f} %; one run each is uncertain by "
+           f"±{100 * both:.1f} % (their steady-state windows and report.noise_floor={noise_floor:g}, the run-to-run "
+           "spread)")
+    if margin > 2.0 * both:
+        return Confidence("separated", [f"- noise: one run per job: {how}, so the lead is more than twice the noise"])
+    return Confidence("untested", [
+        f"- too close to call: {how}: within twice the noise, so no winner is named and no best.yaml is written; "
+        "measure each job's spread with report.repeats=3 (docs/sweeps.md#one-run-per-job)"])
 
 
 def _unstable_lines(rows: List[dict], unstable: List[int], max_spread: float) -> List[str]:
@@ -69,11 +102,6 @@ def _unstable_lines(rows: List[dict], unstable: List[int], max_spread: float) ->
 def _throughput_verdict(rows: List[dict], best: Optional[dict], max_spread: float, unstable: List[int]) -> Confidence:
     if best is None:
         return Confidence("none", unstable=unstable)
-    if best.get("repeats", 1) < 2:
-        return Confidence("untested", [
-            "- noise: one run per job: this ranking is untested against run-to-run noise (compare the step times "
-            "in the table; report.repeats=3 measures each job's spread and tells the jobs apart only where their "
-            "repeats do not overlap)"], unstable=unstable)
     rivals = [r for r in rows if r is not best and r["status"] == "ok" and r["throughput"] is not None
               and r["parity"] != "FAIL"]
     overlapping = [r["job"] for r in rivals if r.get("throughput_max") is not None
@@ -102,65 +130,60 @@ def _throughput_verdict(rows: List[dict], best: Optional[dict], max_spread: floa
 
 def target(rows: List[dict], best: Optional[dict]) -> Confidence:
     """The verdict on a time-to-target ranking of grid or halving jobs (module docstring)."""
-    from fastpipe.sweeps.race.stats import step_down
+    from fastpipe.sweeps.race import stats
 
     if best is None:
         return Confidence("none")
     runs = len(best.get("target_runs") or [])
     if runs < 2:
         return Confidence("untested", [
-            "- noise: the ranking rests on one run per job, untested against run-to-run noise (the seed, kernel "
-            "choices and loader timing move a time to target by many steps); race the leaders over seeds to tell "
-            "them apart: hydra/sweeper=race (docs/time-to-target.md#racing)"])
+            "- noise: one run per job: no winner is named and no best.yaml is written (the seed, kernel choices and "
+            "loader timing move a time to target by many steps); race the leaders over seeds to tell them apart: "
+            "hydra/sweeper=race (docs/time-to-target.md#racing)"])
     field_ = [r for r in rows if r["status"] in WINNABLE and len(r.get("target_runs") or []) == runs]
     times = {r["job"]: [math.inf if t is None else t for t in r["target_runs"]] for r in field_}
     if len(times) < 2:
         return Confidence("separated", [f"- noise: job {best['job']} is the only job with {runs} runs to rank"])
-    steps = list(step_down(times, ALPHA))  # the race's own test, so both name the same winner or tie
-    verdict, out = steps[-1][0], {j for _, sent in steps for j in sent}
-    others = [j for j in times if j != best["job"]]
-    before = sorted(j for _, sent in steps[:-1] for j in sent)  # sent out by the earlier tests
-    how = _test_text(verdict, runs) + (f", after job(s) {', '.join(map(str, before))} were found slower"
-                                       if before else "")
-    if verdict.leader == best["job"] and out == set(others):
-        return Confidence("separated", [f"- winner: job {best['job']}, separated from every other job at alpha "
-                                        f"{ALPHA:g} after {runs} seeds ({how})"])
-    tied = [best["job"]] + [j for j in others if j not in out]
-    few = (" (an exact paired test needs at least 5 seeds to separate two jobs at 0.05: raise report.repeats, or "
-           "race them: hydra/sweeper=race)" if runs < 5 else "")
-    return Confidence("tie", [f"- tie: jobs {', '.join(map(str, tied))} ({runs} seeds): not separated at alpha "
-                              f"{ALPHA:g} ({how}){few}; no winner is named"], tied)
-
-
-def _test_text(verdict, runs: int) -> str:
-    from fastpipe.sweeps.race.stats import p_text
-
-    if verdict.test == "wilcoxon":
-        (p,) = [v["p"] for v in verdict.posthoc.values()]
-        return f"one-sided Wilcoxon signed-rank test of the paired ranks, {p_text(p)}"
-    f = verdict.friedman
-    text = f"Friedman test over {runs} seeds, {p_text(f['p'])}"
-    if verdict.posthoc:
-        worst = max(v["p_holm"] for j, v in verdict.posthoc.items() if j in verdict.worse) if verdict.worse else None
-        text += ("; Conover's post-hoc against the leader, Holm-corrected" +
-                 (f", largest p among the separated {worst:.3g}" if worst is not None else ""))
-    return text
+    verdict = stats.judge(times, ALPHA, len(times), runs, sequential=False)
+    left = [j for j in times if j not in verdict.out]
+    how = (f"two-sided sign test of each pair's {runs} paired seeds, Bonferroni over {stats.pairs_of(len(times))} "
+           f"pair(s): p <= {verdict.level:.2g}")
+    if left == [best["job"]]:
+        return Confidence("separated", [f"- winner: job {best['job']}, sooner than every other job beyond the noise "
+                                        f"at alpha {ALPHA:g} ({how})"])
+    tied = [best["job"]] + [j for j in left if j != best["job"]]
+    need = stats.fewest_seeds(ALPHA, stats.pairs_of(len(tied)), 64, sequential=False)
+    return Confidence("tie", [f"- tie: jobs {', '.join(map(str, tied))} ({runs} seeds): not told apart at alpha "
+                              f"{ALPHA:g} ({how}); no winner is named. Next: race them (hydra/sweeper=race over "
+                              f"their values), or repeat them over at least {need} seeds (report.repeats)"], tied)
 
 
 def race(record, rows: List[dict]) -> Confidence:
-    """The verdict of a race (``race.json``): its winner, or its tie set."""
+    """The verdict of a race (``race.json``): its winner, its last standing, or its tie set."""
+    from fastpipe.sweeps.race import stats
+
     alpha, seeds = record.settings.get("alpha", ALPHA), len(record.rounds)
+    failed = [f"job {n} in round {e['round']}" for n, e in record.eliminated.items() if e.get("p") is None]
     if record.stopped_by is None:
         return Confidence("tie", [f"- race: still running or stopped after {seeds} round(s): no verdict yet "
                                   "(sweep.resume=true continues it)"], list(record.survivors or record.entrants))
     if record.winner is not None:
-        failed = [n for n, e in record.eliminated.items() if e.get("p") is None]
-        tail = f"; job(s) {', '.join(failed)} failed" if failed else ""
-        return Confidence("separated", [f"- winner: job {record.winner}, separated from every other job at alpha "
-                                        f"{alpha:g} after {seeds} seeds{tail}"])
+        return Confidence("separated", [
+            f"- winner: job {record.winner}: every other job was sent out by a two-sided sign test of its paired seeds "
+            f"(alpha {alpha:g} over the whole race: {stats.pairs_of(len(record.entrants))} pair(s), a look after "
+            f"every seed up to {record.settings.get('max_rounds')}), after {seeds} seeds"])
+    if record.last_standing is not None:
+        return Confidence("last_standing", [
+            f"- last standing: job {record.last_standing}, after {seeds} seeds: the others failed ({', '.join(failed)}) "
+            "and it was never tested against them, so no winner is named and no best.yaml is written (--save-best "
+            "PATH --force saves it anyway)"], [record.last_standing])
     if not record.tie:
         return Confidence("none", ["- race: every job failed: no winner"])
     why = {"max_rounds": "max_rounds reached", "max_wall_s": "max_wall_s reached"}.get(record.stopped_by,
                                                                                        record.stopped_by)
-    return Confidence("tie", [f"- tie: jobs {', '.join(map(str, record.tie))} ({seeds} seeds; {why}): not separated "
-                              f"at alpha {alpha:g}; ranked by median time, no winner is named"], list(record.tie))
+    return Confidence("tie", [
+        f"- tie: jobs {', '.join(map(str, record.tie))} ({seeds} seeds; {why}): no pair among them differed beyond the "
+        f"noise at alpha {alpha:g}; ranked by median time, no winner is named. Next: race them as a new race (a new "
+        "hydra.sweep.dir, a larger hydra.sweeper.max_rounds: docs/time-to-target.md gives the seeds a difference "
+        "needs), or save the leader anyway: python -m fastpipe.report DIR --save-best PATH --force"],
+        list(record.tie))

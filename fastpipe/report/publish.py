@@ -66,6 +66,12 @@ def refusal(result: SweepResult, sweep_dir: Path, path: Path) -> str:
     if verdict.kind == "tie":
         return (f"--save-best: no winner to save: jobs {', '.join(map(str, verdict.tie))} are a tie (the measurements "
                 f"do not tell them apart: report.md says how they were tested){force}")
+    if verdict.kind == "untested":
+        return (f"--save-best: no winner to save: one run per job does not separate job {lead['job']} from the noise "
+                f"(report.md says how to test it){force}")
+    if verdict.kind == "last_standing":
+        return (f"--save-best: no winner to save: job {lead['job']} is the last standing, never tested against the "
+                f"job(s) that failed{force}")
     if verdict.kind == "unstable":
         return (f"--save-best: no winner to save: job {lead['job']}'s repeated throughputs spread beyond "
                 f"report.max_spread={result.spec.max_spread:g}, not measured well enough to rank{force}")

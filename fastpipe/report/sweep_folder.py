@@ -33,6 +33,7 @@ class SweepSpec:
     target_clock: str = "training"  # report.target_clock: the clock time_to_target ranks by
     max_spread: float = 0.10  # report.max_spread: repeats of a throughput spread wider than this are unstable
     aggregate: str = "median"  # report.aggregate: how several runs' times to target make one
+    noise_floor: float = 0.04  # report.noise_floor: a one-run throughput's run-to-run spread (relative SD)
 
 
 @dataclass
@@ -99,7 +100,8 @@ def spec_from_config(cfg: DictConfig) -> SweepSpec:
     return SweepSpec([str(o) for o in task], {str(k): str(v) for k, v in params.items()},
                      report.get("baseline"), 0.01 if tol is None else float(tol),
                      str(report.get("objective") or "throughput"), str(report.get("target_clock") or "training"),
-                     0.10 if spread is None else float(spread), str(report.get("aggregate") or "median"))
+                     0.10 if spread is None else float(spread), str(report.get("aggregate") or "median"),
+                     0.04 if report.get("noise_floor") is None else float(report["noise_floor"]))
 
 
 def load_spec(sweep_dir: Path) -> SweepSpec:

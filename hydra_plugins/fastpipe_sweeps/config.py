@@ -44,12 +44,18 @@ class HalvingSweeperConf:
 @dataclass
 class RaceSweeperConf:
     _target_: str = "hydra_plugins.fastpipe_sweeps.race_sweeper.RaceSweeper"
-    min_rounds: int = 5  # seeds every configuration trains before the first test (5: the fewest that can separate two)
-    max_rounds: int = 10  # seeds at most; the configurations still in the race then form a tie set
-    alpha: float = 0.05  # significance level of the tests (Friedman, Conover's post-hoc Holm-corrected; Wilcoxon)
-    # A round's cap: this many times the leader's median training-clock time to target; a run past it
-    # stops (train.time_budget_s) and counts as a miss for its seed. null = no cap.
+    # seeds every configuration trains before the first test; null = the fewest that can send one out
+    # (6 for two configurations at alpha 0.05 over 10 rounds, 8 for four: docs/time-to-target.md)
+    min_rounds: Optional[int] = None
+    max_rounds: int = 10  # seeds at most (the race's looks); the configurations still in the race then tie
+    # the chance, over the whole race, of sending out a configuration no worse than the best (and so of
+    # naming a winner among identical ones): each pair's sign test, Pocock over the looks, Bonferroni over pairs
+    alpha: float = 0.05
+    # A round's cap: this many times the leader's median training-clock time to target, once the leader
+    # reached the target in cap_after rounds; a run past it stops (train.time_budget_s) and counts as a
+    # miss for its seed. null = no cap.
     cap: Optional[float] = 2.0
+    cap_after: int = 3
     max_wall_s: Optional[float] = None  # stop racing after this many seconds of rounds; null = no limit
     params: Optional[Dict[str, str]] = None  # hydra.sweeper.params, as for the basic sweeper (+sweep= presets)
 

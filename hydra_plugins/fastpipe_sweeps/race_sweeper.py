@@ -21,30 +21,34 @@ class RaceSweeper(GridSweeper):
     name = "race"
     resume_note = "the rounds that finished are kept, a stopped job continues from its checkpoint"
 
-    def __init__(self, min_rounds: int = 5, max_rounds: int = 10, alpha: float = 0.05, cap: Optional[float] = 2.0,
-                 max_wall_s: Optional[float] = None, params: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, min_rounds: Optional[int] = None, max_rounds: int = 10, alpha: float = 0.05,
+                 cap: Optional[float] = 2.0, cap_after: int = 3, max_wall_s: Optional[float] = None,
+                 params: Optional[Dict[str, str]] = None) -> None:
         super().__init__(params)
-        self.settings = dict(min_rounds=min_rounds, max_rounds=max_rounds, alpha=alpha, cap=cap, max_wall_s=max_wall_s)
+        self.settings = dict(min_rounds=min_rounds, max_rounds=max_rounds, alpha=alpha, cap=cap, cap_after=cap_after,
+                             max_wall_s=max_wall_s)
 
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.errors import ConfigError
         from fastpipe.report.formats import ordinal
-        from fastpipe.sweeps.race.rounds import RaceSettings, check_grid, read
+        from fastpipe.sweeps.race.rounds import RaceSettings, check_grid, earlier_race
         from fastpipe.sweeps.race.run import new_record, run_race
 
         try:
             settings = RaceSettings(**self.settings)
             combos, configs, sweep_dir = self.start(arguments)
             check_grid(configs)
+            settings.check(len(combos))
+            clock = str(OmegaConf.select(self.config, "report.target_clock", default="training"))
+            record = new_record(combos, int(configs[0].seed), self.baseline(combos, configs), settings, clock,
+                                self.parallel())
+            earlier = earlier_race(sweep_dir, record)
         except ConfigError as exc:
             refuse(exc)
-        clock = str(OmegaConf.select(self.config, "report.target_clock", default="training"))
-        record = new_record(combos, int(configs[0].seed), self.baseline(combos, configs), settings, clock,
-                            self.parallel())
+        first = settings.first_look(len(combos))
         log.info(f"Race of {len(combos)} configurations over seeds from {record.seed_base}: tests from round "
-                 f"{settings.min_rounds - 1} (the {ordinal(settings.min_rounds)} seed), at most "
-                 f"{settings.max_rounds} rounds")
+                 f"{first - 1} (the {ordinal(first)} seed), at most {settings.max_rounds} rounds")
         returns: List[list] = []
         run_race(lambda batch, stage: returns.append(self.launch_batch(batch, stage)), record, settings, sweep_dir,
-                 clock, earlier=read(sweep_dir))
+                 clock, earlier=earlier)
         return returns

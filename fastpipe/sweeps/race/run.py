@@ -86,7 +86,7 @@ def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_d
         if settings.max_wall_s is not None and record.wall_s() >= settings.max_wall_s:
             stopped_by = "max_wall_s"
             break
-        cap_s = round_cap(record, survivors, settings.cap)
+        cap_s = round_cap(record, survivors, settings.cap, settings.cap_after)
         seed = record.seed_base + round_no
         entry = {"round": round_no, "seed": seed, "jobs": list(survivors), "cap_s": cap_s, "started": time.time()}
         log.info(f"Race round {round_no}: {len(survivors)} configuration(s) with seed {seed}"
@@ -94,7 +94,8 @@ def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_d
         launch(round_batch(record, survivors, round_no, cap_s, list(extra)), f"round {round_no} (seed {seed})")
         runs = {n: results.read(Path(sweep_dir) / round_folder(n, round_no, record.folder)) for n in survivors}
         values, training, reached, capped, failed = outcome(runs, clock, cap_s)
-        entry.update(values=values, training_s=training, reached=reached, capped=capped)
+        entry.update(values=values, training_s=training, reached=reached, capped=capped,
+                     told_nothing=len(values) > 1 and not reached)  # every pair ties in it
         record.rounds.append(entry)
         survivors = decide_round(record, entry, survivors, failed, settings)
         entry["ended"] = time.time()
@@ -124,9 +125,7 @@ def _keep_wall_clock(entry: dict, earlier: Optional[RaceRecord]) -> None:
 def new_record(combos: List[List[str]], seed_base: int, baseline: Optional[int], settings: RaceSettings,
                clock: str, parallel: int, folder: str = "", entrants: Optional[List[int]] = None) -> RaceRecord:
     """A race's record before its first round; ``entrants``: the grid numbers raced (default: all)."""
-    return RaceRecord(settings={"min_rounds": settings.min_rounds, "max_rounds": settings.max_rounds,
-                                "alpha": settings.alpha, "cap": settings.cap, "max_wall_s": settings.max_wall_s,
-                                "clock": clock},
+    return RaceRecord(settings=dict(settings.plan(), clock=clock),
                       seed_base=seed_base, combos=[list(c) for c in combos], baseline=baseline,
                       entrants=list(range(len(combos))) if entrants is None else sorted(entrants), folder=folder,
                       parallel=parallel)

@@ -1,31 +1,38 @@
-"""The statistics of a race (F-Race, Birattari et al. 2002): who is significantly worse than the leader.
+"""The statistics of a race: which configurations are slower than another beyond the noise, with the
+race's ``alpha`` held over all its looks and all its pairs (docs/time-to-target.md#how-a-race-decides).
 
-Every surviving configuration has trained once per seed; the seeds are the blocks of a paired
-design. Within each seed the runs are ranked by time to target (1 = soonest); a run that missed the
-target (or was capped) ranks below every run that reached it, and two misses tie (average ranks).
+Every surviving configuration trains once per seed, so the seeds pair the runs. For two
+configurations i and j, a seed where i reached the target sooner than j (or reached it where j
+missed) is a win of i over j; a seed where both missed, or both took the same time, is a tie and is
+dropped: it says nothing about which is sooner. If i and j are the same, each untied seed is a fair
+coin, so i's wins over n untied seeds are Binomial(n, 1/2): the exact two-sided sign test.
 
-- Three or more survivors: Friedman's test (``scipy.stats.friedmanchisquare``) asks whether any of
-  them differ; if it rejects at ``alpha``, Conover's post-hoc test for the Friedman design (the t
-  statistic on rank sums with (n-1)(k-1) degrees of freedom, Conover 1999, as F-Race and
-  scikit-posthocs' ``posthoc_conover_friedman`` compute it) compares each survivor with the leader,
-  Holm-corrected over those comparisons.
-- Two survivors: the one-sided Wilcoxon signed-rank test of the paired within-seed ranks
-  (``scipy.stats.wilcoxon``, ``zero_method="wilcox"``: a seed where the two tie, both missed or took
-  the same time, says nothing about which is sooner and is dropped), exact: every sign assignment is
-  enumerated, ties included (up to ``EXACT_MAX`` seeds, the normal approximation beyond).
+j leaves the race when some survivor beat it so often that the sign test's two-sided p is at most the
+race's per-look ``level``. The level is chosen so that a race that looks after every seed, up to its
+last, and compares every pair of its entrants, sends out a configuration no worse than the best with
+a chance of at most ``alpha``:
 
-With fewer than five seeds no exact paired test of two configurations can reach p < 0.05: the
-smallest one-sided p of n seeds is 1/2^n (0.0625 at four).
+- over the looks, a constant level at every look (Pocock's design), the largest for which a fair
+  sign walk of ``seeds`` steps crosses the boundary at any step with a chance of at most the pair's
+  share; that chance is computed exactly, by a dynamic program over the walk (``crossing``);
+- over the pairs, Bonferroni: each of the K(K-1)/2 pairs of the K entrants gets ``alpha`` / pairs.
+
+A test of one pair uses that pair's runs only, so configurations that are clearly worse, or never
+reach the target, cannot make two close ones look different (Friedman's and Conover's rank tests,
+used before, pooled them). A worse configuration is less likely than an equal one to beat the best,
+so the same bound holds for every configuration no worse than the best, whatever the others are. A
+race of identical configurations names a winner only after an elimination, so at most ``alpha`` of
+them name one.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from functools import lru_cache
+from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
-EXACT_MAX = 20  # seeds up to which the two-survivor test enumerates all 2^n sign assignments
+METHOD = ("two-sided sign test of each pair's seeds, at a constant level over every look up to the last "
+          "(Pocock) with Bonferroni over the pairs")
 
 
 def p_text(p: float) -> str:
@@ -33,144 +40,123 @@ def p_text(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
 
 
-def seed_ranks(values: Sequence[Sequence[float]]) -> np.ndarray:
-    """Within-seed ranks of ``values`` (rows: seeds, columns: configurations; a miss is ``inf``):
-    1 = the soonest, ties (two misses) share their average rank."""
-    from scipy.stats import rankdata
-
-    return np.array([rankdata(row) for row in np.asarray(values, dtype=float)], dtype=float)
+def pairs_of(configurations: int) -> int:
+    """The pairs a race of ``configurations`` entrants compares: K(K-1)/2."""
+    return max(1, configurations * (configurations - 1) // 2)
 
 
-def friedman(ranks: np.ndarray) -> Dict[str, float]:
-    """Friedman's test over the columns of ``ranks``: ``{statistic, p}``. Runs that agree in every
-    seed (a statistic scipy cannot form) are no evidence of a difference: statistic 0, p 1."""
-    from scipy.stats import friedmanchisquare
-
-    if len(set(map(tuple, ranks.T.tolist()))) == 1:
-        return {"statistic": 0.0, "p": 1.0}
-    statistic, p = friedmanchisquare(*ranks.T)
-    if not math.isfinite(statistic):
-        return {"statistic": 0.0, "p": 1.0}
-    return {"statistic": float(statistic), "p": float(p)}
+def record(mine: Sequence[float], theirs: Sequence[float]) -> Tuple[int, int]:
+    """(wins, losses) of ``mine`` against ``theirs`` over the paired seeds (times; ``inf`` = a miss);
+    a seed where both took the same time, or both missed, is neither."""
+    wins = sum(1 for a, b in zip(mine, theirs) if a < b)
+    losses = sum(1 for a, b in zip(mine, theirs) if b < a)
+    return wins, losses
 
 
-def conover_vs(ranks: np.ndarray, leader: int) -> Dict[int, float]:
-    """Conover's two-sided p of each column against column ``leader`` (unadjusted)."""
-    from scipy.stats import t as student_t
-
-    n, k = ranks.shape
-    sums = ranks.sum(axis=0)
-    spread = 2.0 * (n * float((ranks ** 2).sum()) - float((sums ** 2).sum())) / ((n - 1) * (k - 1))
-    out = {}
-    for j in range(k):
-        if j == leader:
-            continue
-        diff = abs(sums[j] - sums[leader])
-        if spread <= 0.0:  # every seed ranked the runs alike: any difference is certain
-            out[j] = 0.0 if diff > 0 else 1.0
-            continue
-        out[j] = float(2.0 * student_t.sf(diff / math.sqrt(spread), df=(n - 1) * (k - 1)))
-    return out
+@lru_cache(maxsize=None)
+def sign_p(wins: int, n: int) -> float:
+    """The exact two-sided p of ``wins`` of ``n`` untied seeds under a fair coin (1.0 for n = 0)."""
+    if n == 0:
+        return 1.0
+    w = max(wins, n - wins)
+    tail = sum(math.comb(n, i) for i in range(w, n + 1)) / 2 ** n
+    return min(1.0, 2.0 * tail)
 
 
-def holm(pvalues: Dict[int, float]) -> Dict[int, float]:
-    """Holm's step-down adjustment of a family of p values (monotone, capped at 1)."""
-    order = sorted(pvalues, key=lambda j: (pvalues[j], j))
-    m, running, out = len(order), 0.0, {}
-    for i, j in enumerate(order):
-        running = max(running, min(1.0, (m - i) * pvalues[j]))
-        out[j] = running
-    return out
+@lru_cache(maxsize=None)
+def crossing(level: float, seeds: int) -> float:
+    """The exact chance that a fair sign walk reaches ``sign_p <= level`` at any of its first ``seeds``
+    untied steps (a dynamic program over the wins so far of the paths not yet stopped)."""
+    alive = {0: 1.0}  # wins -> probability, among paths that have not crossed
+    crossed = 0.0
+    for n in range(1, seeds + 1):
+        step: Dict[int, float] = {}
+        for w, prob in alive.items():
+            for nw in (w, w + 1):
+                step[nw] = step.get(nw, 0.0) + prob / 2
+        alive = {}
+        for w, prob in step.items():
+            if sign_p(w, n) <= level:
+                crossed += prob
+            else:
+                alive[w] = prob
+    return crossed
 
 
-def wilcoxon_worse(ranks: np.ndarray, leader: int, other: int) -> float:
-    """One-sided p that ``other`` ranks worse than ``leader`` over the paired seeds (module docstring);
-    1.0 when no seed separates them."""
-    from scipy.stats import PermutationMethod, wilcoxon
+@lru_cache(maxsize=None)
+def level(alpha: float, pairs: int, seeds: int, sequential: bool = True) -> float:
+    """The per-look two-sided level of the sign test (module docstring): ``alpha`` / ``pairs`` for one
+    look at up to ``seeds`` seeds; for a look after every seed up to ``seeds``, the largest level whose
+    chance of a crossing at any look is within ``alpha`` / ``pairs``."""
+    share = alpha / pairs
+    if not sequential:
+        return share
+    candidates = sorted({sign_p(w, n) for n in range(1, seeds + 1) for w in range(n + 1)})
+    best = 0.0
+    for candidate in candidates:  # crossing() grows with the level: the last that fits is the answer
+        if crossing(candidate, seeds) <= share:
+            best = candidate
+        else:
+            break
+    return best
 
-    diffs = ranks[:, other] - ranks[:, leader]
-    nonzero = diffs[diffs != 0]
-    if len(nonzero) < 2:  # scipy needs two: one seed against leaves p 1/2 (or 1), none p 1
-        return 0.5 if len(nonzero) and nonzero[0] > 0 else 1.0
-    method = PermutationMethod(n_resamples=np.inf) if np.count_nonzero(diffs) <= EXACT_MAX else "asymptotic"
-    return float(wilcoxon(diffs, zero_method="wilcox", alternative="greater", method=method).pvalue)
+
+def fewest_seeds(alpha: float, pairs: int, seeds: int, sequential: bool = True) -> Optional[int]:
+    """The fewest untied seeds at which one configuration winning every one can send another out (None:
+    not within ``seeds``)."""
+    bound = level(alpha, pairs, seeds, sequential)
+    return next((n for n in range(1, seeds + 1) if sign_p(n, n) <= bound), None)
 
 
 @dataclass
 class Verdict:
-    """One round's test over the survivors: who leads, the tests' numbers, who is worse."""
+    """One look at the survivors: who leads, who is sent out (and by whom), at which level."""
 
     leader: int
-    test: Optional[str]  # "friedman+conover", "wilcoxon", or None (too few survivors or seeds)
-    friedman: Optional[Dict[str, float]] = None
-    posthoc: Dict[int, Dict[str, float]] = field(default_factory=dict)  # job -> {p, p_holm}
-    worse: List[int] = field(default_factory=list)  # significantly worse than the leader: they leave
+    level: float
+    out: Dict[int, dict] = field(default_factory=dict)  # job -> {by, wins, losses, p}
+    pairs: Dict[str, dict] = field(default_factory=dict)  # "i-j" -> {wins, losses, p}: every pair looked at
 
 
-def median_rank_order(jobs: Sequence[int], ranks: np.ndarray, times: np.ndarray) -> List[int]:
-    """``jobs`` from best to worst: median within-seed rank, then rank sum, then median time, then number."""
-    def key(i):
-        return (float(np.median(ranks[:, i])), float(ranks[:, i].sum()), float(np.median(times[:, i])), jobs[i])
+def wins_matrix(times: Dict[int, List[float]]) -> "np.ndarray":
+    """wins[a, b]: the seeds where ``sorted(times)[a]`` was sooner than ``sorted(times)[b]``."""
+    import numpy as np
 
-    return [jobs[i] for i in sorted(range(len(jobs)), key=key)]
+    matrix = np.array([times[j] for j in sorted(times)], dtype=float)  # rows: jobs, columns: seeds
+    return (matrix[:, None, :] < matrix[None, :, :]).sum(axis=2)
 
 
 def ranking(times: Dict[int, List[float]]) -> List[int]:
-    """The jobs of ``times`` (each one's per-seed times, ``inf`` = a miss, the same seeds in the same order
-    for every job) from the leader down: ``median_rank_order`` of their within-seed ranks."""
+    """The jobs of ``times`` (each one's per-seed times, ``inf`` = a miss, the same seeds in the same
+    order) from the leader down: most pairwise wins, then the median time, then the number."""
     jobs = sorted(times)
-    matrix = np.array([times[j] for j in jobs], dtype=float).T  # rows: seeds, columns: jobs
-    return median_rank_order(jobs, seed_ranks(matrix), matrix)
+    wins = wins_matrix(times).sum(axis=1)
+
+    def key(a):
+        ordered = sorted(times[jobs[a]])
+        return (-int(wins[a]), ordered[(len(ordered) - 1) // 2] if ordered else math.inf, jobs[a])
+
+    return [jobs[a] for a in sorted(range(len(jobs)), key=key)]
 
 
-def rank_sums(times: Dict[int, List[float]]) -> Dict[int, float]:
-    """Each job's sum of within-seed ranks over the seeds (``times`` as ``ranking``)."""
+def judge(times: Dict[int, List[float]], alpha: float, entrants: int, seeds: int,
+          sequential: bool = True) -> Verdict:
+    """One look (module docstring) at the survivors' per-seed times: each survivor that another beat
+    beyond the level is sent out. ``entrants``: the race's configurations at its start (the pairs the
+    alpha is shared by); ``seeds``: the most seeds the race may run (its looks). Never sends out all."""
     jobs = sorted(times)
-    ranks = seed_ranks(np.array([times[j] for j in jobs], dtype=float).T)
-    return dict(zip(jobs, ranks.sum(axis=0).tolist()))
-
-
-def judge(times: Dict[int, List[float]], alpha: float) -> Verdict:
-    """The test of one round (module docstring) over each survivor's per-seed times (as ``ranking``)."""
-    jobs = sorted(times)
-    matrix = np.array([times[j] for j in jobs], dtype=float).T  # rows: seeds, columns: jobs
-    ranks = seed_ranks(matrix)
-    order = median_rank_order(jobs, ranks, matrix)
-    leader = order[0]
-    lead = jobs.index(leader)
-    if len(jobs) < 2:
-        return Verdict(leader, None)
-    if len(jobs) == 2:
-        other = order[1]
-        p = wilcoxon_worse(ranks, lead, jobs.index(other))
-        return Verdict(leader, "wilcoxon", posthoc={other: {"p": p, "p_holm": p}},
-                       worse=[other] if p < alpha else [])
-    verdict = Verdict(leader, "friedman+conover", friedman=friedman(ranks))
-    if verdict.friedman["p"] >= alpha:
-        return verdict
-    raw = {jobs[i]: p for i, p in conover_vs(ranks, lead).items()}
-    adjusted = holm(raw)
-    sums = dict(zip(jobs, ranks.sum(axis=0)))
-    verdict.posthoc = {j: {"p": raw[j], "p_holm": adjusted[j]} for j in raw}
-    verdict.worse = sorted(j for j in raw if adjusted[j] < alpha and sums[j] > sums[leader])
+    bound = level(alpha, pairs_of(entrants), seeds, sequential)
+    verdict = Verdict(leader=ranking(times)[0], level=bound)
+    won = wins_matrix(times).tolist()
+    for a, i in enumerate(jobs):
+        for b in range(a + 1, len(jobs)):
+            j, wins, losses = jobs[b], won[a][b], won[b][a]
+            p = sign_p(wins, wins + losses)
+            verdict.pairs[f"{i}-{j}"] = {"wins": wins, "losses": losses, "p": p}
+            if p <= bound and wins != losses:
+                better, worse = (i, j) if wins > losses else (j, i)
+                if worse not in verdict.out or p < verdict.out[worse]["p"]:
+                    verdict.out[worse] = {"by": better, "wins": max(wins, losses), "losses": min(wins, losses), "p": p}
+    if len(verdict.out) >= len(jobs):  # a cycle of significant wins: possible in principle, sends no one out
+        verdict.out = {}
     return verdict
-
-
-def step_down(times: Dict[int, List[float]], alpha: float):
-    """A race round's tests (and a report's over ``report.repeats`` seeds), worst first: (verdict, the jobs
-    it sends out) pairs. Of the jobs a test finds
-    significantly slower only those with the largest rank sum leave; the rest are tested again
-    without them. A close pair is so judged on its own seeds: beside jobs that never reached the
-    target every seed ranks the same way, which makes Conover's pooled variance (and its p) tiny for
-    any difference between the others."""
-    times = dict(times)
-    while len(times) >= 2:
-        verdict = judge(times, alpha)
-        if not verdict.worse:
-            yield verdict, []
-            return
-        sums = rank_sums(times)
-        worst = max(sums[n] for n in verdict.worse)
-        out = sorted(n for n in verdict.worse if math.isclose(sums[n], worst))
-        yield verdict, out
-        times = {n: v for n, v in times.items() if n not in out}
