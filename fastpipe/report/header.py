@@ -135,25 +135,41 @@ def halving_lines(h: dict) -> List[str]:
 
 
 def race_lines(record) -> List[str]:
-    """What a race did: its settings, rounds, who left when, and its runs against fixed repeats."""
+    """What a race did: its settings and method, rounds, caps, who left when, and its runs against fixed repeats."""
+    from fastpipe.sweeps.race.rounds import planned
+    from fastpipe.sweeps.race.stats import METHOD
+
     s, rounds = record.settings, record.rounds
     runs = sum(len(r["jobs"]) for r in rounds)
-    capped = sum(len(r.get("capped") or []) for r in rounds)
-    cap = f"each round capped at {s['cap']:g}x the leader's median time" if s.get("cap") else "no cap"
+    cap = (f"a round capped at {s['cap']:g}x the leader's median time once it reached the target "
+           f"{s.get('cap_after', 1)} time(s)" if s.get("cap") else "no cap")
     seeds = f"seeds {record.seed_base}..{record.seed_base + len(rounds) - 1}" if rounds else "no round yet"
     who = "the finalists' race" if record.folder else "race"
-    lines = [f"- {who}: {len(record.entrants)} configurations over {seeds} (tests from the {ordinal(s['min_rounds'])} seed, "
-             f"at most {s['max_rounds']}, alpha {s['alpha']:g}, {cap}); {len(rounds)} round(s), {runs} runs in "
-             f"{_duration(record.wall_s())} of rounds" + (f", {record.parallel} at a time" if record.parallel > 1 else "")
+    first = planned(record).first_look(len(record.entrants))
+    lines = [f"- {who}: {len(record.entrants)} configurations over {seeds} (tests from the {ordinal(first)} seed, at "
+             f"most {s['max_rounds']} seeds; alpha {s['alpha']:g} over the whole race: {METHOD}; {cap}); "
+             f"{len(rounds)} round(s), {runs} runs in {_duration(record.wall_s())} of rounds"
+             + (f", {record.parallel} at a time" if record.parallel > 1 else "")
              + (f"; stopped: {record.stopped_by.replace('_', ' ')}" if record.stopped_by else "")]
-    out = [f"job {n} after round {e['round']} ({p_text(e['p'])})" for n, e in record.eliminated.items() if e["p"] is not None]
+    out = [f"job {n} after round {e['round']} (by job {e.get('by')}, {p_text(e['p'])})"
+           for n, e in record.eliminated.items() if e["p"] is not None]
     failed = [f"job {n} in round {e['round']} ({e['reason']})" for n, e in record.eliminated.items() if e["p"] is None]
     if out or failed:
-        lines.append("- " + "; ".join(x for x in (f"eliminated: {', '.join(out)}" if out else "",
+        lines.append("- " + "; ".join(x for x in (f"sent out: {', '.join(out)}" if out else "",
                                                   f"failed: {', '.join(failed)}" if failed else "") if x))
+    capped = [r for r in rounds if r.get("capped")]
+    if capped:
+        spent = sum(r["cap_s"] * len(r["capped"]) for r in capped if r.get("cap_s"))
+        lines.append(f"- caps: {sum(len(r['capped']) for r in capped)} run(s) stopped at their round's cap and count as "
+                     f"misses (rounds {', '.join(str(r['round']) for r in capped)}; {spent:,.0f} s of training spent "
+                     "on them)")
+    silent = [str(r["round"]) for r in rounds if r.get("told_nothing")]
+    if silent:
+        lines.append(f"- round(s) {', '.join(silent)}: every job missed the target, so they told nothing about which "
+                     "is sooner (every pair ties in them)")
     if rounds:
         lines.append(f"- cost: {runs} runs against {len(record.entrants) * len(rounds)} for every job on every seed "
-                     f"(report.repeats={len(rounds)})" + (f"; the caps stopped {capped} run(s) early" if capped else ""))
+                     f"(report.repeats={len(rounds)})")
     return lines
 
 

@@ -21,7 +21,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -83,13 +83,20 @@ class RaceSettings:
             return
         enough = next(n for n in range(self.max_rounds + 1, 1000) if stats.fewest_seeds(self.alpha, pairs, n))
         raise ConfigError(f"a race of {entrants} configurations at alpha {self.alpha:g} cannot send any out within "
-                          f"hydra.sweeper.max_rounds={self.max_rounds} seeds (the {pairs} pairs share the alpha): "
+                          f"hydra.sweeper.max_rounds={self.max_rounds} seeds ({pairs} pair{'s share' if pairs > 1 else ' takes'} the "
+                          "alpha): "
                           f"raise it to at least {enough}, or race fewer (hydra/sweeper=halving narrows a grid first)")
 
     def plan(self) -> Dict[str, object]:
         """What race.json keeps of these settings (a resume with other looks is refused: docs/time-to-target.md)."""
         return {"min_rounds": self.min_rounds, "max_rounds": self.max_rounds, "alpha": self.alpha, "cap": self.cap,
                 "cap_after": self.cap_after, "max_wall_s": self.max_wall_s}
+
+
+def planned(record: "RaceRecord") -> RaceSettings:
+    """The settings a race was planned with, from its record (older records lack the newer keys)."""
+    known = {f.name for f in fields(RaceSettings)}
+    return RaceSettings(**{k: v for k, v in record.settings.items() if k in known})
 
 
 def check_grid(configs: list) -> None:
