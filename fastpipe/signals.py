@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from typing import Iterator, Optional
 
@@ -87,6 +88,8 @@ def _forking(stage: str) -> None:
     and the pool's join with it (a CI hang). The forking thread holds the stop signals across the fork,
     so one sent in between stays pending and ends the child as soon as it is back at its default."""
     me = threading.get_ident()  # the forking thread's, also in the child
+    if stage == "child":
+        _disown_parents_children()
     if stage == "before":
         if _resets_in_child():
             _held_at_fork[me] = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -99,6 +102,20 @@ def _forking(stage: str) -> None:
             if signal.getsignal(sig) in (_note, _launching):
                 signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _disown_parents_children() -> None:
+    """In a forked child: forget the parent's multiprocessing children (its DataLoader workers, a pool's
+    workers). A raw fork copies the list; a child that then exits through Python's exit handlers would
+    SIGTERM each daemonic one (multiprocessing.util._exit_function), and torch's handler in a worker
+    signalled by another than its parent dies of it: the parent's training then fails with "DataLoader
+    worker is killed by signal: Terminated" (issue 53). A multiprocessing child resets the list itself."""
+    import multiprocessing.process
+
+    multiprocessing.process._children.clear()
+    dataloader = sys.modules.get("torch.utils.data.dataloader")
+    if dataloader is not None and hasattr(dataloader, "_persistent_workers_atexit"):
+        dataloader._persistent_workers_atexit.clear()  # the parent's iterators: not this child's to shut down
 
 
 def _note(signum, _frame) -> None:
