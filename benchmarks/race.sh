@@ -8,7 +8,7 @@
 # evaluated every 10 steps, at most 600 steps, four learning rates: two close (0.003, 0.01) and two far
 # too low to reach the target within 600 steps (1e-05, 3e-06). Four sweeps of the same four jobs, one
 # after another, each timed from outside (wall seconds of the whole `python -m fastpipe -m` process):
-#   race-0 and race-100: hydra/sweeper=race from seed=0 and seed=100 (min_rounds 5, max_rounds 10, cap 2x);
+#   race-0 and race-100: hydra/sweeper=race from seed=0 and seed=100 (its defaults: at most 10 rounds, cap 2x);
 #   repeats-5: a grid with report.repeats=5 (seeds 0-4 for every job: the paired test of the report);
 #   grid-1: a grid with one run per job (the ranking the report calls untested).
 # Each sweep's report.md follows its wall time; the summary last: the winners or tie sets and the races'
@@ -62,7 +62,7 @@ if [[ ${SMOKE:-0} == 1 ]]; then
   DATA=(dataset.num_images=240 dataset.image_size=16 train.batch_size=16 measure.warmup_steps=2 measure.window=3
         data.num_workers=0 runtime.progress=false)
   RUN=(report.objective=time_to_target train.target=0.5 train.eval_every=4 train.max_steps=16)
-  RACE=(hydra/sweeper=race hydra.sweeper.min_rounds=2 hydra.sweeper.max_rounds=2)
+  RACE=(hydra/sweeper=race hydra.sweeper.min_rounds=2 hydra.sweeper.max_rounds=3 hydra.sweeper.alpha=0.4)
 fi
 RUN+=("${DATA[@]}")
 echo "# $(date -u '+%F %T') UTC · $(nproc --all) CPU cores · $(python -c 'import torch; print("torch", torch.__version__)')" \

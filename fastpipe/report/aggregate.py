@@ -10,7 +10,8 @@ result to the writers in tables.py, plots.py, hparams.py and winner.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -56,12 +57,14 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     from fastpipe.sweeps.race import rounds
     from fastpipe.sweeps.halving.plan import read
 
+    raced = rounds.read(sweep_dir)
+    if raced is not None and spec.objective != "time_to_target":  # a race ranks by time to target, whatever the spec
+        spec = replace(spec, objective="time_to_target", target_clock=raced.settings.get("clock", "training"))
     columns = swept_columns(jobs)
     rows = [row(j, columns, spec.target_clock, spec.aggregate) for j in jobs]
     base_job, notes = pick_baseline(jobs, spec), []
     base = next((r for r in rows if base_job is not None and r["job"] == base_job.num), None)
     compare(rows, base, spec, notes)
-    raced = rounds.read(sweep_dir)
     if spec.objective == "time_to_target":
         best = to_target.rank(rows, base, notes)
         if raced is not None:
@@ -90,7 +93,7 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
 
 def race_leader(record, rows: List[dict]) -> Optional[dict]:
     """The race's winner's row, or the best median of its tie set."""
-    leader = record.winner if record.winner is not None else (record.tie or [None])[0]
+    leader = next((n for n in (record.winner, record.last_standing) if n is not None), (record.tie or [None])[0])
     return next((r for r in rows if r["job"] == leader), None)
 
 
@@ -103,9 +106,10 @@ def mark_race(record, rows: List[dict]) -> None:
         seeds = sum(r["job"] in rnd["jobs"] for rnd in record.rounds)
         if out is not None:
             r["race"] = {"state": "failed" if out["p"] is None else "out", "round": out["round"], "p": out["p"],
-                         "seeds": seeds}
+                         "by": out.get("by"), "seeds": seeds}
         else:
-            state = "winner" if record.winner == r["job"] else "tie" if r["job"] in (record.tie or []) else "racing"
+            state = ("winner" if record.winner == r["job"] else "last_standing" if record.last_standing == r["job"]
+                     else "tie" if r["job"] in (record.tie or []) else "racing")
             r["race"] = {"state": state, "round": None, "p": None, "seeds": seeds}
 
 
@@ -114,5 +118,5 @@ def race_order(r: dict):
     race_ = r.get("race")
     if race_ is None:
         return (3, 0, to_target.sort_key(r))
-    group = {"winner": 0, "tie": 0, "racing": 0, "out": 1, "failed": 2}[race_["state"]]
+    group = {"winner": 0, "last_standing": 0, "tie": 0, "racing": 0, "out": 1, "failed": 2}[race_["state"]]
     return (group, -(race_["round"] or 0), to_target.sort_key(r))

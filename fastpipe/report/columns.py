@@ -96,16 +96,16 @@ def _speedup(r: dict) -> str:
 
 
 def _race(r: dict) -> str:
-    """A raced job's outcome: winner / tie / out in round R (p) / failed, and the seeds it ran."""
+    """A raced job's outcome: winner / last standing / tie / out in round R (by job J, p) / failed, and the seeds it ran."""
     race = r.get("race")
     if race is None:
         return "–"
     seeds = f"{race['seeds']} seed{'s' if race['seeds'] != 1 else ''}"
     if race["state"] == "out":
-        return f"out after round {race['round']} ({p_text(race['p'])}), {seeds}"
+        return f"out after round {race['round']} (by job {race.get('by')}, {p_text(race['p'])}), {seeds}"
     if race["state"] == "failed":
         return f"failed in round {race['round']}"
-    return f"{race['state']}, {seeds}"
+    return f"{race['state'].replace('_', ' ')}, {seeds}"
 
 
 def _warmup(r: dict) -> str:
@@ -219,6 +219,8 @@ COLUMNS = (
            description="1 when the run reached train.target, 0 when it did not"),
     Column("target", target("target")),
     Column("target_seconds", target("target_seconds")),
+    Column("target_runs", target("target_runs")),  # runs of the job (repeats, a race's rounds)
+    Column("target_missed", target("target_missed")),  # of them, those that missed the target (or a race's cap)
     Column("target_best", target("target_best")),
     Column("baseline", lambda s: False),
     Column("best", lambda s: False),

@@ -79,9 +79,9 @@ def one_run(rows: List[dict], best: dict, noise_floor: float) -> Confidence:
     second = max(rivals, key=lambda r: r["throughput"])
     margin = best["throughput"] / second["throughput"] - 1.0
     both = math.sqrt(uncertainty(best, noise_floor) ** 2 + uncertainty(second, noise_floor) ** 2)
-    how = (f"job {best['job']} leads job {second['job']} by {100 * margin:.1f} %; one run each is uncertain by "
-           f"±{100 * both:.1f} % (their steady-state windows and report.noise_floor={noise_floor:g}, the run-to-run "
-           "spread)")
+    how = (f"job {best['job']} leads job {second['job']} by {100 * margin:.1f} %; their lead is uncertain by "
+           f"±{100 * both:.1f} % (one run each: their steady-state windows and report.noise_floor={noise_floor:g}, the "
+           "run-to-run spread)")
     if margin > 2.0 * both:
         return Confidence("separated", [f"- noise: one run per job: {how}, so the lead is more than twice the noise"])
     return Confidence("untested", [
@@ -134,14 +134,14 @@ def target(rows: List[dict], best: Optional[dict]) -> Confidence:
 
     if best is None:
         return Confidence("none")
-    runs = len(best.get("target_runs") or [])
+    runs = len(best.get("target_times") or [])
     if runs < 2:
         return Confidence("untested", [
             "- noise: one run per job: no winner is named and no best.yaml is written (the seed, kernel choices and "
             "loader timing move a time to target by many steps); race the leaders over seeds to tell them apart: "
             "hydra/sweeper=race (docs/time-to-target.md#racing)"])
-    field_ = [r for r in rows if r["status"] in WINNABLE and len(r.get("target_runs") or []) == runs]
-    times = {r["job"]: [math.inf if t is None else t for t in r["target_runs"]] for r in field_}
+    field_ = [r for r in rows if r["status"] in WINNABLE and len(r.get("target_times") or []) == runs]
+    times = {r["job"]: [math.inf if t is None else t for t in r["target_times"]] for r in field_}
     if len(times) < 2:
         return Confidence("separated", [f"- noise: job {best['job']} is the only job with {runs} runs to rank"])
     verdict = stats.judge(times, ALPHA, len(times), runs, sequential=False)

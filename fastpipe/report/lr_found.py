@@ -16,12 +16,17 @@ def found_rate(metrics: dict) -> Optional[float]:
 
 
 def _time(r: dict) -> str:
-    return f"median {r['time_to_target_s']:,.1f} s" if r["time_to_target_s"] is not None else "not reached"
+    """``median 10.3 s`` (and how many runs missed), or how many runs missed the target when its median did."""
+    runs, missed = r.get("target_runs") or 1, r.get("target_missed") or 0
+    if r["time_to_target_s"] is not None:
+        return f"median {r['time_to_target_s']:,.1f} s" + (f" ({missed} of {runs} runs missed)" if missed else "")
+    return f"missed the target in {missed} of {runs} runs" if runs > 1 else "not reached"
 
 
 def _fate(r: dict) -> str:
     race = r.get("race") or {}
-    return f" (out after round {race['round']}, {p_text(race['p'])})" if race.get("state") == "out" else ""
+    return (f" (out after round {race['round']}, by job {race.get('by')}, {p_text(race['p'])})" if race.get("state") == "out"
+            else "")
 
 
 def _each(rows: List[dict]) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from fastpipe.report.formats import metric_text
+from fastpipe.report.time_to_target import spread_text
 
 
 @dataclass
@@ -28,15 +29,15 @@ def time_bar(r: dict) -> Bar:
     clock where its run stopped: "> N s"), or no bar (no target record)."""
     if r.get("target_reached") and r.get("time_to_target_s") is not None:
         t, speed = r["time_to_target_s"], r.get("speedup")
-        text = f"{t:,.1f} s"
-        if r.get("target_min") is not None:
-            text += f" ({r['target_min']:,.1f}-{r['target_max']:,.1f}, n={r['target_repeats']})"
+        text = f"{t:,.1f} s" + spread_text(r)
         notes = ["baseline"] if r.get("baseline") else [_ratio(speed, "sooner", "later")] if speed else []
         notes += ["tie"] if r.get("tie") else []
         return Bar(t, _joined(text, notes, r), low=r.get("target_min"), high=r.get("target_max"))
     if r.get("target_seconds") is not None:
         best = metric_text(r.get("target_metric"), r.get("target_best"))
         notes = ["baseline"] if r.get("baseline") else []
+        missed = spread_text(r)
+        best += f"; {missed[2:-1]}" if missed else ""
         return Bar(r["target_seconds"], _joined(f"> {r['target_seconds']:,.1f} s: not reached (best {best})", notes, r),
                    filled=False)
     return _no_number(r, "n/a: no target record (train.target unset for this job)")

@@ -62,7 +62,9 @@ def report_figure(result: SweepResult, dpi: int = DPI):
     return fig
 
 
-NO_WINNER = {"tie": "a tie: no winner named", "unstable": "the leader's repeats spread too wide: no winner named"}
+NO_WINNER = {"tie": "a tie: no winner named", "unstable": "the leader's repeats spread too wide: no winner named",
+             "untested": "one run per job, too close to call: no winner named",
+             "last_standing": "the last standing, its rivals failed: no winner named"}
 
 
 def _title(result: SweepResult) -> str:

@@ -88,15 +88,20 @@ def _fate(record: RaceRecord, n: int) -> str:
     if gone is not None:
         if str(gone.get("reason", "")).startswith("failed"):
             return f"{text} · failed in round {gone['round']}"
-        return f"{text} · out in round {gone['round']}" + (f", {p_text(gone['p'])}" if gone.get("p") is not None else "")
-    return text + (" · winner" if n == record.winner else " · tie" if n in (record.tie or []) else "")
+        return (f"{text} · out in round {gone['round']}" + (f", by job {gone.get('by')}" if gone.get("by") is not None
+                                                           else "")
+                + (f", {p_text(gone['p'])}" if gone.get("p") is not None else ""))
+    return text + (" · winner" if n == record.winner else " · last standing" if n == record.last_standing
+                   else " · tie" if n in (record.tie or []) else "")
 
 
 def _title(record: RaceRecord) -> str:
     seeds, alpha = len(record.rounds), record.settings.get("alpha", 0.05)
     who = "The finalists' race" if record.folder else "Race"
     if record.winner is not None:
-        end = f"winner: job {record.winner}, separated from every other job at alpha {alpha:g} after {seeds} seeds"
+        end = f"winner: job {record.winner}, every other sent out at alpha {alpha:g} over the race, after {seeds} seeds"
+    elif record.last_standing is not None:
+        end = f"last standing: job {record.last_standing} (the others failed: no winner named)"
     elif record.tie:
         end = (f"tie: jobs {', '.join(map(str, record.tie))} ({seeds} seeds, "
                f"{str(record.stopped_by or 'max_rounds').replace('_', ' ')} reached)")

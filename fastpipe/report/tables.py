@@ -30,9 +30,10 @@ GPUS_NOTE = ("gpus = the GPU(s) that measured the job: those the gpus launcher g
              "cpu = none), else its CUDA device. ")
 TARGET_HALVING_NOTE = ("halving: full = trained on to its end (or the target); round R = dropped after round R (status "
                        "pruned: its numbers are where it stopped). ")
-RACE_NOTE = ("race: each configuration's outcome: winner, tie (still in the race at its end), out after round R "
-             "(p: the Holm-corrected p of the test that dropped it), failed; and the seeds it trained on, over which "
-             "its time to target is the median (report.aggregate) with their min-max. ")
+RACE_NOTE = ("race: each configuration's outcome: winner, last standing (its rivals failed: untested), tie (still in "
+             "the race at its end), out after round R (by job J: the sign test's p of that pair's seeds), failed; and "
+             "the seeds it trained on, over which its time to target is the median (report.aggregate), with the "
+             "min-max of the runs that reached the target and how many missed. ")
 HALVING_NOTE = ("halving: full = trained at full length; round R = dropped after round R's probe (status pruned: the "
                 "throughput is the probe's; its held-out metric is not compared). ")
 

@@ -59,7 +59,8 @@ def target_fields(m: dict, clock: str, aggregate: str = "median") -> dict:
             "target_eval_samples": t.get("eval_samples"),
             "target_screen_risk": t.get("screen_risk", 0.0 if t.get("eval_samples") else None),  # before schema 7: exact
             "target_min": min(spread) if len(spread) > 1 else None, "target_max": max(spread) if len(spread) > 1 else None,
-            "target_repeats": len(repeats.get("reached") or []) or 1, "target_runs": runs,
+            "target_repeats": len(repeats.get("reached") or []) or 1, "target_times": runs,
+            "target_runs": len(runs) if t else None, "target_missed": sum(x is None for x in runs) if t else None,
             "compile_cache": (m.get("compile_cache") or {}).get("state"), "curve": t.get("curve") or []}
 
 
@@ -85,21 +86,36 @@ def rank(rows: List[dict], base: Optional[dict], notes: List[str]) -> Optional[d
                      "lower train.target")
         return None
     if base is not None and base_s is None:
-        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the winner is the "
-                     "soonest job that did")
+        notes.append(f"the baseline (job {base['job']}) did not reach the target: no speed-ups; the jobs are ranked "
+                     "among those that did")
     return eligible[0]
 
 
+def spread_text(r: dict) -> str:
+    """What a row's several runs were: `` (58.1-70.2, n=3)`` when every one reached the target, else the range
+    of those that did and how many missed: `` (13.7-23.6 of 4 reached; 2 of 6 missed)``; "" for one run."""
+    runs, missed = r.get("target_runs") or 0, r.get("target_missed") or 0
+    if runs < 2:
+        return ""
+    reached = runs - missed
+    if not missed:
+        return f" ({r['target_min']:,.1f}-{r['target_max']:,.1f}, n={runs})"
+    span = (f"{r['target_min']:,.1f}-{r['target_max']:,.1f} of {reached} reached; " if r["target_min"] is not None
+            else f"{r['time_to_target_s']:,.1f} in the one reached; " if reached == 1 and r["time_to_target_s"] else
+            "1 reached; " if reached == 1 else "")
+    return f" ({span}{missed} of {runs} missed)"
+
+
 def time_cell(r: dict) -> str:
-    """``63.6``, ``63.6 (58.1-70.2, n=3)`` with repeats, ``> 120.4 (best 93.1 %)`` when not reached."""
+    """``63.6``, ``63.6 (58.1-70.2, n=3)`` with repeats, ``23.2 (13.7-23.6 of 4 reached; 2 of 6 missed)``
+    when some missed, ``> 120.4 (best 93.1 %)`` when not reached."""
     if r["target_reached"]:
-        text = f"{r['time_to_target_s']:,.1f}"
-        if r["target_min"] is not None:
-            text += f" ({r['target_min']:,.1f}-{r['target_max']:,.1f}, n={r['target_repeats']})"
-        return text
+        return f"{r['time_to_target_s']:,.1f}" + spread_text(r)
     if r["target_seconds"] is None:
         return "n/a"
-    return f"> {r['target_seconds']:,.1f} (best {metric_text(r['target_metric'], r['target_best'])})"
+    best = f"best {metric_text(r['target_metric'], r['target_best'])}"
+    missed = spread_text(r)
+    return f"> {r['target_seconds']:,.1f} ({best}" + (f"; {missed[2:-1]})" if missed else ")")
 
 
 def header_lines(result, clock: str) -> List[str]:
@@ -119,17 +135,19 @@ def header_lines(result, clock: str) -> List[str]:
     lines = [f"- target: held-out {r['target_metric']} {sign} {metric_text(r['target_metric'], r['target'])} "
              f"(train.target={r['target']:g}), checked every {r['target_eval_every']} steps{subset}; ranked by the "
              f"{what} (report.target_clock={clock}); reached = the first whole-split evaluation at the target"]
-    best = result.best
-    if best is not None:
+    best = result.best or result.candidate
+    if best is not None and best["target_reached"]:
+        named = best is result.best
         speed = (" (the baseline itself)" if best["baseline"] else
                  f", {best['speedup']:.2f}x sooner than the baseline" if best["speedup"] else "")
-        lines.append(f"- best: job {best['job']}: reached the target in {best['time_to_target_s']:,.1f} s{speed}, at "
-                     f"step {best['target_steps']} ({best['target_samples']:,} samples) → `best.yaml`")
+        lines.append(f"- {'best' if named else 'leader (no winner named: see below)'}: job {best['job']}: reached the "
+                     f"target in {best['time_to_target_s']:,.1f} s{speed}, at step {best['target_steps']} "
+                     f"({best['target_samples']:,} samples)" + (" → `best.yaml`" if named else ""))
         fastest = max((x for x in result.rows if x["throughput"] is not None and x["status"] in WINNABLE),
                       key=lambda x: x["throughput"], default=None)
         if fastest is not None and fastest is not best:
             lines.append(f"- throughput ranking: job {fastest['job']} trains fastest per sample "
-                         f"({fastest['throughput']:,.1f} samples/s against the winner's "
+                         f"({fastest['throughput']:,.1f} samples/s against the {'winner' if named else 'leader'}'s "
                          + (f"{best['throughput']:,.1f}" if best["throughput"] is not None else "n/a: not measured")
                          + ") but reaches the target "
                          + (f"in {fastest['time_to_target_s']:,.1f} s" if fastest["target_reached"] else "not at all")

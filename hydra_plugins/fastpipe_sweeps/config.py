@@ -36,9 +36,10 @@ class HalvingSweeperConf:
     # 1/keep times longer); null = from the baseline, which trains first: the last round's budget is its
     # time to the target, each earlier one keep times the next (docs/sweeps.md).
     budget_s: Optional[float] = None
-    # report.objective=time_to_target: the finalists (with the baseline) are raced over this many seeds
-    # before a winner is named (hydra/sweeper=race's test, docs/time-to-target.md); 0 = no race.
-    finalist_rounds: int = 5
+    # report.objective=time_to_target: the finalists (with the baseline) are raced over at most this many
+    # seeds before a winner is named (hydra/sweeper=race's test, docs/time-to-target.md); 0 = no race: the
+    # leader is then untested, and no winner is named nor best.yaml written.
+    finalist_rounds: int = 10
 
 
 @dataclass

@@ -23,7 +23,7 @@ class HalvingSweeper(GridSweeper):
 
     def __init__(self, probe_steps: int = 30, keep: float = 0.5, finalists: int = 2,
                  inductor_cache: Optional[str] = None, params: Optional[Dict[str, str]] = None,
-                 budget_s: Optional[float] = None, finalist_rounds: int = 5) -> None:
+                 budget_s: Optional[float] = None, finalist_rounds: int = 10) -> None:
         super().__init__(params)
         self.settings = dict(probe_steps=probe_steps, keep=keep, finalists=finalists)
         self.target = dict(budget_s=budget_s, finalist_rounds=finalist_rounds)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
@@ -47,7 +47,7 @@ class TargetSettings:
     """The sweeper's settings for time to target, refused in one line before any job runs."""
 
     budget_s: Optional[float] = None  # round 1's training-clock budget; None: from the baseline's time
-    finalist_rounds: int = 5  # seeds the contenders are raced over; 0 = no race
+    finalist_rounds: int = 10  # seeds the contenders are raced over at most (the race's max_rounds); 0 = no race
 
     def __post_init__(self) -> None:
         if self.budget_s is not None and not float(self.budget_s) > 0:
@@ -59,11 +59,14 @@ class TargetSettings:
         """The contenders' race settings (None: finalist_rounds=0, no race)."""
         if not self.finalist_rounds:
             return None
+        settings = RaceSettings(max_rounds=max(self.finalist_rounds, 1))
         try:
-            return RaceSettings(min_rounds=self.finalist_rounds, max_rounds=self.finalist_rounds)
+            settings.check(2)
         except ConfigError:
-            raise ConfigError(f"hydra.sweeper.finalist_rounds={self.finalist_rounds} must be 0 (no race) or >= 2 "
-                              "seeds (5, the default, is the fewest a paired test can separate two with)") from None
+            raise ConfigError(f"hydra.sweeper.finalist_rounds={self.finalist_rounds} must be 0 (no race: the winner is "
+                              f"untested, no best.yaml) or at least {RaceSettings().first_look(2)} seeds (the fewest in "
+                              "which a race can tell two contenders apart; 10, the default)") from None
+        return settings
 
 
 def n_kept(alive: int, keep: float, finalists: int) -> int:
@@ -220,6 +223,10 @@ def _race_contenders(launch: Launch, grid: Grid, target: TargetSettings, contend
     extra = list(grid.extra)
     if any(int(c.report.repeats) != 1 for c in grid.configs):
         extra.append("report.repeats=1")  # the race's seeds are its repeats
+    enough = settings.enough_rounds(len(contenders))
+    if enough > settings.max_rounds:  # more contenders than finalist_rounds can separate: planned before any seed
+        log.info(f"{len(contenders)} contenders need {enough} seeds before one can be sent out: racing up to {enough}")
+        settings = replace(settings, max_rounds=enough)
     record = new_record(grid.combos, int(grid.configs[0].seed), grid.baseline, settings, clock, grid.parallel,
                         folder="race/", entrants=contenders)
     log.info(f"Racing the contenders {contenders} over {target.finalist_rounds} seeds before naming a winner")

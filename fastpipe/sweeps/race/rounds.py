@@ -76,12 +76,16 @@ class RaceSettings:
             return self.min_rounds
         return stats.fewest_seeds(self.alpha, stats.pairs_of(entrants), self.max_rounds) or self.max_rounds
 
+    def enough_rounds(self, entrants: int) -> int:
+        """The fewest ``max_rounds`` (this one or more) at which a race of ``entrants`` can send one out."""
+        pairs = stats.pairs_of(entrants)
+        return next(n for n in range(self.max_rounds, 10_000) if stats.fewest_seeds(self.alpha, pairs, n))
+
     def check(self, entrants: int) -> None:
         """One line (ConfigError) when a race of ``entrants`` configurations could never send one out."""
-        pairs = stats.pairs_of(entrants)
-        if stats.fewest_seeds(self.alpha, pairs, self.max_rounds) is not None:
+        pairs, enough = stats.pairs_of(entrants), self.enough_rounds(entrants)
+        if enough == self.max_rounds:
             return
-        enough = next(n for n in range(self.max_rounds + 1, 1000) if stats.fewest_seeds(self.alpha, pairs, n))
         raise ConfigError(f"a race of {entrants} configurations at alpha {self.alpha:g} cannot send any out within "
                           f"hydra.sweeper.max_rounds={self.max_rounds} seeds ({pairs} pair{'s share' if pairs > 1 else ' takes'} the "
                           "alpha): "

@@ -32,6 +32,6 @@ def test_the_warm_up_cell_says_cold_or_warm_for_compiled_jobs_only(tmp_path):
     write_report(tmp_path, SweepSpec(task_overrides=["compile=off,default,default", "seed=0,1,2"]))
     md = (tmp_path / "report.md").read_text()
     lines = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ") and "---" not in line}
-    assert "| 41.00 (cold) |" in lines["| 1"] and "| 6.00 (warm) |" in lines["| 2 (best)"]
+    assert "| 41.00 (cold) |" in lines["| 1"] and "| 6.00 (warm) |" in lines["| 2"]
     assert "| 0.50 |" in lines["| 0 (baseline)"]
     assert "(cold) every graph compiled, (warm) every one from the cache" in md

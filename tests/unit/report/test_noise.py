@@ -1,4 +1,4 @@
-"""A throughput ranking never crowns noise: one run is untested, repeats that spread or overlap are no winner,
+"""A throughput ranking never crowns noise: one run wins only beyond its uncertainty (issue 54), repeats that spread or overlap are no winner,
 and --save-best refuses them unless forced (issue 33 item 1)."""
 from __future__ import annotations
 
@@ -20,15 +20,28 @@ def sweep(tmp_path, first, second):
     return make_sweep(tmp_path, [(("seed=0",), first), (("seed=1",), second)], task=TASK)
 
 
-def test_one_run_per_job_is_untested_and_shows_the_step_times(tmp_path):
-    folder = sweep(tmp_path, metrics(20_000.0, step_time_ms={"median": 1.43, "p90": 2.0}),
-                   metrics(79_600.0, step_time_ms={"median": 1.40, "p90": 2.0}))
-    result = write_report(folder)
-    md = (folder / "report.md").read_text()
-    assert result.best["job"] == 1 and result.confidence.kind == "untested"
-    assert "one run per job: this ranking is untested against run-to-run noise" in md
-    assert "| step (ms) |" in md and "| 1.43 |" in md and "| 1.40 |" in md
-    assert "untested against run-to-run noise" in (folder / "best.yaml").read_text()
+def test_one_run_per_job_names_a_winner_only_when_its_lead_is_beyond_the_noise(tmp_path, capsys):
+    # issue 54: a grid with one run per job wrote best.yaml for a 1.36x lead that two such sweeps ordered
+    # differently; now the lead must pass twice the runs' uncertainty (their windows and report.noise_floor)
+    steady = {"median": 1.40, "p90": 1.5, "spread": 0.2, "windows": 16}
+    clear = write_report(sweep(tmp_path / "clear", metrics(20_000.0, step_time_ms=dict(steady, median=1.43)),
+                               metrics(79_600.0, step_time_ms=steady)))
+    md = (tmp_path / "clear" / "report.md").read_text()
+    assert clear.best["job"] == 1 and clear.confidence.kind == "separated"
+    assert "- noise: one run per job: job 1 leads job 0 by 298.0 %; their lead is uncertain by ±5.8 %" in md
+    assert "| step (ms) |" in md and "| 1.43 |" in md and "| 1.40 |" in md and (tmp_path / "clear" / "best.yaml").exists()
+    close = write_report(sweep(tmp_path / "close", metrics(20_000.0, step_time_ms=steady),
+                               metrics(22_000.0, step_time_ms=steady)))
+    md = (tmp_path / "close" / "report.md").read_text()
+    assert close.best is None and close.candidate["job"] == 1 and close.confidence.kind == "untested"
+    assert "- too close to call: job 1 leads job 0 by 10.0 %; their lead is uncertain by ±5.8 %" in md
+    assert "report.repeats=3" in md and not (tmp_path / "close" / "best.yaml").exists()
+    assert report_main([str(tmp_path / "close"), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
+    assert "one run per job does not separate job 1 from the noise" in capsys.readouterr().err
+    wide = {"median": 1.40, "p90": 3.0, "spread": 2.8, "windows": 4}  # rough windows widen the uncertainty
+    rough = write_report(sweep(tmp_path / "rough", metrics(20_000.0, step_time_ms=wide),
+                               metrics(26_000.0, step_time_ms=wide)))
+    assert rough.best is None and "±35.8 %" in (tmp_path / "rough" / "report.md").read_text()
 
 
 def test_repeats_spread_wider_than_max_spread_are_unstable_and_crown_nobody(tmp_path, capsys):

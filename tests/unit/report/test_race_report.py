@@ -21,10 +21,14 @@ def test_a_tie_is_reported_as_one_row_per_job_and_save_best_refuses_it(tmp_path,
     md = (tmp_path / "report.md").read_text()
     assert [r["job"] for r in result.rows][:2] in ([0, 1], [1, 0]) and len(result.rows) == 4
     assert result.best is None and sorted(result.confidence.tie) == [0, 1]
-    assert "- race: 4 configurations over seeds 0..9 (tests from the 5th seed," in md and "stopped: max rounds" in md
-    assert "eliminated: job 2 after round 4 (p < 0.001)" in md and "- cost: 30 runs against 40 for every job" in md
+    assert "- race: 4 configurations over seeds 0..9 (tests from the 8th seed, at most 10 seeds; alpha 0.05 over the " \
+           "whole race: two-sided sign test of each pair's seeds" in md and "stopped: max rounds" in md
+    assert "sent out: job 2 after round 7 (by job 0, p = 0.0078)" in md and "- cost: 36 runs against 40 for every job" in md
     assert "- tie: jobs 0, 1 (10 seeds; max_rounds reached)" in md or "- tie: jobs 1, 0 (10 seeds; max_rounds reached)" in md
-    assert "| tie, 10 seeds |" in md and "| out after round 4 (p < 0.001), 5 seeds |" in md and ", 5 seeds |" in md
+    assert "Next: race them as a new race" in md and "--save-best PATH --force" in md  # a tie says what to do next
+    assert "| tie, 10 seeds |" in md and "| out after round 7 (by job 0, p = 0.0078), 8 seeds |" in md
+    # the hopeless pair's row says it missed every run; the caps from round 3 on say what they cost
+    assert "> 21.1 (best 50.0 %; 8 of 8 missed)" in md and "- caps: 10 run(s) stopped at their round's cap" in md
     assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
     assert "--save-best: no winner to save: jobs " in capsys.readouterr().err
     assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml"), "--force"]) == 0
@@ -36,10 +40,37 @@ def test_a_separated_winner_is_named_and_saved(tmp_path):
     race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 3.0 * n, n=2)
     result = write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr=0,1"], objective="time_to_target"))
     md = (tmp_path / "report.md").read_text()
-    assert result.best["job"] == 0 and "- winner: job 0, separated from every other job at alpha 0.05 after 5 seeds" in md
+    assert result.best["job"] == 0 and "- winner: job 0: every other job was sent out by a two-sided sign test of its " \
+                                       "paired seeds (alpha 0.05 over the whole race: 1 pair(s), a look after every " \
+                                       "seed up to 10), after 6 seeds" in md
     assert "| 0 (best) (baseline) |" not in md and (tmp_path / "best.yaml").is_file()
     time = result.best["time_to_target_s"]
-    assert result.best["target_min"] <= time <= result.best["target_max"] and result.best["target_repeats"] == 5
+    assert result.best["target_min"] <= time <= result.best["target_max"] and result.best["target_repeats"] == 6
+
+
+def test_the_last_standing_is_named_so_and_nothing_is_saved_without_force(tmp_path, capsys):
+    # issue 54: a rival that failed once left the survivor "separated after 2 seeds", with no test, and best.yaml
+    race(tmp_path, lambda n, seed: 10.0 + n, n=2, failing=[(1, 1)])
+    result = write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr=0,1"], objective="time_to_target"))
+    md = (tmp_path / "report.md").read_text()
+    assert result.best is None and result.candidate["job"] == 0 and result.confidence.kind == "last_standing"
+    assert "- last standing: job 0, after 2 seeds: the others failed (job 1 in round 1)" in md and "separated" not in md
+    assert "| last standing, 2 seeds |" in md and not (tmp_path / "best.yaml").exists()
+    assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
+    assert "job 0 is the last standing, never tested against the job(s) that failed" in capsys.readouterr().err
+    assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml"), "--force"]) == 0
+
+
+def test_a_damaged_race_json_is_one_line_and_writes_nothing(tmp_path, capsys):
+    # issue 54: a damaged race.json was reported as a 10-job grid of single runs and overwrote best.yaml
+    race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 3.0 * n, n=2)
+    write_report(tmp_path, SweepSpec(task_overrides=["optimizer.lr=0,1"], objective="time_to_target"))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "race.json"}
+    (tmp_path / "race.json").write_text('{"schema_version": 3, "rounds": ')
+    assert report_main([str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "race.json is damaged: unreadable" in err and "sweep.resume=true" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "race.json"} == before
 
 
 FACTORS = ["1", "0.3", "3"]  # +sweep=lr's optimizer.lr_auto_factor values, the suggestion itself first
@@ -65,10 +96,10 @@ def test_the_lr_race_says_whether_the_range_tests_suggestion_won(tmp_path):
 
 def test_the_lr_race_says_the_range_tests_suggestion_won_against_each_multiple(tmp_path):
     result, md = lr_race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 0 else 3.0 + n))
-    assert result.best["job"] == 0 and "- winner: job 0, separated" in md
-    assert "- learning rate: the range test's suggestion (valley, 0.002) won: median 10.3 s, 1.39x sooner than the " \
-           "next (0.3x); 0.3x median 14.3 s (out after round 4, p = 0.031); 3x median 15.3 s (out after round 4, " \
-           "p < 0.001)\n" in md
+    assert result.best["job"] == 0 and "- winner: job 0: every other job was sent out" in md
+    assert "- learning rate: the range test's suggestion (valley, 0.002) won: median 10.5 s, 1.38x sooner than the " \
+           "next (0.3x); 0.3x median 14.5 s (out after round 6, by job 0, p = 0.016); 3x median 15.5 s (out after " \
+           "round 6, by job 0, p = 0.016)\n" in md
 
 
 def test_the_lr_race_says_the_range_tests_suggestion_tied_and_with_which_multiple(tmp_path):
@@ -77,7 +108,7 @@ def test_the_lr_race_says_the_range_tests_suggestion_tied_and_with_which_multipl
     assert result.best is None and sorted(result.confidence.tie) == [0, 2]
     # "either rate" is said of the tie; the factor that left the race comes after it
     assert "- learning rate: the range test's suggestion (valley, 0.002) tied with 3x: median 10.5 s; 3x median " \
-           "10.5 s: either rate; 0.3x not reached (out after round 4, p < 0.001)\n" in md
+           "10.5 s: either rate; 0.3x missed the target in 7 of 7 runs (out after round 6, by job 0, p = 0.016)\n" in md
 
 
 def test_ordinals_read_as_words_do():
