@@ -46,6 +46,12 @@ class TrainConfig:
     # Which rate of the curve: valley (fastai's default: half-way down the longest descent), steepest (the
     # steepest descent per decade), min_div10 (a tenth of the rate at the lowest loss).
     lr_find_rule: str = "valley"
+    # Run the range test alone: its lr_search, lr_find.csv and lr_find.png, and no training (status ok).
+    # A race of optimizer.lr=auto jobs (+sweep=lr) runs one such job for the whole race.
+    lr_find_only: bool = False
+    # A folder whose metrics.json holds a finished range test (a lr_find_only job's, or a run's that found
+    # its rate) to reuse instead of running one: the same lr_find_* settings and batch size are required.
+    lr_find_from: Optional[str] = None
     # Gradient clipping: the gradients' total L2 norm is scaled down to at most this (after fp16 loss
     # scaling is undone); null = off. The norm before clipping is logged at window edges.
     clip_grad_norm: Optional[float] = None

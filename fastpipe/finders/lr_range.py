@@ -24,13 +24,14 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, Optional, Tuple
 
 import torch
 
 from fastpipe.config import Config
 from fastpipe.config.registry import choice
-from fastpipe.errors import FastpipeWarning, TrainingError
+from fastpipe.errors import ConfigError, FastpipeWarning, TrainingError
 from fastpipe.finders import lr_curve
 from fastpipe.runtime import Runtime, seed_everything
 from fastpipe.train import graph
@@ -52,6 +53,7 @@ class LrSearch:
     factor: float  # optimizer.lr_auto_factor
     seconds: float
     raw: List[float] = field(default_factory=list)  # each step's loss as measured (lr_find.csv)
+    reused_from: Optional[str] = None  # train.lr_find_from: the folder whose range test this is
 
     @property
     def lr(self) -> float:
@@ -61,7 +63,8 @@ class LrSearch:
     def describe(self) -> str:
         """``(auto: valley of a 100-step range test, 4.1 s)``: graph.txt's note beside the rate."""
         scaled = f"{self.factor:g} x {self.suggestion:.3g}, the " if self.factor != 1 else ""
-        return f"(auto: {scaled}{self.rule} of a {self.steps}-step range test, {self.seconds:.1f} s)"
+        where = f" in {self.reused_from}" if self.reused_from else f", {self.seconds:.1f} s"
+        return f"(auto: {scaled}{self.rule} of a {self.steps}-step range test{where})"
 
     def annotate(self, optimizer_line: str) -> str:
         """graph.txt's optimizer line with its ``lr=...`` replaced by the found rate and how it was found."""
@@ -70,26 +73,61 @@ class LrSearch:
     def record(self) -> dict:
         return {"rule": self.rule, "min": self.min, "max": self.max, "steps": self.steps,
                 "curve": [[lr, loss] for lr, loss in self.curve], "diverged_at": self.diverged_at,
-                "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2)}
+                "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2),
+                **({"reused_from": self.reused_from} if self.reused_from else {})}
 
 
 def settle(settings: Config, runtime: Runtime, splits=None) -> Tuple[Config, Optional[LrSearch]]:
     """``settings`` with ``optimizer.lr=auto`` replaced by the rate the range test finds, and the test
     (None, and ``settings`` as they are, when the rate is given); ``splits``: the run's built dataset
     stage (built here when None). Every rank calls it."""
-    opt = settings.optimizer
+    opt, train = settings.optimizer, settings.train
+    if (train.lr_find_only or train.lr_find_from) and not opt.lr_auto:
+        key = "train.lr_find_only=true" if train.lr_find_only else f"train.lr_find_from={train.lr_find_from}"
+        raise ConfigError(f"{key} is about optimizer.lr=auto's range test, and optimizer.lr={opt.params.get('lr')} is "
+                          "given: set optimizer.lr=auto, or drop the key")
     if not opt.lr_auto:
         if opt.lr_auto_factor != 1:
             warnings.warn(f"optimizer.lr_auto_factor={opt.lr_auto_factor:g} multiplies a rate optimizer.lr=auto finds; "
                           f"optimizer.lr={opt.params.get('lr')} is given, so it does nothing", FastpipeWarning)
         return settings, None
     opt.refuse_auto_with(settings.launcher.name, choice("launcher", settings.launcher.name).shards)
-    search = find_lr(settings, runtime, splits)
+    search = reused(settings) if train.lr_find_from else find_lr(settings, runtime, splits)
     if runtime.dist.is_main:
         stop = f", stopped at {search.diverged_at:.3g} where the loss diverged" if search.diverged_at else ""
         print(f"fastpipe: optimizer.lr=auto: {search.lr:.3g} {search.describe()}; the ramp from {search.min:g} to "
               f"{search.max:g}{stop}", file=sys.stderr, flush=True)
     return with_found_lr(settings, search.lr), search
+
+
+SAME = ("rule", "min", "max", "steps")  # what a reused range test must share with the run (train.lr_find_*)
+
+
+def reused(settings: Config) -> LrSearch:
+    """The range test ``train.lr_find_from`` holds, as this run's (its own ``optimizer.lr_auto_factor``): the
+    same ramp and rule and the same batch size, else one line saying which differs."""
+    from fastpipe.record import results
+
+    cfg, folder = settings.train, settings.train.lr_find_from
+    metrics = results.read(Path(folder))
+    metrics = metrics if isinstance(metrics, dict) else None
+    found = (metrics or {}).get("lr_search")
+    why = ("no metrics.json" if metrics is None else f"its run's status is {metrics.get('status')}"
+           if metrics.get("status") != "ok" else "its metrics.json has no lr_search" if not isinstance(found, dict)
+           else None)
+    if why:
+        raise ConfigError(f"train.lr_find_from={folder}: no finished range test there ({why}); run one with "
+                          "optimizer.lr=auto train.lr_find_only=true, or drop the key to run this job's own")
+    own = {"rule": cfg.lr_find_rule, "min": cfg.lr_find_min, "max": cfg.lr_find_max, "steps": cfg.lr_find_steps}
+    differ = [f"train.lr_find_{k}={own[k]} (there {found.get(k)})" for k in SAME if found.get(k) != own[k]]
+    if metrics.get("batch_size") not in (None, cfg.batch_size):
+        differ.append(f"train.batch_size={cfg.batch_size} (there {metrics['batch_size']})")
+    if differ:
+        raise ConfigError(f"train.lr_find_from={folder}: its range test differs from this run's: {', '.join(differ)}; "
+                          "reuse one made with the same settings, or drop the key")
+    return LrSearch(found["rule"], found["min"], found["max"], found["steps"], [tuple(p) for p in found["curve"]],
+                    found.get("diverged_at"), float(found["suggestion"]), float(settings.optimizer.lr_auto_factor),
+                    0.0, reused_from=str(folder))
 
 
 def provisional(settings: Config) -> Config:

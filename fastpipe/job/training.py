@@ -99,6 +99,12 @@ def _train_and_record(settings: Config, run_dir: Path, dist, recorder, record: R
     record.env = environment(runtime.device, dist.world_size)
     show = settings.runtime.progress and dist.is_main
     settings, splits, search, lr_search = _searched(settings, runtime, record, recorder, show)
+    if settings.train.lr_find_only:  # the range test is this job's result (a race's shared one): no training
+        record.set(status="ok", batch_size=settings.train.batch_size)
+        if dist.is_main:
+            print(f"fastpipe: train.lr_find_only: the range test's suggestion {lr_search.suggestion:.3g} is in "
+                  f"{run_dir / 'metrics.json'} (lr_search); nothing trained", flush=True)
+        return
     g = training_graph.build(settings, runtime, progress=show, splits=splits)
     record.set(model_build_s=round(g.parallel.build_s, 3),
                fp8=g.precision.fp8.record() if g.precision.fp8 is not None else None)
@@ -162,7 +168,7 @@ def _searched(settings: Config, runtime, record: RunRecord, recorder, show: bool
         settings, lr_search = lr_range.settle(settings, runtime, splits)  # optimizer.lr=auto
     if lr_search is not None:
         record.lr_search = lr_search.record()
-        lr_curve.write(recorder, record.lr_search, lr_search.raw)
+        lr_curve.write(recorder, record.lr_search, lr_search.raw or None)
     return settings, splits, search, lr_search
 
 

@@ -31,6 +31,7 @@ class RaceSweeper(GridSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.errors import ConfigError
         from fastpipe.report.formats import ordinal
+        from fastpipe.sweeps.race import shared_lr
         from fastpipe.sweeps.race.rounds import RaceSettings, check_grid, earlier_race
         from fastpipe.sweeps.race.run import new_record, run_race
 
@@ -43,12 +44,16 @@ class RaceSweeper(GridSweeper):
             record = new_record(combos, int(configs[0].seed), self.baseline(combos, configs), settings, clock,
                                 self.parallel())
             earlier = earlier_race(sweep_dir, record)
+            lr_search = shared_lr.search_job(combos[0]) if shared_lr.shared(configs) else None
         except ConfigError as exc:
             refuse(exc)
         first = settings.first_look(len(combos))
         log.info(f"Race of {len(combos)} configurations over seeds from {record.seed_base}: tests from round "
                  f"{first - 1} (the {ordinal(first)} seed), at most {settings.max_rounds} rounds")
         returns: List[list] = []
-        run_race(lambda batch, stage: returns.append(self.launch_batch(batch, stage)), record, settings, sweep_dir,
-                 clock, earlier=earlier)
+        try:
+            run_race(lambda batch, stage: returns.append(self.launch_batch(batch, stage)), record, settings, sweep_dir,
+                     clock, earlier=earlier, lr_search=lr_search)
+        except ConfigError as exc:  # the shared range test failed: no round ran
+            refuse(exc)
         return returns

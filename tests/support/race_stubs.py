@@ -27,10 +27,18 @@ class StubLaunch:
         self.late, self.clock = late, clock  # clock: a WallClock each run advances by the seconds it trained
         self.extra = extra or (lambda num: {})  # more of job N's record (its lr_search, ...)
         self.trained = []  # (job, seed) of every run that trained (not skipped as finished)
+        self.overrides = []  # every run's overrides
+        self.searched = 0  # launches of the race's range test
 
     def __call__(self, batch, stage):
         for overrides in batch:
             values = dict(o.split("=", 1) for o in overrides)
+            if values["hydra.sweep.subdir"] == "lr-search":  # the race's one range test (shared_lr.py)
+                self.searched += 1
+                if results.read(self.sweep_dir / "lr-search") is None:
+                    (self.sweep_dir / "lr-search").mkdir(parents=True)
+                    results.write(self.sweep_dir / "lr-search", RunRecord(status="ok", lr_search={"suggestion": 0.002}))
+                continue
             folder, seed = values["hydra.sweep.subdir"], int(values["seed"])
             num, round_no = int(folder.split("/")[0]), int(folder.split("-")[-1])
             if self.stop_in_round == round_no:
@@ -38,6 +46,7 @@ class StubLaunch:
             if results.read(self.sweep_dir / folder) is not None:  # sweep.resume: finished earlier, skipped
                 continue
             self.trained.append((num, seed))
+            self.overrides.append(overrides)
             cap = float(values.get("train.time_budget_s", "inf"))
             seconds = self.times(num, seed)
             if (num, seed) in self.failing:
@@ -66,13 +75,14 @@ class WallClock:
 
 
 def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, combos=None, extra=None, late=False,
-         clock=None, **settings):
+         clock=None, lr_search=None, **settings):
     """Race ``n`` stub configurations (``optimizer.lr=j``, or ``combos``) into ``tmp_path``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra, late, clock)
     combos = combos or [[f"optimizer.lr={j}"] for j in range(n)]
     record = new_record(combos, 0, 0, RaceSettings(**settings), "training", 1)
-    return run_race(launch, record, RaceSettings(**settings), tmp_path, "training", earlier=earlier), launch
+    return run_race(launch, record, RaceSettings(**settings), tmp_path, "training", earlier=earlier,
+                    lr_search=lr_search), launch
 
 
 def noisy(base, spread=1.0):

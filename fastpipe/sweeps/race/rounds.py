@@ -157,10 +157,12 @@ class RaceRecord:
     started: float = field(default_factory=time.time)
     ended: Optional[float] = None
     parallel: int = 1
+    lr_search: Optional[dict] = None  # {folder, suggestion}: the one range test every job reused (shared_lr.py)
     schema_version: int = SCHEMA_VERSION
 
     KEYS = ("schema_version", "settings", "seed_base", "combos", "baseline", "entrants", "folder", "rounds", "winner",
-            "last_standing", "tie", "survivors", "eliminated", "stopped_by", "started", "ended", "parallel")
+            "last_standing", "tie", "survivors", "eliminated", "stopped_by", "started", "ended", "parallel",
+            "lr_search")
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.KEYS}

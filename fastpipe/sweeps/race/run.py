@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 from fastpipe.launch.repeats import combined_record
 from fastpipe.record import results
+from fastpipe.sweeps.race import shared_lr
 from fastpipe.sweeps.race.rounds import (RaceRecord, RaceSettings, decide_round, finish, round_cap, round_folder,
                                   run_time)
 
@@ -77,11 +78,19 @@ def combine(sweep_dir: Path, record: RaceRecord, num: int) -> None:
 
 
 def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_dir: Path, clock: str,
-             extra: List[str] = (), earlier: Optional[RaceRecord] = None) -> RaceRecord:
+             extra: List[str] = (), earlier: Optional[RaceRecord] = None,
+             lr_search: Optional[List[str]] = None) -> RaceRecord:
     """Race every configuration of ``record.combos`` (module docstring); returns the finished record.
-    ``earlier``: the record a stopped race left, whose rounds' wall-clock times are kept on resume."""
+    ``earlier``: the record a stopped race left, whose rounds' wall-clock times are kept on resume;
+    ``lr_search``: the overrides of the one range test every job reuses (shared_lr.py), run first."""
     survivors, stopped_by = list(record.entrants), "max_rounds"
     record.write(sweep_dir)
+    if lr_search is not None:
+        launch([lr_search], "the range test")
+        record.lr_search = shared_lr.found(sweep_dir)
+        extra = list(extra) + shared_lr.reuse(sweep_dir, record.lr_search)
+        log.info(f"Race: every job trains from the range test's suggestion {record.lr_search['suggestion']:.3g} "
+                 f"({shared_lr.FOLDER}/) times its factor")
     for round_no in range(settings.max_rounds):
         if settings.max_wall_s is not None and record.wall_s() >= settings.max_wall_s:
             stopped_by = "max_wall_s"

@@ -125,3 +125,34 @@ def test_nonsense_is_refused_when_composed(bad, said):
     with pytest.raises(ConfigError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
         make_settings([*AUTO, bad])
 
+
+
+def test_a_range_test_alone_is_reused_by_other_runs_with_their_own_factor(tmp_path, one_torch_thread):
+    # issue 54: +sweep=lr ran the range test in every job of every round; one test, then reuse
+    alone = run_in_process(tmp_path / "search", [*AUTO, "train.lr_find_only=true", "train.lr_find_seed=0"])
+    assert alone["status"] == "ok" and alone["steps"] in (0, None) and not (tmp_path / "search" / "graph.txt").exists()
+    assert (tmp_path / "search" / "lr_find.csv").exists() and alone["batch_size"] == 16
+    reuse = [*AUTO, "train.lr_find_seed=0", f"train.lr_find_from={tmp_path / 'search'}", "optimizer.lr_auto_factor=3"]
+    run = run_in_process(tmp_path / "run", reuse)
+    search = run["lr_search"]
+    assert search["suggestion"] == alone["lr_search"]["suggestion"] and search["factor"] == 3.0
+    assert search["reused_from"] == str(tmp_path / "search") and search["curve"] == alone["lr_search"]["curve"]
+    line = next(x for x in (tmp_path / "run" / "graph.txt").read_text().splitlines() if "optimizer" in x)
+    assert f"range test in {tmp_path / 'search'})" in line
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["train.lr_find_steps=30"], r"differs from this run's: train.lr_find_steps=30 \(there 20\)"),
+    (["train.batch_size=8"], r"train.batch_size=8 \(there 16\)"),
+])
+def test_a_range_test_made_with_other_settings_is_not_reused(tmp_path, extra, says):
+    from fastpipe.record import results
+
+    results.write_json_atomic(tmp_path / "metrics.json", {"status": "ok", "batch_size": 16, "lr_search": {
+        "rule": "valley", "min": 1e-7, "max": 10.0, "steps": 20, "curve": [[1e-3, 1.0]], "suggestion": 1e-3}})
+    with pytest.raises(ConfigError, match=says):
+        lr_range.reused(make_settings([*AUTO, f"train.lr_find_from={tmp_path}", *extra]))
+    with pytest.raises(ConfigError, match="no finished range test there \\(no metrics.json\\)"):
+        lr_range.reused(make_settings([*AUTO, f"train.lr_find_from={tmp_path / 'nowhere'}"]))
+    with pytest.raises(ConfigError, match="train.lr_find_only=true is about optimizer.lr=auto's range test"):
+        lr_range.settle(make_settings([*TINY, "optimizer.lr=0.01", "train.lr_find_only=true"]), cpu_runtime())

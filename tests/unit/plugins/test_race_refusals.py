@@ -36,3 +36,15 @@ def test_a_grid_the_race_cannot_run_is_one_line(configs, message, capsys):
 
 def test_a_raceable_grid_passes():
     check_grid([config(), config()])
+
+
+def test_a_race_that_could_never_send_one_out_is_refused_before_any_job(tmp_path):
+    # issue 54: with the alpha shared by the 28 pairs of 8 configurations, 10 seeds cannot separate any two
+    from conftest import TINY, in_process
+
+    proc = in_process(["-m", "hydra/sweeper=race", "optimizer.lr=1,2,3,4,5,6,7,8", "report.objective=time_to_target",
+                       "train.target=0.5", "train.eval_every=4", *TINY, f"hydra.sweep.dir={tmp_path}"])
+    assert proc.returncode == EXIT_CODE and proc.stderr.count("fastpipe: error:") == 1
+    assert ("a race of 8 configurations at alpha 0.05 cannot send any out within hydra.sweeper.max_rounds=10 seeds "
+            "(28 pairs share the alpha): raise it to at least 11") in proc.stderr
+    assert not any(tmp_path.glob("*/round-*"))

@@ -1,0 +1,63 @@
+"""One range test for a whole race of ``optimizer.lr=auto`` jobs (``+sweep=lr``).
+
+When every configuration finds its rate with the same range test (``optimizer.lr=auto`` with a fixed
+``train.lr_find_seed``, the configurations differing only in ``optimizer.lr_auto_factor``), the test's
+answer is the same in every job of every round. The race then runs it once, before round 0, as a job
+of its own in ``lr-search/`` (``train.lr_find_only=true``), and every round's job reuses it
+(``train.lr_find_from``): race.json's ``lr_search`` names the folder and the suggestion, each job's
+metrics.json ``lr_search.reused_from`` the folder.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+from omegaconf import OmegaConf
+
+from fastpipe.errors import ConfigError
+from fastpipe.record import results
+
+FOLDER = "lr-search"
+FACTOR = "optimizer.lr_auto_factor"
+
+
+def shared(configs: list) -> bool:
+    """Whether the composed ``configs`` all run the same range test: lr=auto, a fixed lr_find_seed, no
+    lr_find_from of their own, and nothing else different but the factor and the seed."""
+    def essence(c) -> dict:
+        plain = OmegaConf.to_container(c, resolve=False)
+        plain.pop("hydra", None)
+        plain.pop("seed", None)
+        plain.get("optimizer", {}).pop("lr_auto_factor", None)
+        return plain
+
+    train = [c.train for c in configs]
+    if not all(str(c.optimizer.get("lr")) == "auto" for c in configs):
+        return False
+    if any(t.get("lr_find_seed") is None or t.get("lr_find_from") or t.get("lr_find_only") for t in train):
+        return False
+    first = essence(configs[0])
+    return all(essence(c) == first for c in configs[1:])
+
+
+def search_job(combo: List[str]) -> List[str]:
+    """The range test's own job: the first configuration's overrides without its factor, test only."""
+    own = [o for o in combo if not o.lstrip("+~").startswith((f"{FACTOR}=", "seed="))]
+    return own + ["train.lr_find_only=true", f"hydra.sweep.subdir={FOLDER}"]
+
+
+def found(sweep_dir: Path) -> dict:
+    """race.json's ``lr_search``: ``{folder, suggestion}``; ConfigError (one line) when the test failed."""
+    metrics = results.read(Path(sweep_dir) / FOLDER)
+    search = (metrics or {}).get("lr_search") if isinstance(metrics, dict) else None
+    if not isinstance(search, dict) or metrics.get("status") != "ok":
+        why = (metrics or {}).get("reason") if isinstance(metrics, dict) else None
+        raise ConfigError(f"the race's range test ({Path(sweep_dir) / FOLDER}) did not finish"
+                          f"{f': {why}' if why else ''}; no round was run (the same command with sweep.resume=true "
+                          "tries it again)")
+    return {"folder": FOLDER, "suggestion": search["suggestion"]}
+
+
+def reuse(sweep_dir: Path, lr_search: Optional[dict]) -> List[str]:
+    """The override every round's job gets to reuse the race's range test (none without one)."""
+    return [] if not lr_search else [f"train.lr_find_from={(Path(sweep_dir) / lr_search['folder']).resolve()}"]
