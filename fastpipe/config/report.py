@@ -34,7 +34,7 @@ class ReportConfig:
     max_spread: float = 0.10
     # Throughput with one run per job: the run-to-run spread (a standard deviation, relative) added to each
     # run's own steady-state windows; the leader is named only when its margin over the next job exceeds
-    # twice their combined uncertainty. 0.04: measured on the 2-core CPU VM (docs/sweeps.md#one-run-per-job).
+    # twice their combined uncertainty. 0.04: measured on the 2-core CPU VM (docs/sweeps.md#how-sure-the-ranking-is).
     noise_floor: float = 0.04
     # time_to_target over several runs of a job (report.repeats, a race's rounds): median, or olympic
     # (MLPerf's: the fastest and slowest dropped, the rest averaged; a miss counts as the slowest, and

@@ -86,7 +86,7 @@ def one_run(rows: List[dict], best: dict, noise_floor: float) -> Confidence:
         return Confidence("separated", [f"- noise: one run per job: {how}, so the lead is more than twice the noise"])
     return Confidence("untested", [
         f"- too close to call: {how}: within twice the noise, so no winner is named and no best.yaml is written; "
-        "measure each job's spread with report.repeats=3 (docs/sweeps.md#one-run-per-job)"])
+        "measure each job's spread with report.repeats=3 (docs/sweeps.md#how-sure-the-ranking-is)"])
 
 
 def _unstable_lines(rows: List[dict], unstable: List[int], max_spread: float) -> List[str]:
