@@ -166,6 +166,27 @@ def handlers(handler) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+AGENT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+                      if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def handlers_kept(signals=AGENT_SIGNALS) -> Iterator[None]:
+    """The handlers of ``signals`` put back as they were once the block ends (in the main thread, where
+    Python allows handlers): torch elastic's agent leaves its own on them in the process that launched
+    the ranks, where a later Ctrl-C would then raise its SignalException instead of KeyboardInterrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """In the training process, for the whole run: see the module docstring. A stop signal that

@@ -23,6 +23,7 @@ from fastpipe.machine import environment, visible_gpus
 from fastpipe.processes import die_with_parent, exit_reason
 from fastpipe.process_group import init_distributed, shutdown_distributed
 from fastpipe.runtime import cpu_cores, full_errors
+from fastpipe.signals import handlers_kept
 
 
 def _worker(settings_path: str, run_dir: str, parent: int) -> Optional[dict]:
@@ -172,7 +173,7 @@ def launch_workers(settings: Config, run_dir: Path) -> dict:
     quiet = _QuietOnRecognisedExit()
     logging.getLogger(AGENT_LOG).addFilter(quiet)
     try:
-        with settings_file(settings, run_dir) as path:  # not through the spawn pipe: launch/handoff.py says why
+        with settings_file(settings, run_dir) as path, handlers_kept():  # handoff.py: not through the spawn pipe
             elastic_launch(elastic_config(cfg, nproc), _worker)(path, str(run_dir), os.getpid())
     except (ChildFailedError, SignalException) as exc:
         recorded = results.own(run_dir, settings.run_id)

@@ -24,9 +24,12 @@ def _time(r: dict) -> str:
 
 
 def _fate(r: dict) -> str:
+    """How a raced factor ended, where its time alone would mislead: sent out (by whom), or still in the race
+    though it never reached the target (a tie is "not told apart yet", not "as fast")."""
     race = r.get("race") or {}
-    return (f" (out after round {race['round']}, by job {race.get('by')}, {p_text(race['p'])})" if race.get("state") == "out"
-            else "")
+    if race.get("state") == "out":
+        return f" (out after round {race['round']}, by job {race.get('by')}, {p_text(race['p'])})"
+    return " (not told apart from the others yet)" if race.get("state") == "tie" and r["time_to_target_s"] is None else ""
 
 
 def _each(rows: List[dict]) -> str:
