@@ -62,7 +62,7 @@ if [[ ${SMOKE:-0} == 1 ]]; then
   DATA=(dataset.num_images=240 dataset.image_size=16 train.batch_size=16 measure.warmup_steps=2 measure.window=3
         data.num_workers=0 runtime.progress=false)
   RUN=(report.objective=time_to_target train.target=0.5 train.eval_every=4 train.max_steps=16)
-  RACE=(hydra/sweeper=race hydra.sweeper.min_rounds=2 hydra.sweeper.max_rounds=3 hydra.sweeper.alpha=0.4)
+  RACE=(hydra/sweeper=race hydra.sweeper.min_rounds=2 hydra.sweeper.max_rounds=5 hydra.sweeper.alpha=0.4)
 fi
 RUN+=("${DATA[@]}")
 echo "# $(date -u '+%F %T') UTC · $(nproc --all) CPU cores · $(python -c 'import torch; print("torch", torch.__version__)')" \

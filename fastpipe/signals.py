@@ -89,7 +89,10 @@ def _forking(stage: str) -> None:
     so one sent in between stays pending and ends the child as soon as it is back at its default."""
     me = threading.get_ident()  # the forking thread's, also in the child
     if stage == "child":
-        _disown_parents_children()
+        try:
+            _disown_parents_children()
+        except Exception:  # never in the way of the mask put back below (a pool's worker must get its signals)
+            pass
     if stage == "before":
         if _resets_in_child():
             _held_at_fork[me] = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -106,13 +109,16 @@ def _forking(stage: str) -> None:
 
 def _disown_parents_children() -> None:
     """In a forked child: forget the parent's multiprocessing children (its DataLoader workers, a pool's
-    workers). A raw fork copies the list; a child that then exits through Python's exit handlers would
-    SIGTERM each daemonic one (multiprocessing.util._exit_function), and torch's handler in a worker
-    signalled by another than its parent dies of it: the parent's training then fails with "DataLoader
-    worker is killed by signal: Terminated" (issue 53). A multiprocessing child resets the list itself."""
-    import multiprocessing.process
-
-    multiprocessing.process._children.clear()
+    workers) and its finalizers. A raw fork copies them; a child that then exits through Python's exit
+    handlers would SIGTERM each daemonic child (multiprocessing.util._exit_function) and run the parent's
+    finalizers (a pool's terminate), and torch's handler in a worker signalled by another than its parent
+    dies of it: the parent's training then fails with "DataLoader worker is killed by signal: Terminated"
+    (issue 53). A multiprocessing child clears the same itself (BaseProcess._bootstrap)."""
+    process, util = sys.modules.get("multiprocessing.process"), sys.modules.get("multiprocessing.util")
+    if process is not None:
+        process._children.clear()
+    if util is not None:  # the parent's finalizers (a pool's terminate, its queues'): as multiprocessing's child does
+        util._finalizer_registry.clear()
     dataloader = sys.modules.get("torch.utils.data.dataloader")
     if dataloader is not None and hasattr(dataloader, "_persistent_workers_atexit"):
         dataloader._persistent_workers_atexit.clear()  # the parent's iterators: not this child's to shut down

@@ -54,6 +54,7 @@ class LrSearch:
     seconds: float
     raw: List[float] = field(default_factory=list)  # each step's loss as measured (lr_find.csv)
     reused_from: Optional[str] = None  # train.lr_find_from: the folder whose range test this is
+    seed: Optional[int] = None  # the seed of the test's batches and throw-away model
 
     @property
     def lr(self) -> float:
@@ -73,7 +74,7 @@ class LrSearch:
     def record(self) -> dict:
         return {"rule": self.rule, "min": self.min, "max": self.max, "steps": self.steps,
                 "curve": [[lr, loss] for lr, loss in self.curve], "diverged_at": self.diverged_at,
-                "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2),
+                "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2), "seed": self.seed,
                 **({"reused_from": self.reused_from} if self.reused_from else {})}
 
 
@@ -100,7 +101,12 @@ def settle(settings: Config, runtime: Runtime, splits=None) -> Tuple[Config, Opt
     return with_found_lr(settings, search.lr), search
 
 
-SAME = ("rule", "min", "max", "steps")  # what a reused range test must share with the run (train.lr_find_*)
+SAME = ("rule", "min", "max", "steps", "seed")  # what a reused range test must share with the run (train.lr_find_*)
+
+
+def test_seed(settings: Config) -> int:
+    """The range test's seed: ``train.lr_find_seed``, else the run's."""
+    return settings.seed if settings.train.lr_find_seed is None else settings.train.lr_find_seed
 
 
 def reused(settings: Config) -> LrSearch:
@@ -118,8 +124,10 @@ def reused(settings: Config) -> LrSearch:
     if why:
         raise ConfigError(f"train.lr_find_from={folder}: no finished range test there ({why}); run one with "
                           "optimizer.lr=auto train.lr_find_only=true, or drop the key to run this job's own")
-    own = {"rule": cfg.lr_find_rule, "min": cfg.lr_find_min, "max": cfg.lr_find_max, "steps": cfg.lr_find_steps}
-    differ = [f"train.lr_find_{k}={own[k]} (there {found.get(k)})" for k in SAME if found.get(k) != own[k]]
+    own = {"rule": cfg.lr_find_rule, "min": cfg.lr_find_min, "max": cfg.lr_find_max, "steps": cfg.lr_find_steps,
+           "seed": test_seed(settings)}
+    differ = [f"train.lr_find_{k}={own[k]} (there {found.get(k)})" for k in SAME
+              if found.get(k) != own[k] and not (k == "seed" and "seed" not in found)]  # older records: no seed
     if metrics.get("batch_size") not in (None, cfg.batch_size):
         differ.append(f"train.batch_size={cfg.batch_size} (there {metrics['batch_size']})")
     if differ:
@@ -127,7 +135,7 @@ def reused(settings: Config) -> LrSearch:
                           "reuse one made with the same settings, or drop the key")
     return LrSearch(found["rule"], found["min"], found["max"], found["steps"], [tuple(p) for p in found["curve"]],
                     found.get("diverged_at"), float(found["suggestion"]), float(settings.optimizer.lr_auto_factor),
-                    0.0, reused_from=str(folder))
+                    0.0, reused_from=str(folder), seed=found.get("seed"))
 
 
 def provisional(settings: Config) -> Config:
@@ -164,7 +172,7 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
     """Run the range test per ``settings.train`` on the run's stages (module docstring), over ``splits``
     (the run's dataset stage; built here when None)."""
     started, cfg, dist = time.perf_counter(), settings.train, runtime.dist
-    seed = settings.seed if cfg.lr_find_seed is None else cfg.lr_find_seed
+    seed = test_seed(settings)
     test = copy.copy(provisional(settings))
     test.seed = seed  # the loader's order too
     seed_everything(seed + dist.rank)
@@ -186,7 +194,7 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
                             "(a lower train.lr_find_max or more train.lr_find_steps), or give optimizer.lr")
     return LrSearch(cfg.lr_find_rule, cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps,
                     list(zip(curve.lrs, curve.losses)), curve.diverged_at, suggestion,
-                    float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw))
+                    float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw), seed=seed)
 
 
 def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) -> lr_curve.Curve:

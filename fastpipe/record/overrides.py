@@ -9,6 +9,11 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def quote(value: str) -> str:
+    """``value`` as a quoted Hydra override value (a path with commas, ``=`` or brackets stays one value)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def is_sweep_setting(override: str) -> bool:
     """True for overrides that steer the sweep or its report rather than what a job measures."""
     key = override_key(override)

@@ -10,8 +10,7 @@ result to the writers in tables.py, plots.py, hparams.py and winner.py.
 """
 from __future__ import annotations
 
-
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
@@ -58,8 +57,6 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     from fastpipe.sweeps.halving.plan import read
 
     raced = rounds.read(sweep_dir)
-    if raced is not None and spec.objective != "time_to_target":  # a race ranks by time to target, whatever the spec
-        spec = replace(spec, objective="time_to_target", target_clock=raced.settings.get("clock", "training"))
     columns = swept_columns(jobs)
     rows = [row(j, columns, spec.target_clock, spec.aggregate) for j in jobs]
     base_job, notes = pick_baseline(jobs, spec), []
@@ -75,7 +72,7 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         best = pick_best(rows, spec.objective)
         if best is None:
             notes.append("no job qualifies as best (none is ok with its primary metric held)")
-        verdict = confidence.throughput(rows, best, spec.max_spread, spec.noise_floor)
+        verdict = confidence.throughput(rows, best, spec.max_spread, spec.noise_floor, spec.objective)
     candidate = None
     if best is not None and not verdict.crowns:
         best, candidate = None, best

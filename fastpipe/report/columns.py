@@ -102,7 +102,8 @@ def _race(r: dict) -> str:
         return "–"
     seeds = f"{race['seeds']} seed{'s' if race['seeds'] != 1 else ''}"
     if race["state"] == "out":
-        return f"out after round {race['round']} (by job {race.get('by')}, {p_text(race['p'])}), {seeds}"
+        by = f"by job {race['by']}, " if race.get("by") is not None else ""
+        return f"out after round {race['round']} ({by}{p_text(race['p'])}), {seeds}"
     if race["state"] == "failed":
         return f"failed in round {race['round']}"
     return f"{race['state'].replace('_', ' ')}, {seeds}"

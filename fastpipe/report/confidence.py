@@ -1,17 +1,18 @@
 """How sure a sweep's ranking is, so that the report never crowns noise (docs/sweeps.md, time-to-target.md).
 
-- One run per job: the ranking is untested against run-to-run noise; the report says so (and how to
-  test it), and the winner's best.yaml carries the same warning.
+- One run per job, by throughput: a winner only where its lead over the next job is more than twice
+  their uncertainty (each run's steady-state windows and ``report.noise_floor``); otherwise too close to
+  call. By time to target: never a winner (race them). By the primary metric: named, said untested.
 - Throughput with ``report.repeats``: a job whose repeats spread (max - min) / median more than
   ``report.max_spread`` is unstable; a job is only faster than another where their repeats do not
   overlap. An unstable winner, or one whose repeats overlap another job's, is not named: the header
   says which jobs it cannot tell apart, and names every unstable job. A job with no rival (every other
   one failed or lost parity) is crowned whatever its spread: it is the only choice, not a speed claim.
 - Time to target over seeds (``report.repeats``: repeat k of every job trained with ``seed + k``, a
-  paired design; a race's rounds likewise): the race's rank test (fastpipe/sweeps/race/stats.py) on
-  the jobs' times per seed. A winner is named when it is separated from every other job at
-  ``ALPHA``; otherwise the jobs it cannot be told from are a tie.
-- A race (``race.json``): the race's own verdict, winner or tie set.
+  paired design; a race's rounds likewise): the race's pairwise sign test (fastpipe/sweeps/race/stats.py)
+  at one look. A winner is named when every other job lost to it beyond the noise at ``ALPHA``;
+  otherwise the jobs it cannot be told from are a tie.
+- A race (``race.json``): the race's own verdict: winner, last standing (no winner) or tie set.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class Confidence:
     @property
     def crowns(self) -> bool:
         """Whether the report may name the leader the winner (and write best.yaml)."""
-        return self.kind == "separated"
+        return self.kind in ("separated", "metric")
 
 
 def spread(r: dict) -> Optional[float]:
@@ -48,23 +49,46 @@ def spread(r: dict) -> Optional[float]:
     return (r["throughput_max"] - r["throughput_min"]) / r["throughput"]
 
 
-def throughput(rows: List[dict], best: Optional[dict], max_spread: float, noise_floor: float = 0.04) -> Confidence:
-    """The verdict on a throughput ranking (module docstring), and a line naming every unstable job: a
-    row's flag alone is easy to miss when the leader is steady (issue 33)."""
+def throughput(rows: List[dict], best: Optional[dict], max_spread: float, noise_floor: float = 0.04,
+               objective: str = "throughput") -> Confidence:
+    """The verdict on a throughput ranking, or on a ranking by the primary metric (``objective``) (module
+    docstring), and a line naming every unstable job: a row's flag alone is easy to miss when the leader
+    is steady (issue 33)."""
     unstable = sorted(r["job"] for r in rows if (spread(r) or 0.0) > max_spread)
     if best is not None and best.get("repeats", 1) < 2:
+        if objective == "primary_metric":  # its metric picked it, not its samples/s: named, and said untested
+            return Confidence("metric", [
+                "- noise: one run per job: ranked by the held-out metric, untested against run-to-run noise "
+                "(report.repeats=3 measures each job's spread)"])
         return one_run(rows, best, noise_floor)
     verdict = _throughput_verdict(rows, best, max_spread, unstable)
     verdict.lines += _unstable_lines(rows, unstable, max_spread)
     return verdict
 
 
+# The expected range of n draws from a normal distribution, in standard deviations (d2, the control-chart
+# constant); between the tabled counts it is interpolated on log(n).
+RANGE_SD = ((2, 1.128), (3, 1.693), (4, 2.059), (5, 2.326), (6, 2.534), (8, 2.847), (10, 3.078), (15, 3.472),
+            (20, 3.735), (30, 4.086), (50, 4.498), (100, 5.015), (200, 5.492), (1000, 6.483))
+
+
+def range_in_sd(n: int) -> float:
+    """d2 of ``n`` draws (``RANGE_SD``)."""
+    if n <= RANGE_SD[0][0]:
+        return RANGE_SD[0][1]
+    for (n0, d0), (n1, d1) in zip(RANGE_SD, RANGE_SD[1:]):
+        if n <= n1:
+            return d0 + (d1 - d0) * math.log(n / n0) / math.log(n1 / n0)
+    return RANGE_SD[-1][1]
+
+
 def uncertainty(r: dict, noise_floor: float) -> float:
     """A one-run throughput's relative standard error: its steady-state windows' (their step times' range
-    over the median, a range of about four standard deviations, over the square root of their count)
-    and the run-to-run ``noise_floor``, added in quadrature."""
+    over the median, as standard deviations by ``range_in_sd``, over the square root of their count) and
+    the run-to-run ``noise_floor``, added in quadrature."""
     median, extent, windows = r.get("step_time_median_ms"), r.get("step_time_spread_ms"), r.get("step_windows")
-    own = extent / median / 4.0 / math.sqrt(windows) if median and extent is not None and windows else 0.0
+    own = extent / median / range_in_sd(windows) / math.sqrt(windows) if median and extent and windows and \
+        windows > 1 else 0.0
     return math.sqrt(own ** 2 + noise_floor ** 2)
 
 
@@ -151,23 +175,35 @@ def target(rows: List[dict], best: Optional[dict]) -> Confidence:
     if left == [best["job"]]:
         return Confidence("separated", [f"- winner: job {best['job']}, sooner than every other job beyond the noise "
                                         f"at alpha {ALPHA:g} ({how})"])
-    tied = [best["job"]] + [j for j in left if j != best["job"]]
+    # the soonest median first, unless a pair's test sent it out (it lost to a job that reaches it less often)
+    tied = ([best["job"]] if best["job"] not in verdict.out else []) + [j for j in left if j != best["job"]]
     need = stats.fewest_seeds(ALPHA, stats.pairs_of(len(tied)), 64, sequential=False)
+    out = (f"; job {best['job']}, the soonest median, lost to job {verdict.out[best['job']]['by']} seed by seed"
+           if best["job"] in verdict.out else "")
     return Confidence("tie", [f"- tie: jobs {', '.join(map(str, tied))} ({runs} seeds): not told apart at alpha "
-                              f"{ALPHA:g} ({how}); no winner is named. Next: race them (hydra/sweeper=race over "
+                              f"{ALPHA:g} ({how}){out}; no winner is named. Next: race them (hydra/sweeper=race over "
                               f"their values), or repeat them over at least {need} seeds (report.repeats)"], tied)
 
 
 def race(record, rows: List[dict]) -> Confidence:
     """The verdict of a race (``race.json``): its winner, its last standing, or its tie set."""
-    from fastpipe.sweeps.race import stats
+    verdict = _race_verdict(record)
+    if record.older:
+        verdict.lines.append("- note: an earlier fastpipe decided this race with other tests (Friedman's with "
+                             "Conover's against the leader, a one-sided Wilcoxon test for two), which did not hold "
+                             "their alpha over the looks: race the configurations again for a verdict that does")
+    return verdict
 
+
+def _race_verdict(record) -> Confidence:
     alpha, seeds = record.settings.get("alpha", ALPHA), len(record.rounds)
     failed = [f"job {n} in round {e['round']}" for n, e in record.eliminated.items() if e.get("p") is None]
     if record.stopped_by is None:
         return Confidence("tie", [f"- race: still running or stopped after {seeds} round(s): no verdict yet "
                                   "(sweep.resume=true continues it)"], list(record.survivors or record.entrants))
     if record.winner is not None:
+        from fastpipe.sweeps.race import stats
+
         return Confidence("separated", [
             f"- winner: job {record.winner}: every other job was sent out by a two-sided sign test of its paired seeds "
             f"(alpha {alpha:g} over the whole race: {stats.pairs_of(len(record.entrants))} pair(s), a look after "
@@ -176,7 +212,7 @@ def race(record, rows: List[dict]) -> Confidence:
         return Confidence("last_standing", [
             f"- last standing: job {record.last_standing}, after {seeds} seeds: the others failed ({', '.join(failed)}) "
             "and it was never tested against them, so no winner is named and no best.yaml is written (--save-best "
-            "PATH --force saves it anyway)"], [record.last_standing])
+            "PATH --force saves it anyway)"])
     if not record.tie:
         return Confidence("none", ["- race: every job failed: no winner"])
     why = {"max_rounds": "max_rounds reached", "max_wall_s": "max_wall_s reached"}.get(record.stopped_by,

@@ -146,20 +146,21 @@ def race_lines(record) -> List[str]:
     seeds = f"seeds {record.seed_base}..{record.seed_base + len(rounds) - 1}" if rounds else "no round yet"
     who = "the finalists' race" if record.folder else "race"
     first = planned(record).first_look(len(record.entrants))
+    method = "an earlier fastpipe's tests" if record.older else METHOD
     lines = [f"- {who}: {len(record.entrants)} configurations over {seeds} (tests from the {ordinal(first)} seed, at "
-             f"most {s['max_rounds']} seeds; alpha {s['alpha']:g} over the whole race: {METHOD}; {cap}); "
+             f"most {s['max_rounds']} seeds; alpha {s['alpha']:g} over the whole race: {method}; {cap}); "
              f"{len(rounds)} round(s), {runs} runs in {_duration(record.wall_s())} of rounds"
              + (f", {record.parallel} at a time" if record.parallel > 1 else "")
              + (f"; stopped: {record.stopped_by.replace('_', ' ')}" if record.stopped_by else "")]
-    out = [f"job {n} after round {e['round']} (by job {e.get('by')}, {p_text(e['p'])})"
+    out = [f"job {n} after round {e['round']} ({_by(e)}{p_text(e['p'])})"
            for n, e in record.eliminated.items() if e["p"] is not None]
     failed = [f"job {n} in round {e['round']} ({e['reason']})" for n, e in record.eliminated.items() if e["p"] is None]
     if out or failed:
         lines.append("- " + "; ".join(x for x in (f"sent out: {', '.join(out)}" if out else "",
                                                   f"failed: {', '.join(failed)}" if failed else "") if x))
-    capped = [r for r in rounds if r.get("capped")]
+    capped = [r for r in rounds if r.get("capped") and r.get("cap_s")]  # without a cap: the runs' own time budget
     if capped:
-        spent = sum(r["cap_s"] * len(r["capped"]) for r in capped if r.get("cap_s"))
+        spent = sum(r["cap_s"] * len(r["capped"]) for r in capped)
         lines.append(f"- caps: {sum(len(r['capped']) for r in capped)} run(s) stopped at their round's cap and count as "
                      f"misses (rounds {', '.join(str(r['round']) for r in capped)}; {spent:,.0f} s of training spent "
                      "on them)")
@@ -171,6 +172,11 @@ def race_lines(record) -> List[str]:
         lines.append(f"- cost: {runs} runs against {len(record.entrants) * len(rounds)} for every job on every seed "
                      f"(report.repeats={len(rounds)})")
     return lines
+
+
+def _by(eliminated: dict) -> str:
+    """``by job J, `` for a job a pair's test sent out (an earlier fastpipe's races did not record who)."""
+    return "" if eliminated.get("by") is None else f"by job {eliminated['by']}, "
 
 
 def _status_counts(rows: List[dict]) -> str:

@@ -28,7 +28,8 @@ def _fate(r: dict) -> str:
     though it never reached the target (a tie is "not told apart yet", not "as fast")."""
     race = r.get("race") or {}
     if race.get("state") == "out":
-        return f" (out after round {race['round']}, by job {race.get('by')}, {p_text(race['p'])})"
+        by = f"by job {race['by']}, " if race.get("by") is not None else ""
+        return f" (out after round {race['round']}, {by}{p_text(race['p'])})"
     return " (not told apart from the others yet)" if race.get("state") == "tie" and r["time_to_target_s"] is None else ""
 
 

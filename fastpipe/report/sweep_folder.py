@@ -105,9 +105,12 @@ def spec_from_config(cfg: DictConfig) -> SweepSpec:
 
 
 def load_spec(sweep_dir: Path) -> SweepSpec:
-    """The spec saved by Hydra's sweeper in ``multirun.yaml`` (defaults if the file is absent)."""
+    """The spec saved by Hydra's sweeper in ``multirun.yaml`` (defaults if the file is absent: by time to
+    target where a race's record says the folder is a race, which races by nothing else)."""
     path = Path(sweep_dir) / "multirun.yaml"
-    return spec_from_config(OmegaConf.load(path)) if path.is_file() else SweepSpec()
+    if path.is_file():
+        return spec_from_config(OmegaConf.load(path))
+    return SweepSpec(objective="time_to_target" if (Path(sweep_dir) / "race.json").is_file() else "throughput")
 
 
 def load_jobs(sweep_dir: Path) -> List[Job]:

@@ -15,11 +15,6 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 
-def quote(value: str) -> str:
-    """``value`` as a quoted Hydra override value."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 class GridSweeper(Sweeper):
     """A sweeper over the basic sweeper's grid that launches its own batches (halving rounds, race rounds)."""
 

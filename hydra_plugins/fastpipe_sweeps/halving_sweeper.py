@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from hydra_plugins.fastpipe_sweeps.grid import GridSweeper, quote, refuse
+from fastpipe.record.overrides import quote
+from hydra_plugins.fastpipe_sweeps.grid import GridSweeper, refuse
 
 
 class HalvingSweeper(GridSweeper):

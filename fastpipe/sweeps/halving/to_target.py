@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 from fastpipe.errors import ConfigError
 from fastpipe.record import results as run_results
 from fastpipe.sweeps.halving.plan import Grid, HalvingRecord, HalvingSettings, Launch
-from fastpipe.sweeps.race.rounds import RaceSettings, read as read_race
+from fastpipe.sweeps.race.rounds import RaceSettings, earlier_race
 from fastpipe.sweeps.race.run import new_record, run_race
 
 log = logging.getLogger(__name__)
@@ -229,9 +229,10 @@ def _race_contenders(launch: Launch, grid: Grid, target: TargetSettings, contend
         settings = replace(settings, max_rounds=enough)
     record = new_record(grid.combos, int(grid.configs[0].seed), grid.baseline, settings, clock, grid.parallel,
                         folder="race/", entrants=contenders)
-    log.info(f"Racing the contenders {contenders} over {target.finalist_rounds} seeds before naming a winner")
+    earlier = earlier_race(grid.folder, record)  # a resume with other looks is refused, as the race sweeper's is
+    log.info(f"Racing the contenders {contenders} over at most {settings.max_rounds} seeds before naming a winner")
     run_race(lambda batch, stage: launch(batch, f"the finalists' race, {stage}"), record, settings, grid.folder,
-             clock, extra, earlier=read_race(grid.folder))
+             clock, extra, earlier=earlier)
 
 
 def _higher_is_better(records) -> bool:

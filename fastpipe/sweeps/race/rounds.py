@@ -32,6 +32,7 @@ from fastpipe.sweeps.race.stats import p_text, ranking
 
 FILE = "race.json"
 SCHEMA_VERSION = 3  # 3: pairwise sign tests (was Friedman/Conover and Wilcoxon), last standing, schema_version
+OLDER = (1, 2)  # races an earlier fastpipe decided ("version"): reported as they were decided, never resumed
 ROUND_PREFIX = "round-"
 
 
@@ -169,7 +170,14 @@ class RaceRecord:
 
     @classmethod
     def from_json(cls, data: dict) -> "RaceRecord":
-        return cls(**{k: data[k] for k in cls.KEYS if k in data})
+        record = cls(**{k: data[k] for k in cls.KEYS if k in data})
+        record.schema_version = data.get("schema_version", data.get("version", SCHEMA_VERSION))
+        return record
+
+    @property
+    def older(self) -> bool:
+        """Decided by an earlier fastpipe's tests (Friedman/Conover, a one-sided Wilcoxon test)."""
+        return self.schema_version in OLDER
 
     def write(self, sweep_dir: Path) -> None:
         write_json_atomic(Path(sweep_dir) / FILE, self.to_json())
@@ -203,6 +211,9 @@ def read(sweep_dir: Path) -> Optional[RaceRecord]:
     return RaceRecord.from_json(data)
 
 
+PLAN = ("alpha", "max_rounds", "clock")  # a resume may change the rest (min_rounds, the caps, max_wall_s)
+
+
 def earlier_race(sweep_dir: Path, record: RaceRecord) -> Optional[RaceRecord]:
     """The record a stopped race left in ``sweep_dir`` (None: none, or a damaged one, which the resumed
     rounds write anew); ConfigError when it planned other looks than ``record`` (its settings or grid):
@@ -214,11 +225,14 @@ def earlier_race(sweep_dir: Path, record: RaceRecord) -> Optional[RaceRecord]:
         return None
     if earlier is None:
         return None
-    changed = [k for k in sorted(set(record.settings) | set(earlier.settings))
-               if record.settings.get(k) != earlier.settings.get(k)]
+    if earlier.older:
+        raise ConfigError(f"{Path(sweep_dir) / FILE} is a race an earlier fastpipe decided with other tests: its rounds "
+                          "cannot go on under this one's; race the configurations again in a new hydra.sweep.dir")
+    names = {"clock": "report.target_clock"}  # the looks' plan: what the level and the times depend on
+    changed = [k for k in PLAN if record.settings.get(k) != earlier.settings.get(k)]
     if changed or earlier.combos != record.combos or earlier.seed_base != record.seed_base:
-        what = (", ".join(f"hydra.sweeper.{k}={earlier.settings.get(k)} (now {record.settings.get(k)})" for k in changed)
-                if changed else "its grid or its seed")
+        what = (", ".join(f"{names.get(k, 'hydra.sweeper.' + k)}={earlier.settings.get(k)} (now "
+                          f"{record.settings.get(k)})" for k in changed) if changed else "its grid or its seed")
         raise ConfigError(f"{Path(sweep_dir) / FILE} is a race planned with {what}: a race's looks are fixed before "
                           "its seeds are seen, so raising max_rounds after a tie (or changing the alpha) would spend "
                           "its alpha again. Race the tied configurations as a new race in a new hydra.sweep.dir, or "
@@ -236,10 +250,10 @@ def problem(data, sweep_dir: Path) -> Optional[str]:
     """What makes ``data`` (race.json's content) no record of the race in ``sweep_dir``, or None."""
     if not isinstance(data, dict):
         return f"it holds a JSON {type(data).__name__}, not an object"
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        return (f"schema_version {version!r}, this fastpipe reads {SCHEMA_VERSION}" if version is not None
-                else "no schema_version (written by an older fastpipe, or not by a race)")
+    version = data.get("schema_version", data.get("version"))  # before 3: "version"
+    if version not in OLDER + (SCHEMA_VERSION,):
+        return (f"schema_version {version!r}, this fastpipe reads {SCHEMA_VERSION} and the older "
+                f"{', '.join(map(str, OLDER))}" if version is not None else "no schema_version (not written by a race)")
     kinds = {"settings": dict, "seed_base": int, "combos": list, "entrants": list, "rounds": list,
              "eliminated": dict, "folder": str}
     for key, kind in kinds.items():

@@ -9,6 +9,7 @@ so the rounds, caps and tests come out as they did, and the first unfinished rou
 from __future__ import annotations
 
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -27,11 +28,14 @@ Launch = Callable[[List[List[str]], str], object]  # (batch of jobs' overrides, 
 def round_batch(record: RaceRecord, survivors: List[int], round_no: int, cap_s: Optional[float],
                 extra: List[str]) -> List[List[str]]:
     """Each survivor's overrides for round ``round_no``: its own, the round's seed, folder and cap. The
-    order turns by one each round, so that no configuration always runs first (on a cold machine) or last."""
+    order is shuffled each round (seeded by the round's seed, so a resume runs the same order): whatever
+    running first or later does to a time (a cold machine, a cache the first job fills), it falls on
+    each configuration of a pair alike, which keeps their sign test fair."""
     seed = record.seed_base + round_no
-    turn = round_no % len(survivors)
+    order = list(survivors)
+    random.Random(seed).shuffle(order)
     batch = []
-    for n in survivors[turn:] + survivors[:turn]:
+    for n in order:
         own = [o for o in record.combos[n] if not o.lstrip("+~").startswith("seed=")]
         batch.append(own + [f"seed={seed}", f"hydra.sweep.subdir={round_folder(n, round_no, record.folder)}"]
                      + ([f"train.time_budget_s={cap_s:.6g}"] if cap_s else []) + extra)

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from fastpipe.errors import ConfigError
 from fastpipe.record import results
+from fastpipe.record.overrides import quote
 
 FOLDER = "lr-search"
 FACTOR = "optimizer.lr_auto_factor"
@@ -60,4 +61,6 @@ def found(sweep_dir: Path) -> dict:
 
 def reuse(sweep_dir: Path, lr_search: Optional[dict]) -> List[str]:
     """The override every round's job gets to reuse the race's range test (none without one)."""
-    return [] if not lr_search else [f"train.lr_find_from={(Path(sweep_dir) / lr_search['folder']).resolve()}"]
+    if not lr_search:
+        return []
+    return [f"train.lr_find_from={quote(str((Path(sweep_dir) / lr_search['folder']).resolve()))}"]

@@ -92,13 +92,14 @@ def level(alpha: float, pairs: int, seeds: int, sequential: bool = True) -> floa
     if not sequential:
         return share
     candidates = sorted({sign_p(w, n) for n in range(1, seeds + 1) for w in range(n + 1)})
-    best = 0.0
-    for candidate in candidates:  # crossing() grows with the level: the last that fits is the answer
-        if crossing(candidate, seeds) <= share:
-            best = candidate
+    low, high = 0, len(candidates)  # crossing() grows with the level: the last candidate that fits, by bisection
+    while low < high:
+        mid = (low + high) // 2
+        if crossing(candidates[mid], seeds) <= share:
+            low = mid + 1
         else:
-            break
-    return best
+            high = mid
+    return candidates[low - 1] if low else 0.0
 
 
 def fewest_seeds(alpha: float, pairs: int, seeds: int, sequential: bool = True) -> Optional[int]:

@@ -15,7 +15,7 @@ from fastpipe.train import graph
 from fastpipe.finders import lr_range
 
 AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"]
-KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds"}
+KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds", "seed"}
 
 
 def _found(*extra):

@@ -55,10 +55,25 @@ def test_the_last_standing_is_named_so_and_nothing_is_saved_without_force(tmp_pa
     md = (tmp_path / "report.md").read_text()
     assert result.best is None and result.candidate["job"] == 0 and result.confidence.kind == "last_standing"
     assert "- last standing: job 0, after 2 seeds: the others failed (job 1 in round 1)" in md and "separated" not in md
-    assert "| last standing, 2 seeds |" in md and not (tmp_path / "best.yaml").exists()
+    assert "| last standing, 2 seeds |" in md and "(tie)" not in md and not (tmp_path / "best.yaml").exists()
     assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml")]) == 2
     assert "job 0 is the last standing, never tested against the job(s) that failed" in capsys.readouterr().err
     assert report_main([str(tmp_path), "--quiet", "--save-best", str(tmp_path / "w.yaml"), "--force"]) == 0
+
+
+def test_a_race_an_earlier_fastpipe_decided_is_reported_with_a_note(tmp_path):
+    import json
+
+    race(tmp_path, lambda n, seed: noisy(10.0)(seed) + 3.0 * n, n=2)
+    record = json.loads((tmp_path / "race.json").read_text())
+    record = {k: v for k, v in record.items() if k not in ("schema_version", "last_standing", "lr_search")}
+    for e in record["eliminated"].values():
+        e.pop("by")  # an earlier race did not record who sent a job out
+    (tmp_path / "race.json").write_text(json.dumps(dict(record, version=2)))
+    result = write_report(tmp_path)  # no multirun.yaml: race.json says it ranks by time to target
+    md = (tmp_path / "report.md").read_text()
+    assert result.best["job"] == 0 and "an earlier fastpipe decided this race with other tests" in md
+    assert "sent out: job 1 after round 5 (p = 0.031)" in md and "by job None" not in md
 
 
 def test_a_damaged_race_json_is_one_line_and_writes_nothing(tmp_path, capsys):

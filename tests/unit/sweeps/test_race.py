@@ -169,14 +169,43 @@ def test_a_finished_race_resumed_with_more_rounds_is_refused(tmp_path):
     again = new_record(record.combos, 0, 0, RaceSettings(max_rounds=12), "training", 1)
     with pytest.raises(ConfigError, match=r"hydra.sweeper.max_rounds=6 \(now 12\).*new race"):
         earlier_race(tmp_path, again)
-    same = new_record(record.combos, 0, 0, RaceSettings(max_rounds=6), "training", 1)
-    assert earlier_race(tmp_path, same).rounds == record.rounds
+    same = new_record(record.combos, 0, 0, RaceSettings(max_rounds=6, max_wall_s=900, cap=3.0), "training", 1)
+    assert earlier_race(tmp_path, same).rounds == record.rounds  # caps and max_wall_s do not plan the looks
+    other_clock = new_record(record.combos, 0, 0, RaceSettings(max_rounds=6), "end_to_end", 1)
+    with pytest.raises(ConfigError, match=r"report.target_clock=training \(now end_to_end\)"):
+        earlier_race(tmp_path, other_clock)
+
+
+def test_a_race_an_earlier_fastpipe_decided_is_reported_as_decided_and_never_resumed(tmp_path):
+    from fastpipe.errors import ConfigError
+    from fastpipe.sweeps.race.rounds import earlier_race
+    from fastpipe.sweeps.race.run import new_record
+
+    record, _ = race(tmp_path, lambda n, seed: 10.0 + n, n=2, max_rounds=6)
+    old = {k: v for k, v in record.to_json().items() if k not in ("schema_version", "last_standing", "lr_search")}
+    (tmp_path / "race.json").write_text(json.dumps(dict(old, version=2)))
+    assert read(tmp_path).older and read(tmp_path).winner == 0
+    with pytest.raises(ConfigError, match="an earlier fastpipe decided with other tests"):
+        earlier_race(tmp_path, new_record(record.combos, 0, 0, RaceSettings(max_rounds=6), "training", 1))
+
+
+def test_each_rounds_order_is_shuffled_by_its_seed_so_no_configuration_always_trains_first(tmp_path):
+    # issue 54 review: a rotation ran A before B in two rounds of three; an order effect then biases the pair
+    from fastpipe.sweeps.race.run import new_record, round_batch
+
+    record = new_record([[f"optimizer.lr={j}"] for j in range(3)], 0, 0, RaceSettings(), "training", 1)
+    def order(k):
+        return [int(overrides[0].split("=")[1]) for overrides in round_batch(record, [0, 1, 2], k, None, [])]
+
+    orders = [order(k) for k in range(300)]
+    share = sum(o.index(0) < o.index(1) for o in orders) / len(orders)
+    assert 0.4 < share < 0.6 and orders[7] == order(7)  # seeded by the round's seed: a resume runs the same order
 
 
 @pytest.mark.parametrize("damage, says", [
     (lambda d: "[1, 2, 3]", "holds a JSON list"),
     (lambda d: "{", "unreadable"),
-    (lambda d: json.dumps(dict(d, schema_version=2)), "schema_version 2"),
+    (lambda d: json.dumps(dict(d, schema_version=9)), "schema_version 9, this fastpipe reads 3 and the older 1, 2"),
     (lambda d: json.dumps({k: v for k, v in d.items() if k != "rounds"}), "'rounds' is missing"),
     (lambda d: json.dumps(dict(d, entrants=[0, 7])), "entrants are not configurations"),
     (lambda d: json.dumps(dict(d, rounds=d["rounds"] + [dict(d["rounds"][-1], round=len(d["rounds"]))])),
@@ -219,7 +248,7 @@ def test_a_race_of_found_rates_runs_the_range_test_once_and_every_job_reuses_it(
     assert job == ["train.lr_find_only=true", "hydra.sweep.subdir=lr-search"]
     record, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=3, combos=combos, lr_search=job, max_rounds=9)
     assert launch.searched == 1 and record.lr_search == {"folder": "lr-search", "suggestion": 0.002}
-    reuse = f"train.lr_find_from={(tmp_path / 'lr-search').resolve()}"
+    reuse = f"train.lr_find_from='{(tmp_path / 'lr-search').resolve()}'"  # quoted: a comma in a path is no sweep
     assert len(launch.overrides) == sum(len(r["jobs"]) for r in record.rounds) and all(reuse in o for o in launch.overrides)
     again, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=3, combos=combos, lr_search=job, max_rounds=9,
                          earlier=read(tmp_path))  # sweep.resume=true: the finished test is skipped by its job
