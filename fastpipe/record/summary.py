@@ -39,6 +39,21 @@ def epochs_text(r: RunRecord) -> str:
     return f"epochs {len(times)}: median {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f} s)"
 
 
+def lr_search_text(r: RunRecord) -> str:
+    """optimizer.lr=auto's range test: the rate, and what the test cost against the run's time to target
+    (or its training time): set-up time, off the training clock, but paid before every run that searches."""
+    s = r.lr_search
+    rate = s["suggestion"] * s.get("factor", 1.0)
+    what = f"{rate:.3g} ({s['rule']} of a {s['steps']}-step range test"
+    if s.get("reused_from"):
+        return f"{what} reused from {s['reused_from']}: 0 s here)"
+    reached = (r.target or {}).get("reached") and (r.target or {}).get("seconds")
+    against = (f"{100 * s['seconds'] / reached:.0f} % of the {reached:.1f} s to the target" if reached else
+               f"{100 * s['seconds'] / r.time_breakdown_s['train']:.0f} % of the {r.time_breakdown_s['train']:.1f} s "
+               "of training" if (r.time_breakdown_s or {}).get("train") else "")
+    return f"{what}) in {s['seconds']:.1f} s of set-up" + (f": {against}" if against else "")
+
+
 def summary_text(r: RunRecord) -> str:
     """The run's summary: its steady-state numbers, held-out metrics, FLOPs and warnings."""
     if r.status != "ok":
@@ -64,6 +79,8 @@ def summary_text(r: RunRecord) -> str:
                         else ""))
     if r.target:
         lines.append(f"  target       {target_text(r.target)}")
+    if r.lr_search:
+        lines.append(f"  lr search    {lr_search_text(r)}")
     if r.time_breakdown_s:
         t, parts = r.time_breakdown_s, r.setup_parts_s
         top = max(parts, key=parts.get) if parts else None

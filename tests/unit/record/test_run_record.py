@@ -330,3 +330,20 @@ def test_a_sweep_folder_is_refused_for_its_finished_jobs_and_a_record_that_is_no
     (tmp_path / "1" / "round-0" / results.FILE).write_text(json.dumps({"status": "ok"}))
     with pytest.raises(ConfigError, match=r"holds a sweep whose 1 job\(s\) finished \(1/round-0/ first\)"):
         results.refuse_finished_sweep(tmp_path)
+
+
+def test_the_summary_says_what_the_range_test_cost_against_the_time_to_target():
+    # issue 55 item 4: the range test is set-up time every run that searches pays; the summary says how much
+    from fastpipe.record.run_record import RunRecord
+
+    search = {"rule": "valley", "steps": 100, "suggestion": 0.0005, "factor": 2.0, "seconds": 13.7}
+    target = {"metric": "accuracy", "value": 0.9, "reached": True, "seconds": 22.2, "seconds_end_to_end": 40.0,
+              "steps": 250, "samples": 64000, "reached_value": 0.93, "best_value": 0.93}
+    clock = {"wall_s": 60.0, "setup": 20.0, "compile": 0.0, "train": 30.0, "eval": 5.0, "checkpoint": 0.0}
+    reached = RunRecord(status="ok", lr_search=search, target=target, time_breakdown_s=clock)
+    assert "  lr search    0.001 (valley of a 100-step range test) in 13.7 s of set-up: 62 % of the 22.2 s to the " \
+           "target" in summary_text(reached)
+    missed = RunRecord.from_dict(reached.to_dict()).set(target=dict(target, reached=False, seconds=40.0))
+    assert "13.7 s of set-up: 46 % of the 30.0 s of training" in summary_text(missed)
+    reused = RunRecord.from_dict(reached.to_dict()).set(lr_search=dict(search, reused_from="/sweep/lr-search"))
+    assert "0.001 (valley of a 100-step range test reused from /sweep/lr-search: 0 s here)" in summary_text(reused)
