@@ -44,7 +44,7 @@ class RaceSweeper(GridSweeper):
             record = new_record(combos, int(configs[0].seed), self.baseline(combos, configs), settings, clock,
                                 self.parallel())
             earlier = earlier_race(sweep_dir, record)
-            lr_search = shared_lr.search_job(combos[0]) if shared_lr.shared(configs) else None
+            sharing = shared_lr.sharing(configs)
         except ConfigError as exc:
             refuse(exc)
         first = settings.first_look(len(combos))
@@ -53,7 +53,7 @@ class RaceSweeper(GridSweeper):
         returns: List[list] = []
         try:
             run_race(lambda batch, stage: returns.append(self.launch_batch(batch, stage)), record, settings, sweep_dir,
-                     clock, earlier=earlier, lr_search=lr_search)
+                     clock, earlier=earlier, sharing=sharing)
         except ConfigError as exc:  # the shared range test failed: no round ran
             refuse(exc)
         return returns

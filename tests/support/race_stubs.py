@@ -75,14 +75,14 @@ class WallClock:
 
 
 def race(tmp_path, times, n=4, failing=(), earlier=None, stop_in_round=None, combos=None, extra=None, late=False,
-         clock=None, lr_search=None, **settings):
+         clock=None, sharing=(), **settings):
     """Race ``n`` stub configurations (``optimizer.lr=j``, or ``combos``) into ``tmp_path``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     launch = StubLaunch(tmp_path, times, failing, stop_in_round, extra, late, clock)
     combos = combos or [[f"optimizer.lr={j}"] for j in range(n)]
     record = new_record(combos, 0, 0, RaceSettings(**settings), "training", 1)
     return run_race(launch, record, RaceSettings(**settings), tmp_path, "training", earlier=earlier,
-                    lr_search=lr_search), launch
+                    sharing=sharing), launch
 
 
 def noisy(base, spread=1.0):

@@ -158,7 +158,7 @@ class RaceRecord:
     started: float = field(default_factory=time.time)
     ended: Optional[float] = None
     parallel: int = 1
-    lr_search: Optional[dict] = None  # {folder, suggestion}: the one range test every job reused (shared_lr.py)
+    lr_search: Optional[dict] = None  # {folder, suggestion, jobs}: the one range test those jobs reused (shared_lr.py)
     schema_version: int = SCHEMA_VERSION
 
     KEYS = ("schema_version", "settings", "seed_base", "combos", "baseline", "entrants", "folder", "rounds", "winner",

@@ -26,7 +26,7 @@ Launch = Callable[[List[List[str]], str], object]  # (batch of jobs' overrides, 
 
 
 def round_batch(record: RaceRecord, survivors: List[int], round_no: int, cap_s: Optional[float],
-                extra: List[str]) -> List[List[str]]:
+                extra: List[str], sweep_dir: Path = Path(".")) -> List[List[str]]:
     """Each survivor's overrides for round ``round_no``: its own, the round's seed, folder and cap. The
     order is shuffled each round (seeded by the round's seed, so a resume runs the same order): whatever
     running first or later does to a time (a cold machine, a cache the first job fills), it falls on
@@ -38,7 +38,8 @@ def round_batch(record: RaceRecord, survivors: List[int], round_no: int, cap_s: 
     for n in order:
         own = [o for o in record.combos[n] if not o.lstrip("+~").startswith("seed=")]
         batch.append(own + [f"seed={seed}", f"hydra.sweep.subdir={round_folder(n, round_no, record.folder)}"]
-                     + ([f"train.time_budget_s={cap_s:.6g}"] if cap_s else []) + extra)
+                     + ([f"train.time_budget_s={cap_s:.6g}"] if cap_s else []) + extra
+                     + shared_lr.reuse(sweep_dir, record.lr_search, n))
     return batch
 
 
@@ -83,18 +84,17 @@ def combine(sweep_dir: Path, record: RaceRecord, num: int) -> None:
 
 def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_dir: Path, clock: str,
              extra: List[str] = (), earlier: Optional[RaceRecord] = None,
-             lr_search: Optional[List[str]] = None) -> RaceRecord:
+             sharing: List[int] = ()) -> RaceRecord:
     """Race every configuration of ``record.combos`` (module docstring); returns the finished record.
     ``earlier``: the record a stopped race left, whose rounds' wall-clock times are kept on resume;
-    ``lr_search``: the overrides of the one range test every job reuses (shared_lr.py), run first."""
+    ``sharing``: the configurations that run the same range test (shared_lr.py): it runs first, once."""
     survivors, stopped_by = list(record.entrants), "max_rounds"
     record.write(sweep_dir)
-    if lr_search is not None:
-        launch([lr_search], "the range test")
-        record.lr_search = shared_lr.found(sweep_dir)
-        extra = list(extra) + shared_lr.reuse(sweep_dir, record.lr_search)
-        log.info(f"Race: every job trains from the range test's suggestion {record.lr_search['suggestion']:.3g} "
-                 f"({shared_lr.FOLDER}/) times its factor")
+    if sharing:
+        launch([shared_lr.search_job(record.combos[sharing[0]])], "the range test")
+        record.lr_search = dict(shared_lr.found(sweep_dir), jobs=sorted(sharing))
+        log.info(f"Race: jobs {sorted(sharing)} train from the range test's suggestion "
+                 f"{record.lr_search['suggestion']:.3g} ({shared_lr.FOLDER}/) times their factor")
     for round_no in range(settings.max_rounds):
         if settings.max_wall_s is not None and record.wall_s() >= settings.max_wall_s:
             stopped_by = "max_wall_s"
@@ -104,7 +104,7 @@ def run_race(launch: Launch, record: RaceRecord, settings: RaceSettings, sweep_d
         entry = {"round": round_no, "seed": seed, "jobs": list(survivors), "cap_s": cap_s, "started": time.time()}
         log.info(f"Race round {round_no}: {len(survivors)} configuration(s) with seed {seed}"
                  + (f", capped at {cap_s:.1f} s of training" if cap_s else ""))
-        launch(round_batch(record, survivors, round_no, cap_s, list(extra)), f"round {round_no} (seed {seed})")
+        launch(round_batch(record, survivors, round_no, cap_s, list(extra), sweep_dir), f"round {round_no} (seed {seed})")
         runs = {n: results.read(Path(sweep_dir) / round_folder(n, round_no, record.folder)) for n in survivors}
         values, training, reached, capped, failed = outcome(runs, clock, cap_s)
         entry.update(values=values, training_s=training, reached=reached, capped=capped,

@@ -1,11 +1,12 @@
 """One range test for a whole race of ``optimizer.lr=auto`` jobs (``+sweep=lr``).
 
-When every configuration finds its rate with the same range test (``optimizer.lr=auto`` with a fixed
-``train.lr_find_seed``, the configurations differing only in ``optimizer.lr_auto_factor``), the test's
-answer is the same in every job of every round. The race then runs it once, before round 0, as a job
-of its own in ``lr-search/`` (``train.lr_find_only=true``), and every round's job reuses it
-(``train.lr_find_from``): race.json's ``lr_search`` names the folder and the suggestion, each job's
-metrics.json ``lr_search.reused_from`` the folder.
+When configurations find their rate with the same range test (``optimizer.lr=auto`` with a fixed
+``train.lr_find_seed``, differing only in ``optimizer.lr_auto_factor``), the test's answer is the same
+in each of their jobs in every round. The race then runs it once, before round 0, as a job of its own
+in ``lr-search/`` (``train.lr_find_only=true``), and each of their jobs reuses it
+(``train.lr_find_from``): race.json's ``lr_search`` names the folder, the suggestion and the
+configurations, each job's metrics.json ``lr_search.reused_from`` the folder. Other configurations (a
+given rate) race as they are.
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ FOLDER = "lr-search"
 FACTOR = "optimizer.lr_auto_factor"
 
 
-def shared(configs: list) -> bool:
-    """Whether the composed ``configs`` all run the same range test: lr=auto, a fixed lr_find_seed, no
-    lr_find_from of their own, and nothing else different but the factor and the seed."""
+def sharing(configs: list) -> List[int]:
+    """The configurations (their grid numbers) among the composed ``configs`` that run the same range
+    test: lr=auto with a fixed lr_find_seed, no lr_find_from of their own, and nothing else different but
+    the factor and the seed (``+sweep=lr``'s given rate is not one of them); [] when fewer than two do."""
     def essence(c) -> dict:
         plain = OmegaConf.to_container(c, resolve=False)
         plain.pop("hydra", None)
@@ -32,13 +34,13 @@ def shared(configs: list) -> bool:
         plain.get("optimizer", {}).pop("lr_auto_factor", None)
         return plain
 
-    train = [c.train for c in configs]
-    if not all(str(c.optimizer.get("lr")) == "auto" for c in configs):
-        return False
-    if any(t.get("lr_find_seed") is None or t.get("lr_find_from") or t.get("lr_find_only") for t in train):
-        return False
-    first = essence(configs[0])
-    return all(essence(c) == first for c in configs[1:])
+    auto = [i for i, c in enumerate(configs) if str(c.optimizer.get("lr")) == "auto"
+            and c.train.get("lr_find_seed") is not None and not c.train.get("lr_find_from")
+            and not c.train.get("lr_find_only")]
+    if len(auto) < 2:
+        return []
+    first = essence(configs[auto[0]])
+    return auto if all(essence(configs[i]) == first for i in auto[1:]) else []
 
 
 def search_job(combo: List[str]) -> List[str]:
@@ -59,8 +61,9 @@ def found(sweep_dir: Path) -> dict:
     return {"folder": FOLDER, "suggestion": search["suggestion"]}
 
 
-def reuse(sweep_dir: Path, lr_search: Optional[dict]) -> List[str]:
-    """The override every round's job gets to reuse the race's range test (none without one)."""
-    if not lr_search:
+def reuse(sweep_dir: Path, lr_search: Optional[dict], num: int) -> List[str]:
+    """The override configuration ``num``'s job gets to reuse the race's range test (none without one, or
+    for a configuration that does not share it)."""
+    if not lr_search or num not in lr_search.get("jobs", ()):
         return []
     return [f"train.lr_find_from={quote(str((Path(sweep_dir) / lr_search['folder']).resolve()))}"]

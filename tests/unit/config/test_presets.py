@@ -31,7 +31,7 @@ def test_presets_compose_the_ladder_steps():
     assert first_values(SweepSpec(["+sweep=ladder"], dict(params))) == ["+ladder=s0_baseline"]
 
 
-def test_the_lr_preset_races_the_suggestion_against_a_third_and_three_times_it():
+def test_the_lr_preset_races_the_suggestion_against_a_third_three_times_it_and_the_given_rate():
     from hydra import compose as hydra_compose, initialize_config_dir
 
     from fastpipe.config import register_configs
@@ -40,6 +40,12 @@ def test_the_lr_preset_races_the_suggestion_against_a_third_and_three_times_it()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose("config", ["+sweep=lr", "train.target=0.9", "train.eval_every=5"], return_hydra_config=True)
     assert cfg.hydra.sweeper._target_.endswith("RaceSweeper")
-    assert cfg.hydra.sweeper.params == {"optimizer.lr_auto_factor": "0.3,1,3"}
-    assert (cfg.optimizer.lr, cfg.train.lr_find_seed, cfg.report.objective) == ("auto", 0, "time_to_target")
-    assert cfg.report.baseline == "optimizer.lr_auto_factor=1"  # the suggestion itself
+    assert cfg.hydra.sweeper.params == {"+lr_candidate": "given,auto_third,auto,auto_triple"}
+    assert (cfg.train.lr_find_seed, cfg.report.objective) == (0, "time_to_target")
+    assert cfg.optimizer.lr != "auto" and cfg.report.baseline == "+lr_candidate=given"  # the project's own rate
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for choice, factor in (("auto_third", 0.3), ("auto", 1.0), ("auto_triple", 3.0)):
+            cfg = hydra_compose("config", [f"+lr_candidate={choice}"])
+            assert (cfg.optimizer.lr, cfg.optimizer.lr_auto_factor) == ("auto", factor)
+        given = hydra_compose("config", ["+lr_candidate=given", "optimizer.lr=0.05"])
+        assert given.optimizer.lr == 0.05

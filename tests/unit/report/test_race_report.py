@@ -88,42 +88,48 @@ def test_a_damaged_race_json_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "race.json"} == before
 
 
-FACTORS = ["1", "0.3", "3"]  # +sweep=lr's optimizer.lr_auto_factor values, the suggestion itself first
+CANDIDATES = ["given", "auto_third", "auto", "auto_triple"]  # +sweep=lr's lr_candidate group, the given rate first
+FACTORS = {"auto_third": 0.3, "auto": 1.0, "auto_triple": 3.0}
 
 
 def lr_race(tmp_path, times):
-    """A +sweep=lr race of stub jobs (the range test suggested 0.002) and its report."""
-    def search(num):  # job N's lr_search: the same suggestion, its own factor
-        return {"lr_search": {"rule": "valley", "suggestion": 0.002, "factor": float(FACTORS[num])}}
+    """A +sweep=lr race of stub jobs (the range test suggested 0.002; job 0 the project's given rate)."""
+    def search(num):  # the auto jobs' lr_search: the same suggestion, each its own factor
+        factor = FACTORS.get(CANDIDATES[num])
+        return {} if factor is None else {"lr_search": {"rule": "valley", "suggestion": 0.002, "factor": factor}}
 
-    race(tmp_path, times, n=3, extra=search, combos=[[f"optimizer.lr_auto_factor={f}"] for f in FACTORS])
-    result = write_report(tmp_path, SweepSpec(task_overrides=[f"optimizer.lr_auto_factor={','.join(FACTORS)}"],
+    race(tmp_path, times, n=4, extra=search, combos=[[f"+lr_candidate={c}"] for c in CANDIDATES], max_rounds=12)
+    result = write_report(tmp_path, SweepSpec(task_overrides=[f"+lr_candidate={','.join(CANDIDATES)}"],
                                               objective="time_to_target"))
     return result, (tmp_path / "report.md").read_text()
 
 
 def test_the_lr_race_says_whether_the_range_tests_suggestion_won(tmp_path):
+    result, md = lr_race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 3 else 3.0 + n))
+    assert result.best["job"] == 3 and "| lr (found) |" in md and "| 0.006 |" in md
+    assert "- learning rate: 3x the suggestion (0.006) won, median 10." in md
+    assert "commit optimizer.lr=0.006 (or +lr_candidate=auto_triple)" in md
+
+
+def test_the_lr_race_says_the_range_tests_suggestion_won_against_each_candidate(tmp_path):
     result, md = lr_race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 2 else 3.0 + n))
-    assert result.best["job"] == 2 and "| lr (found) |" in md and "| 0.006 |" in md
-    assert "- learning rate: 3x the suggestion won (0.006, median 10." in md
-    assert "commit optimizer.lr=0.006 or optimizer.lr_auto_factor=3" in md
+    assert result.best["job"] == 2 and "- winner: job 2: every other job was sent out" in md
+    line = next(x for x in md.splitlines() if x.startswith("- learning rate:"))
+    assert line.startswith("- learning rate: the range test's suggestion (valley, 0.002) won: median 10.3 s, 1.29x "
+                           "sooner than the next (the given rate); the given rate median 13.3 s (out after round 8, by "
+                           "job 2, p = 0.0039); 0.3x median 14.3 s (out after round 8, by job 0, p = 0.0039)")
+    assert line.endswith(": commit optimizer.lr=0.002 (or +lr_candidate=auto)")
 
 
-def test_the_lr_race_says_the_range_tests_suggestion_won_against_each_multiple(tmp_path):
-    result, md = lr_race(tmp_path, lambda n, seed: noisy(10.0)(seed) + (0.0 if n == 0 else 3.0 + n))
-    assert result.best["job"] == 0 and "- winner: job 0: every other job was sent out" in md
-    assert "- learning rate: the range test's suggestion (valley, 0.002) won: median 10.5 s, 1.38x sooner than the " \
-           "next (0.3x); 0.3x median 14.5 s (out after round 6, by job 0, p = 0.016); 3x median 15.5 s (out after " \
-           "round 6, by job 0, p = 0.016)\n" in md
-
-
-def test_the_lr_race_says_the_range_tests_suggestion_tied_and_with_which_multiple(tmp_path):
+def test_the_lr_race_says_the_range_tests_suggestion_tied_and_with_which_candidate(tmp_path):
     close = noisy(10.0)
-    result, md = lr_race(tmp_path, lambda n, seed: None if n == 1 else close(seed) + (0.3 if (n + seed) % 2 else 0.0))
-    assert result.best is None and sorted(result.confidence.tie) == [0, 2]
-    # "either rate" is said of the tie; the factor that left the race comes after it
-    assert "- learning rate: the range test's suggestion (valley, 0.002) tied with 3x: median 10.5 s; 3x median " \
-           "10.5 s: either rate; 0.3x missed the target in 7 of 7 runs (out after round 6, by job 0, p = 0.016)\n" in md
+    result, md = lr_race(tmp_path, lambda n, seed: None if n in (0, 1) else close(seed) + (0.3 if (n + seed) % 2 else 0.0))
+    assert result.best is None and sorted(result.confidence.tie) == [2, 3]
+    # "either rate" is said of the tie; the candidates that left the race come after it
+    line = next(x for x in md.splitlines() if x.startswith("- learning rate:"))
+    assert line == ("- learning rate: the range test's suggestion (valley, 0.002) tied with 3x: median 10.6 s; 3x median "
+                    "10.6 s: either rate; the given rate missed the target in 9 of 9 runs (out after round 8, by job 2, "
+                    "p = 0.0039); 0.3x missed the target in 9 of 9 runs (out after round 8, by job 2, p = 0.0039)")
 
 
 def test_ordinals_read_as_words_do():

@@ -239,18 +239,20 @@ def test_race_settings_are_checked():
     np.testing.assert_equal(RaceSettings(cap=None).cap, None)
 
 
-def test_a_race_of_found_rates_runs_the_range_test_once_and_every_job_reuses_it(tmp_path):
+def test_a_race_of_found_rates_runs_the_range_test_once_and_every_auto_job_reuses_it(tmp_path):
     # issue 54: +sweep=lr ran the range test in every job of every round (88-92 s each under load)
     from fastpipe.sweeps.race import shared_lr
 
-    combos = [[f"optimizer.lr_auto_factor={f}"] for f in ("0.3", "1", "3")]
-    job = shared_lr.search_job(combos[0] + ["seed=4"])
-    assert job == ["train.lr_find_only=true", "hydra.sweep.subdir=lr-search"]
-    record, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=3, combos=combos, lr_search=job, max_rounds=9)
-    assert launch.searched == 1 and record.lr_search == {"folder": "lr-search", "suggestion": 0.002}
+    combos = [["+lr_candidate=given"]] + [[f"+lr_candidate={c}"] for c in ("auto_third", "auto", "auto_triple")]
+    assert shared_lr.search_job(combos[1] + ["seed=4"]) == ["+lr_candidate=auto_third", "train.lr_find_only=true",
+                                                            "hydra.sweep.subdir=lr-search"]
+    record, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=4, combos=combos, sharing=[1, 2, 3], max_rounds=9)
+    assert launch.searched == 1 and record.lr_search == {"folder": "lr-search", "suggestion": 0.002, "jobs": [1, 2, 3]}
     reuse = f"train.lr_find_from='{(tmp_path / 'lr-search').resolve()}'"  # quoted: a comma in a path is no sweep
-    assert len(launch.overrides) == sum(len(r["jobs"]) for r in record.rounds) and all(reuse in o for o in launch.overrides)
-    again, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=3, combos=combos, lr_search=job, max_rounds=9,
+    runs = [o for o in launch.overrides]
+    assert len(runs) == sum(len(r["jobs"]) for r in record.rounds)
+    assert all((reuse in o) == ("+lr_candidate=given" not in o) for o in runs)  # the given rate races as it is
+    again, launch = race(tmp_path, lambda n, seed: 10.0 + n, n=4, combos=combos, sharing=[1, 2, 3], max_rounds=9,
                          earlier=read(tmp_path))  # sweep.resume=true: the finished test is skipped by its job
     assert launch.searched == 1 and launch.trained == [] and again.lr_search == record.lr_search
 
@@ -258,10 +260,13 @@ def test_a_race_of_found_rates_runs_the_range_test_once_and_every_job_reuses_it(
 def test_only_configurations_that_run_the_same_range_test_share_one():
     from conftest import compose
 
-    from fastpipe.sweeps.race.shared_lr import shared
+    from fastpipe.sweeps.race.shared_lr import sharing
 
     lr = ["optimizer.lr=auto", "train.lr_find_seed=0"]
-    assert shared([compose([*lr, f"optimizer.lr_auto_factor={f}", f"seed={s}"]) for f, s in ((0.3, 0), (3, 1))])
-    assert not shared([compose(["optimizer.lr=auto", f"optimizer.lr_auto_factor={f}"]) for f in (0.3, 3)])  # seed null
-    assert not shared([compose([*lr, f"train.batch_size={b}"]) for b in (16, 32)])  # another batch: another test
-    assert not shared([compose([f"optimizer.lr={r}"]) for r in (0.1, 0.3)])
+    assert sharing([compose([*lr, f"optimizer.lr_auto_factor={f}", f"seed={s}"]) for f, s in ((0.3, 0), (3, 1))]) == [0, 1]
+    plus_given = [compose(["train.lr_find_seed=0"])] + [compose([*lr, f"optimizer.lr_auto_factor={f}"]) for f in (1, 3)]
+    assert sharing(plus_given) == [1, 2]  # the given rate races beside them, on its own
+    assert not sharing([compose(["optimizer.lr=auto", f"optimizer.lr_auto_factor={f}"]) for f in (0.3, 3)])  # seed null
+    assert not sharing([compose([*lr, f"train.batch_size={b}"]) for b in (16, 32)])  # another batch: another test
+    assert not sharing([compose([f"optimizer.lr={r}"]) for r in (0.1, 0.3)])
+
