@@ -57,7 +57,7 @@ def groups_help(*, _root_: DictConfig) -> str:
     """The groups of the root config (with the chosen choice) and the presets added with ``+``."""
     chosen = _root_.hydra.runtime.choices
     groups = group_choices()
-    width = max(map(len, groups), default=0) + 2
+    width = max(map(len, groups), default=0) + 3  # "+", ":" and at least one space before the choices
     picked = [f"  {g + ':':<{width}}{', '.join(options)}   [{chosen[g]}]" for g, options in sorted(groups.items())
               if g in chosen]
     added = [f"  {'+' + g + ':':<{width}}{', '.join(options)}" for g, options in sorted(groups.items()) if g not in chosen]

@@ -101,5 +101,8 @@ def test_the_readme_sweep_runs_every_loader_to_a_report(tmp_path):
     for r in table:
         worse = float(r["metric_value"]) - float(base["metric_value"])
         assert r["parity"] == ("baseline" if r is base else "ok" if worse <= 0.5 + 1e-9 else "FAIL")
-    best = next(r for r in table if r["best"] == "True")
-    assert best["parity"] in ("ok", "baseline") and "mse" in (tmp_path / "sweep" / "best.yaml").read_text()
+    # one run per job: a winner only beyond the noise (issue 54); best.yaml exactly when one is named
+    named = [r for r in table if r["best"] == "True"]
+    assert (tmp_path / "sweep" / "best.yaml").is_file() == bool(named) and len(named) <= 1
+    assert all(r["parity"] in ("ok", "baseline") for r in named)
+    assert named or "- too close to call:" in md

@@ -32,7 +32,8 @@ def test_halving_sweep_prunes_keeps_the_baseline_and_runs_the_finalists_in_full(
         assert m["status"] == "ok" and m["steps"] == 12 and rows[n]["stage"] == "full"
     for n in (1, 2, 3):  # every other combination probed: warm-up 2 + 3 steady-state steps
         assert json.loads((sweep_dir / "probe-1" / str(n) / "metrics.json").read_text())["steps"] == 5
-    best = next(n for n, r in rows.items() if r["best"] == "True")
-    assert best in record.finals and rows[best]["parity"] != "FAIL"
-    assert "- halving: 4 combinations" in (sweep_dir / "report.md").read_text()
-    assert (sweep_dir / "best.yaml").is_file()
+    named = [n for n, r in rows.items() if r["best"] == "True"]  # one run each: a winner only beyond the noise
+    assert all(n in record.finals and rows[n]["parity"] != "FAIL" for n in named)
+    md = (sweep_dir / "report.md").read_text()
+    assert "- halving: 4 combinations" in md and (named or "- too close to call:" in md)
+    assert (sweep_dir / "best.yaml").is_file() == bool(named)

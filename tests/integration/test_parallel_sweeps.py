@@ -100,7 +100,8 @@ def test_parallel_report_has_the_serial_columns_plus_gpus(parallel_sweep, grid_s
     par_head = header(sweep_dir).split(" | ")
     ser_head = [cell for cell in header(serial_dir).split(" | ") if cell != "compile"]
     assert par_head == ser_head[:2] + ["gpus"] + ser_head[2:]
-    assert (sweep_dir / "best.yaml").is_file() and (sweep_dir / "hparams").is_dir()
+    named = any(r["best"] == "True" for r in par_rows)  # one run each: a winner only beyond the noise (issue 54)
+    assert (sweep_dir / "best.yaml").is_file() == named and (sweep_dir / "hparams").is_dir()
 
 
 def test_a_stop_signal_ends_a_parallel_sweep_with_75_and_resume_finishes_it(stopped_sweep, parallel_sweep):
@@ -134,7 +135,7 @@ def test_a_job_process_that_dies_is_a_failed_row_and_resume_skips_the_finished_j
     proc = run()
     assert proc.returncode == 0, proc.stderr[-3000:]  # a dead job is a row; the sweep goes on
     rows = {r["case"]: r for r in read_csv(tmp_path / "sweep" / "report.csv")}
-    assert rows["plain"]["status"] == "ok" and rows["plain"]["best"] == "True"
+    assert rows["plain"]["status"] == "ok" and rows["plain"]["best"] == "True"  # the only job that could win
     assert rows["killed"]["status"] == "failed" and "job process killed by SIGKILL" in rows["killed"]["reason"]
     assert json.loads((tmp_path / "sweep" / "1" / "launcher.json").read_text())["exitcode"] == -signal.SIGKILL
     measured = (tmp_path / "sweep" / "0" / "launcher.json").read_text()

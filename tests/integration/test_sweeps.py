@@ -23,8 +23,9 @@ def read_csv(path: Path):
 
 def test_grid_sweep_writes_every_artefact_with_true_speedups(grid_sweep):
     sweep_dir, proc = grid_sweep
+    named = any(r["best"] == "True" for r in read_csv(sweep_dir / "report.csv"))  # one run each: beyond the noise
     for name in ARTEFACTS:
-        assert (sweep_dir / name).is_file(), name
+        assert (sweep_dir / name).is_file() == (named or name != "best.yaml"), name
     rows = read_csv(sweep_dir / "report.csv")
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     base = next(r for r in rows if r["baseline"] == "True")
@@ -35,7 +36,12 @@ def test_grid_sweep_writes_every_artefact_with_true_speedups(grid_sweep):
     md = (sweep_dir / "report.md").read_text()
     assert md.count("\n| ") == 5 and "torch " in md and "| precision | compile |" in md
     assert "fastpipe sweep report" in proc.stdout  # the callback printed the table
-    best = next(r for r in rows if r["best"] == "True")
+    if not named:  # too close to call: the leader, written on request with --force
+        from fastpipe.report.__main__ import main as report_main
+
+        assert report_main([str(sweep_dir), "--quiet", "--save-best", str(sweep_dir / "best.yaml"), "--force"]) == 0
+    best = next(r for r in rows if r["best"] == "True") if named else max(
+        (r for r in rows if r["parity"] != "FAIL"), key=lambda r: float(r["throughput"]))
     text = (sweep_dir / "best.yaml").read_text()
     assert best["parity"] != "FAIL" and f'override /precision: "{best["precision"]}"' in text
     assert f'override /compile: "{best["compile"]}"' in text
