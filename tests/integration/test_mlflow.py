@@ -89,10 +89,11 @@ def runs_of(uri, experiment: str):
 def sweep(server, tmp_path_factory):
     uri, _ = server
     sweep_dir = tmp_path_factory.mktemp("mlflow-sweep") / "sweep"
-    # Jobs 0 and 1 train in parallel (two CPU lanes, each job in its lane's process); job 2's process is
-    # SIGKILLed at its third step, once its MLflow run exists. The sweep itself runs in this process.
+    # Jobs 0 (fast) and 1 (slow: a winner one run each can name) train in parallel (two CPU lanes, each job in
+    # its lane's process); job 2's process is SIGKILLed at its third step, once its MLflow run exists. The
+    # sweep itself runs in this process.
     args = ["hydra/launcher=gpus", "hydra.launcher.max_parallel=2",
-            "model._target_=fault_models.KilledAt", "+model.after=1000,2000,2",
+            "model._target_=fault_models.KilledAt", "+model.mode=fast,slow,killed",
             "+model.wait_for=${hydra:runtime.output_dir}/trackers.json", "logger=[tensorboard,mlflow]",
             f"logger.mlflow.tracking_uri={uri}", "logger.mlflow.experiment=sweeps", "name=lanes", "tags=[ci,cpu]",
             "train.eval_every=6", *TINY]
@@ -116,7 +117,7 @@ def test_a_sweep_is_a_parent_run_with_a_nested_run_per_job(sweep):
         assert run.data.tags["fastpipe.stage"] == "job" and run.data.tags["ci"] == "true"
         params = run.data.params
         assert params["train.max_steps"] == "12" and params["choices.logger"] == "[tensorboard,mlflow]"
-        assert params["model.after"] == ("1000", "2000")[num] and params["choices.precision"] == "fp32"
+        assert params["model.mode"] == ("fast", "slow")[num] and params["choices.precision"] == "fp32"
         record = json.loads((sweep_dir / str(num) / "metrics.json").read_text())
         code = record["code"]
         assert run.data.tags["mlflow.source.git.commit"] == str((code["project"] or {}).get("commit"))

@@ -103,15 +103,21 @@ class TabularNet(torch.nn.Module):
 
 class KilledAt(TinyCNN):
     """TinyCNN whose process is SIGKILLed (as the out-of-memory killer does) at training forward ``after + 1``;
-    with ``wait_for`` (a trackers.json), once that file names an MLflow run: a tracker run left behind."""
+    with ``wait_for`` (a trackers.json), once that file names an MLflow run: a tracker run left behind.
+    ``mode`` sets both for a sweep's one list: ``fast`` (never killed), ``slow`` (never killed, 50 ms a
+    training forward: a throughput clearly below fast's, so one run each names a winner) or ``killed``."""
 
-    def __init__(self, num_classes: int = 10, after: int = 3, wait_for: str = "") -> None:
+    MODES = {"fast": (10 ** 9, 0.0), "slow": (10 ** 9, 0.05), "killed": (2, 0.0)}
+
+    def __init__(self, num_classes: int = 10, after: int = 3, wait_for: str = "", mode: str = "") -> None:
         super().__init__(num_classes)
+        after, self.sleep_s = self.MODES[mode] if mode else (after, 0.0)
         self.after, self.calls, self.wait_for = after, 0, wait_for
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             self.calls += 1
+            time.sleep(self.sleep_s)
             if self.calls > self.after:
                 import json
                 import os
