@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional
 
 METHOD = ("two-sided sign test of each pair's seeds, at a constant level over every look up to the last "
           "(Pocock) with Bonferroni over the pairs")
@@ -43,14 +43,6 @@ def p_text(p: float) -> str:
 def pairs_of(configurations: int) -> int:
     """The pairs a race of ``configurations`` entrants compares: K(K-1)/2."""
     return max(1, configurations * (configurations - 1) // 2)
-
-
-def record(mine: Sequence[float], theirs: Sequence[float]) -> Tuple[int, int]:
-    """(wins, losses) of ``mine`` against ``theirs`` over the paired seeds (times; ``inf`` = a miss);
-    a seed where both took the same time, or both missed, is neither."""
-    wins = sum(1 for a, b in zip(mine, theirs) if a < b)
-    losses = sum(1 for a, b in zip(mine, theirs) if b < a)
-    return wins, losses
 
 
 @lru_cache(maxsize=None)
@@ -120,18 +112,20 @@ class Verdict:
 
 
 def wins_matrix(times: Dict[int, List[float]]) -> "np.ndarray":
-    """wins[a, b]: the seeds where ``sorted(times)[a]`` was sooner than ``sorted(times)[b]``."""
+    """wins[a, b]: the seeds where ``sorted(times)[a]`` was sooner than ``sorted(times)[b]`` (times; ``inf`` =
+    a miss): a seed where both took the same time, or both missed, is a win of neither."""
     import numpy as np
 
     matrix = np.array([times[j] for j in sorted(times)], dtype=float)  # rows: jobs, columns: seeds
     return (matrix[:, None, :] < matrix[None, :, :]).sum(axis=2)
 
 
-def ranking(times: Dict[int, List[float]]) -> List[int]:
+def ranking(times: Dict[int, List[float]], won=None) -> List[int]:
     """The jobs of ``times`` (each one's per-seed times, ``inf`` = a miss, the same seeds in the same
-    order) from the leader down: most pairwise wins, then the median time, then the number."""
+    order) from the leader down: most pairwise wins, then the median time, then the number. ``won``:
+    ``wins_matrix(times)``, when the caller has it."""
     jobs = sorted(times)
-    wins = wins_matrix(times).sum(axis=1)
+    wins = (wins_matrix(times) if won is None else won).sum(axis=1)
 
     def key(a):
         ordered = sorted(times[jobs[a]])
@@ -147,8 +141,9 @@ def judge(times: Dict[int, List[float]], alpha: float, entrants: int, seeds: int
     alpha is shared by); ``seeds``: the most seeds the race may run (its looks). Never sends out all."""
     jobs = sorted(times)
     bound = level(alpha, pairs_of(entrants), seeds, sequential)
-    verdict = Verdict(leader=ranking(times)[0], level=bound)
-    won = wins_matrix(times).tolist()
+    matrix = wins_matrix(times)
+    verdict = Verdict(leader=ranking(times, matrix)[0], level=bound)
+    won = matrix.tolist()
     for a, i in enumerate(jobs):
         for b in range(a + 1, len(jobs)):
             j, wins, losses = jobs[b], won[a][b], won[b][a]

@@ -18,7 +18,8 @@ INF = math.inf
 def test_the_sign_test_is_exact_and_two_sided():
     assert stats.sign_p(6, 6) == stats.sign_p(0, 6) == 2 / 64
     assert stats.sign_p(5, 6) == pytest.approx(2 * 7 / 64) and stats.sign_p(0, 0) == 1.0
-    assert stats.record([1, 2, INF, INF, 5], [2, 1, INF, 3, 5]) == (1, 2)  # two misses, equal times: no one's
+    won = stats.wins_matrix({0: [1, 2, INF, INF, 5], 1: [2, 1, INF, 3, 5]})  # two misses, equal times: no one's
+    assert (won[0, 1], won[1, 0]) == (1, 2)
 
 
 def test_the_crossing_chance_of_the_sequential_test_is_exact():
