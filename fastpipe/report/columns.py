@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Tuple
 
 from fastpipe.record.overrides import measured_overrides
-from fastpipe.report.formats import metric_text
+from fastpipe.report.formats import metric_text, sent_out_by
 from fastpipe.report.lr_found import found_rate
 from fastpipe.report.time_to_target import time_cell
 from fastpipe.report.timing import cores_text, gpus_text, job_seconds
@@ -102,8 +102,7 @@ def _race(r: dict) -> str:
         return "–"
     seeds = f"{race['seeds']} seed{'s' if race['seeds'] != 1 else ''}"
     if race["state"] == "out":
-        by = f"by job {race['by']}, " if race.get("by") is not None else ""
-        return f"out after round {race['round']} ({by}{p_text(race['p'])}), {seeds}"
+        return f"out after round {race['round']} ({sent_out_by(race)}{p_text(race['p'])}), {seeds}"
     if race["state"] == "failed":
         return f"failed in round {race['round']}"
     return f"{race['state'].replace('_', ' ')}, {seeds}"

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 from fastpipe.record.provenance import describe
 from fastpipe.report.columns import num
-from fastpipe.report.formats import metric_text, ordinal
+from fastpipe.report.formats import metric_text, ordinal, sent_out_by
 from fastpipe.report.lr_found import suggestion_lines
 from fastpipe.report.rows import FINISHED
 from fastpipe.report.aggregate import SweepResult
@@ -152,7 +152,7 @@ def race_lines(record) -> List[str]:
              f"{len(rounds)} round(s), {runs} runs in {_duration(record.wall_s())} of rounds"
              + (f", {record.parallel} at a time" if record.parallel > 1 else "")
              + (f"; stopped: {record.stopped_by.replace('_', ' ')}" if record.stopped_by else "")]
-    out = [f"job {n} after round {e['round']} ({_by(e)}{p_text(e['p'])})"
+    out = [f"job {n} after round {e['round']} ({sent_out_by(e)}{p_text(e['p'])})"
            for n, e in record.eliminated.items() if e["p"] is not None]
     failed = [f"job {n} in round {e['round']} ({e['reason']})" for n, e in record.eliminated.items() if e["p"] is None]
     if out or failed:
@@ -172,11 +172,6 @@ def race_lines(record) -> List[str]:
         lines.append(f"- cost: {runs} runs against {len(record.entrants) * len(rounds)} for every job on every seed "
                      f"(report.repeats={len(rounds)})")
     return lines
-
-
-def _by(eliminated: dict) -> str:
-    """``by job J, `` for a job a pair's test sent out (an earlier fastpipe's races did not record who)."""
-    return "" if eliminated.get("by") is None else f"by job {eliminated['by']}, "
 
 
 def _status_counts(rows: List[dict]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from fastpipe.report.formats import sent_out_by
 from fastpipe.sweeps.race.stats import p_text
 
 FACTOR = "optimizer.lr_auto_factor"
@@ -30,8 +31,7 @@ def _fate(r: dict) -> str:
     race though it never reached the target (a tie is "not told apart yet", not "as fast")."""
     race = r.get("race") or {}
     if race.get("state") == "out":
-        by = f"by job {race['by']}, " if race.get("by") is not None else ""
-        return f" (out after round {race['round']}, {by}{p_text(race['p'])})"
+        return f" (out after round {race['round']}, {sent_out_by(race)}{p_text(race['p'])})"
     return " (not told apart from the others yet)" if race.get("state") == "tie" and r["time_to_target_s"] is None else ""
 
 
