@@ -14,6 +14,7 @@ AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=10", "train.max_steps=4
 
 def test_a_compiled_range_test_compiles_its_step_once_and_the_run_trains(tmp_path, monkeypatch, one_torch_thread):
     graphs, release = [], lr_range._release
+    torch._dynamo.reset()  # an earlier test's compiled TinyCNN would be reused here and count no graph at all
     before = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # the process's count: other tests compiled too
 
     def counted(device):  # before the test's compiled code is dropped
