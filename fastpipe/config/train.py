@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.errors import ConfigError
+from fastpipe.finders import lr_curve  # the rules' names live with the curve they read
 
 
 @dataclass
@@ -36,16 +37,24 @@ class TrainConfig:
     lr_reference_batch: int = 256  # the global batch optimizer.lr was tuned for
     # optimizer.lr=auto's range test (docs/recipe.md, "Finding the learning rate"): before training, the
     # run's training step at rates rising exponentially from lr_find_min to lr_find_max over lr_find_steps
-    # optimizer steps, stopped once the smoothed loss passes 4x its best or a loss is non-finite.
+    # optimizer steps (or lr_find_steps_per_decade steps for each decade of the ramp, when set).
     lr_find_min: float = 1.0e-7
     lr_find_max: float = 10.0
     lr_find_steps: int = 100
+    lr_find_steps_per_decade: Optional[int] = None
+    # The test stops where the loss diverged: the median of its last lr_find_diverge_steps losses past
+    # lr_find_diverge_ratio x that median's lowest value, or a non-finite loss.
+    lr_find_diverge_ratio: float = 2.0
+    lr_find_diverge_steps: int = 5
     # The seed of the test's batches and its throw-away model; null = the run's seed. A fixed value gives
     # every seed of a race or of report.repeats the same rate.
     lr_find_seed: Optional[int] = None
     # Which rate of the curve: valley (fastai's default: half-way down the longest descent), steepest (the
-    # steepest descent per decade), min_div10 (a tenth of the rate at the lowest loss).
+    # steepest descent per decade), min_div10 (a tenth of the rate at the lowest loss), diverged_div10 (a
+    # tenth of the rate at which the loss diverged), trial (the rates of valley, steepest and min_div10,
+    # each trained lr_find_trial_steps steps from the same start: the lowest loss at the end wins).
     lr_find_rule: str = "valley"
+    lr_find_trial_steps: int = 50
     # Run the range test alone: its lr_search, lr_find.csv and lr_find.png, and no training (status ok).
     # A race of optimizer.lr=auto jobs (+sweep=lr) runs one such job for the whole race.
     lr_find_only: bool = False
@@ -158,13 +167,27 @@ class TrainConfig:
 
     def _check_lr_find(self) -> None:
         """optimizer.lr=auto's range test: a ramp that rises, long enough to smooth and trim."""
-        one_of("train.lr_find_rule", self.lr_find_rule, ("valley", "steepest", "min_div10"))
+        one_of("train.lr_find_rule", self.lr_find_rule, lr_curve.NAMES)
         if not 0 < self.lr_find_min < self.lr_find_max:
             raise ConfigError(f"train.lr_find_min={self.lr_find_min:g} and train.lr_find_max={self.lr_find_max:g}: the "
                               "range test's ramp needs 0 < lr_find_min < lr_find_max (defaults 1e-7 and 10)")
         if self.lr_find_steps < 10:
             raise ConfigError(f"train.lr_find_steps={self.lr_find_steps} must be >= 10: the rules skip the ramp's "
-                              "first tenth and last 5 steps (default 100)")
+                              "first tenth and last lr_find_diverge_steps steps (default 100)")
+        if self.lr_find_steps_per_decade is not None and self.lr_find_steps_per_decade < 1:
+            raise ConfigError(f"train.lr_find_steps_per_decade={self.lr_find_steps_per_decade} must be >= 1 (steps for "
+                              "each decade of the ramp), or null to use train.lr_find_steps")
+        if not self.lr_find_diverge_ratio > 1:  # nan too
+            raise ConfigError(f"train.lr_find_diverge_ratio={self.lr_find_diverge_ratio} must be > 1: the loss has "
+                              "diverged once its recent median passes this multiple of its lowest (default 2; inf: "
+                              "only a non-finite loss stops the test)")
+        if not 1 <= self.lr_find_diverge_steps <= self.lr_find_steps // 2:
+            raise ConfigError(f"train.lr_find_diverge_steps={self.lr_find_diverge_steps} must be between 1 and half of "
+                              f"train.lr_find_steps={self.lr_find_steps}: the median of that many losses tells a climb "
+                              "from one bad batch (default 5)")
+        if self.lr_find_trial_steps < 1:
+            raise ConfigError(f"train.lr_find_trial_steps={self.lr_find_trial_steps} must be >= 1: the steps each "
+                              "candidate rate of train.lr_find_rule=trial trains (default 50)")
 
     def _check_target(self) -> None:
         """train.target and its companions: what a time-to-target run needs."""

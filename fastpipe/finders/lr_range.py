@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
+import math
 import re
 import sys
 import time
@@ -55,6 +56,9 @@ class LrSearch:
     raw: List[float] = field(default_factory=list)  # each step's loss as measured (lr_find.csv)
     reused_from: Optional[str] = None  # train.lr_find_from: the folder whose range test this is
     seed: Optional[int] = None  # the seed of the test's batches and throw-away model
+    diverge_ratio: Optional[float] = None  # train.lr_find_diverge_ratio (None: a record from before it)
+    diverge_steps: Optional[int] = None  # train.lr_find_diverge_steps
+    trial: List[Tuple[float, float]] = field(default_factory=list)  # rule trial: each (rate, its loss at the end)
 
     @property
     def lr(self) -> float:
@@ -75,6 +79,8 @@ class LrSearch:
         return {"rule": self.rule, "min": self.min, "max": self.max, "steps": self.steps,
                 "curve": [[lr, loss] for lr, loss in self.curve], "diverged_at": self.diverged_at,
                 "suggestion": self.suggestion, "factor": self.factor, "seconds": round(self.seconds, 2), "seed": self.seed,
+                "diverge_ratio": self.diverge_ratio, "diverge_steps": self.diverge_steps,
+                **({"trial": [[lr, loss] for lr, loss in self.trial]} if self.trial else {}),
                 **({"reused_from": self.reused_from} if self.reused_from else {})}
 
 
@@ -101,7 +107,9 @@ def settle(settings: Config, runtime: Runtime, splits=None) -> Tuple[Config, Opt
     return with_found_lr(settings, search.lr), search
 
 
-SAME = ("rule", "min", "max", "steps", "seed")  # what a reused range test must share with the run (train.lr_find_*)
+# what a reused range test must share with the run (train.lr_find_*); a record from before a key was added
+# has no value for it and is not compared on it
+SAME = ("rule", "min", "max", "steps", "seed", "diverge_ratio", "diverge_steps")
 
 
 def test_seed(settings: Config) -> int:
@@ -124,10 +132,11 @@ def reused(settings: Config) -> LrSearch:
     if why:
         raise ConfigError(f"train.lr_find_from={folder}: no finished range test there ({why}); run one with "
                           "optimizer.lr=auto train.lr_find_only=true, or drop the key to run this job's own")
-    own = {"rule": cfg.lr_find_rule, "min": cfg.lr_find_min, "max": cfg.lr_find_max, "steps": cfg.lr_find_steps,
-           "seed": test_seed(settings)}
+    own = {"rule": cfg.lr_find_rule, "min": cfg.lr_find_min, "max": cfg.lr_find_max, "steps": ramp_steps(cfg),
+           "seed": test_seed(settings), "diverge_ratio": cfg.lr_find_diverge_ratio,
+           "diverge_steps": cfg.lr_find_diverge_steps}
     differ = [f"train.lr_find_{k}={own[k]} (there {found.get(k)})" for k in SAME
-              if found.get(k) != own[k] and not (k == "seed" and "seed" not in found)]  # older records: no seed
+              if found.get(k) != own[k] and found.get(k) is not None]  # None: a record from before the key
     if metrics.get("batch_size") not in (None, cfg.batch_size):
         differ.append(f"train.batch_size={cfg.batch_size} (there {metrics['batch_size']})")
     if differ:
@@ -135,7 +144,8 @@ def reused(settings: Config) -> LrSearch:
                           "reuse one made with the same settings, or drop the key")
     return LrSearch(found["rule"], found["min"], found["max"], found["steps"], [tuple(p) for p in found["curve"]],
                     found.get("diverged_at"), float(found["suggestion"]), float(settings.optimizer.lr_auto_factor),
-                    0.0, reused_from=str(folder), seed=found.get("seed"))
+                    0.0, reused_from=str(folder), seed=found.get("seed"), diverge_ratio=found.get("diverge_ratio"),
+                    diverge_steps=found.get("diverge_steps"), trial=[tuple(p) for p in found.get("trial", [])])
 
 
 def provisional(settings: Config) -> Config:
@@ -172,36 +182,82 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
     """Run the range test per ``settings.train`` on the run's stages (module docstring), over ``splits``
     (the run's dataset stage; built here when None)."""
     started, cfg, dist = time.perf_counter(), settings.train, runtime.dist
-    seed = test_seed(settings)
+    seed, steps = test_seed(settings), ramp_steps(cfg)
     test = copy.copy(provisional(settings))
     test.seed = seed  # the loader's order too
     seed_everything(seed + dist.rank)
+    trial: List[Tuple[float, float]] = []
     try:
         splits = splits if splits is not None else graph.build_splits(test, runtime)
-        curve = _run_ramp(test, runtime, splits, lr_curve.ramp(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps))
+        curve = lr_curve.Curve(ratio=cfg.lr_find_diverge_ratio, window=cfg.lr_find_diverge_steps)
+        _run(test, runtime, splits, lr_curve.ramp(cfg.lr_find_min, cfg.lr_find_max, steps), curve, check=True)
+        _release(runtime.device)
+        _refuse_unreadable(settings, curve, steps)
+        if cfg.lr_find_rule == "trial":
+            trial = _trial(test, runtime, splits, curve.readable(steps), seed)
+            suggestion = min(trial, key=lambda rate_loss: rate_loss[1])[0]
+        else:
+            suggestion = lr_curve.suggest(cfg.lr_find_rule, curve, steps)
     finally:
         _release(runtime.device)
         seed_everything(settings.seed + dist.rank)  # the run starts from its seed, as with a given rate
+    if suggestion is None:  # diverged_div10 on a ramp that ended first
+        raise TrainingError(f"optimizer.lr=auto: train.lr_find_rule=diverged_div10 reads the rate at which the loss "
+                            f"diverges, and it did not diverge up to train.lr_find_max={cfg.lr_find_max:g}; raise "
+                            "train.lr_find_max, or choose another train.lr_find_rule")
+    return LrSearch(cfg.lr_find_rule, cfg.lr_find_min, cfg.lr_find_max, steps, list(zip(curve.lrs, curve.losses)),
+                    curve.diverged_at, suggestion, float(settings.optimizer.lr_auto_factor),
+                    time.perf_counter() - started, list(curve.raw), seed=seed, diverge_ratio=curve.ratio,
+                    diverge_steps=curve.window, trial=trial)
+
+
+def ramp_steps(cfg) -> int:
+    """The ramp's length for ``train`` settings ``cfg`` (``lr_find_steps``, or ``lr_find_steps_per_decade``)."""
+    return lr_curve.planned_steps(cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps, cfg.lr_find_steps_per_decade)
+
+
+def _refuse_unreadable(settings: Config, curve: lr_curve.Curve, steps: int) -> None:
+    """One line, before any training, for a curve no rule can read: non-finite from its first step, too few
+    points before it diverged, or a loss that never fell (flat, or rising from its start)."""
+    cfg = settings.train
     if not curve.losses:
         why = "precision=fp32 rules out an overflow, else " if settings.precision.name != "fp32" else ""
         raise TrainingError(f"{part(settings, 'model')} gives a non-finite loss at the range test's first step (lr "
                             f"{cfg.lr_find_min:g}, before any update counts): it cannot train at any rate; {why}check "
                             "its initialisation and forward, and the task's loss")
-    suggestion = lr_curve.suggest(cfg.lr_find_rule, curve, cfg.lr_find_steps)
-    if suggestion is None:
+    if curve.readable(steps) is None:
         raise TrainingError(f"optimizer.lr=auto: the range test's loss diverged after {len(curve.losses)} step(s), at "
                             f"lr {curve.diverged_at:.3g}: too few points to read a rate from; ramp more slowly "
                             "(a lower train.lr_find_max or more train.lr_find_steps), or give optimizer.lr")
-    return LrSearch(cfg.lr_find_rule, cfg.lr_find_min, cfg.lr_find_max, cfg.lr_find_steps,
-                    list(zip(curve.lrs, curve.losses)), curve.diverged_at, suggestion,
-                    float(settings.optimizer.lr_auto_factor), time.perf_counter() - started, list(curve.raw), seed=seed)
+    if not curve.descended():
+        first, low, n = curve.trend[0], curve.low, curve.window
+        seen = (f"never fell below the median of its first {n} losses, {first:.4g}" if low >= first else
+                f"fell only {(first - low) / abs(first):.1%} from the median of its first {n} losses, {first:.4g}, to "
+                f"{low:.4g} at lr {curve.lowest_lr():.3g} (a descent is at least {lr_curve.DESCENT:.0%})")
+        end = (f"then diverged at lr {curve.diverged_at:.3g}" if curve.diverged_at is not None
+               else f"up to train.lr_find_max={cfg.lr_find_max:g}")
+        raise UnreadableCurve(f"optimizer.lr=auto: the range test's loss {seen}, {end} ({len(curve.raw)} steps): no "
+                              "rate can be read from it; give the model more steps to learn before the rate grows "
+                              "(more train.lr_find_steps, or train.lr_find_steps_per_decade), or give optimizer.lr "
+                              "(the curve: lr_find.csv in the run folder)", curve)
 
 
-def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) -> lr_curve.Curve:
-    """The training step at each of ``rates`` in turn, until the curve says stop (a collective under DDP)."""
+class UnreadableCurve(TrainingError):
+    """A range test whose loss never fell: the run stops before training; ``curve`` goes to lr_find.csv."""
+
+    def __init__(self, message: str, curve: lr_curve.Curve) -> None:
+        super().__init__(message)
+        self.curve = curve
+
+
+def _run(settings: Config, runtime: Runtime, splits, rates: List[float], curve: lr_curve.Curve,
+         check: bool = False) -> None:
+    """The training step of a freshly built graph at each of ``rates`` in turn, each loss added to ``curve``,
+    until it says stop (a collective under DDP). ``check``: the project's parts on a first batch first."""
     g = graph.build_range_test(settings, runtime, splits)
-    check_first_batches(g, settings)  # the project's parts on a first batch, before any step
-    batches, curve, world = _batches(g.train_loader), lr_curve.Curve(), runtime.dist.world_size
+    if check:
+        check_first_batches(g, settings)  # the project's parts on a first batch, before any step
+    batches, world = _batches(g.train_loader), runtime.dist.world_size
     try:
         for rate in rates:
             for group in g.optimizer.param_groups:
@@ -211,7 +267,23 @@ def _run_ramp(settings: Config, runtime: Runtime, splits, rates: List[float]) ->
                 break
     finally:
         batches.close()  # the loader's workers end with its iterator
-    return curve
+
+
+def _trial(settings: Config, runtime: Runtime, splits, part: lr_curve.Readable, seed: int) -> List[Tuple[float, float]]:
+    """``train.lr_find_rule=trial``: each distinct rate that valley, steepest and min_div10 read off the
+    curve, trained ``train.lr_find_trial_steps`` steps at that constant rate from the same start (the
+    test's seed: the same weights and batches); each (rate, its smoothed loss at the end), inf for a
+    rate whose loss went non-finite."""
+    rates = sorted({lr_curve.RULES[rule](part) for rule in lr_curve.TRIED})
+    tried = []
+    for rate in rates:
+        seed_everything(seed + runtime.dist.rank)
+        curve = lr_curve.Curve(ratio=math.inf, window=1)  # only a non-finite loss ends a trial early
+        steps = settings.train.lr_find_trial_steps
+        _run(settings, runtime, splits, [rate] * steps, curve)
+        _release(runtime.device)
+        tried.append((rate, curve.losses[-1] if len(curve.raw) == steps else math.inf))
+    return tried
 
 
 def _batches(loader):

@@ -164,8 +164,14 @@ def _searched(settings: Config, runtime, record: RunRecord, recorder, show: bool
         record.batch_size_search = search.record()
     record.batch_size = settings.train.batch_size
     splits = training_graph.overfit_cut(settings, runtime, splits)
-    with setup.setup_part("lr_search"):
-        settings, lr_search = lr_range.settle(settings, runtime, splits)  # optimizer.lr=auto
+    try:
+        with setup.setup_part("lr_search"):
+            settings, lr_search = lr_range.settle(settings, runtime, splits)  # optimizer.lr=auto
+    except lr_range.UnreadableCurve as refused:  # the curve that was refused, for the user to look at
+        if recorder.enabled:
+            curve = refused.curve
+            lr_curve.write_csv(recorder.run_dir / lr_curve.CSV, {"curve": list(zip(curve.lrs, curve.losses))}, curve.raw)
+        raise
     if lr_search is not None:
         record.lr_search = lr_search.record()
         lr_curve.write(recorder, record.lr_search, lr_search.raw or None)

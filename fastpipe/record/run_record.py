@@ -25,7 +25,7 @@ import typing
 from typing import Any, Dict, Iterable, List, Optional, TypedDict
 
 # What each version of the record changed is in docs/measuring.md ("schema versions").
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 STATUSES = ("ok", "failed", "preempted", "interrupted", "running")
 UNFINISHED = STATUSES[1:]  # what a run that did not finish is (running: began, no outcome yet)
 

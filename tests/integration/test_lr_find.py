@@ -9,7 +9,8 @@ from conftest import TINY, run_in_process
 
 from fastpipe.finders import lr_curve, lr_range
 
-AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=10", "train.max_steps=4"]
+AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20", "train.lr_find_min=1e-4", "train.lr_find_max=1",
+        "train.max_steps=4"]  # a ramp over the rates where TinyCNN learns in 20 steps (its loss descends)
 
 
 def test_a_compiled_range_test_compiles_its_step_once_and_the_run_trains(tmp_path, monkeypatch, one_torch_thread):
@@ -23,8 +24,8 @@ def test_a_compiled_range_test_compiles_its_step_once_and_the_run_trains(tmp_pat
 
     monkeypatch.setattr(lr_range, "_release", counted)
     m = run_in_process(tmp_path, [*AUTO, "compile=default"])
-    assert m["status"] == "ok" and m["compile_fallback"] is None and len(m["lr_search"]["curve"]) == 10
-    assert graphs and 1 <= graphs[0] <= 2  # the forward (and no graph per rate); 10 rates would be 10
+    assert m["status"] == "ok" and m["compile_fallback"] is None and len(m["lr_search"]["curve"]) == 20
+    assert graphs and 1 <= graphs[0] <= 2  # the forward (and no graph per rate); 20 rates would be 20
 
 
 def test_every_ddp_rank_runs_the_same_ramp_and_finds_the_same_rate(tmp_path):
@@ -34,5 +35,5 @@ def test_every_ddp_rank_runs_the_same_ramp_and_finds_the_same_rate(tmp_path):
     torch.multiprocessing.start_processes(range_test_on_rank, args=(str(tmp_path / "store"),
                                           [*AUTO, "launcher=ddp"], out), nprocs=2, start_method="spawn")
     (curve0, rate0), (curve1, rate1) = out[0], out[1]
-    assert curve0 == curve1 and rate0 == rate1 and len(curve0) == 10
-    assert [lr for lr, _ in curve0] == pytest.approx(lr_curve.ramp(1e-7, 10.0, 10))
+    assert curve0 == curve1 and rate0 == rate1 and len(curve0) == 20
+    assert [lr for lr, _ in curve0] == pytest.approx(lr_curve.ramp(1e-4, 1.0, 20))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import TINY, run_in_process
 
-AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"]
+AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20", "train.lr_find_min=1e-4", "train.lr_find_max=1"]
 
 
 def test_a_range_test_alone_is_reused_by_other_runs_with_their_own_factor(tmp_path, one_torch_thread):

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import warnings
 
 import pytest
 from conftest import TINY, cpu_runtime, make_settings, run_in_process
 
 from fastpipe.errors import ConfigError, FastpipeWarning, TrainingError
+from fastpipe.finders import lr_curve
 from fastpipe.finders.lr_curve import ramp
 from fastpipe.train import graph
 from fastpipe.finders import lr_range
 
-AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"]
-KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds", "seed"}
+# a ramp over the rates where TinyCNN learns within 20 steps: the default 1e-7..10 over 20 steps is flat, then
+# diverges, and is refused (test_lr_curve.py)
+AUTO = [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20", "train.lr_find_min=1e-4", "train.lr_find_max=1"]
+KEYS = {"rule", "min", "max", "steps", "curve", "diverged_at", "suggestion", "factor", "seconds", "seed",
+        "diverge_ratio", "diverge_steps"}
 
 
 def _found(*extra):
-    return lr_range.find_lr(make_settings([*AUTO, "train.lr_find_steps=10", *extra]), cpu_runtime())
+    return lr_range.find_lr(make_settings([*AUTO, *extra]), cpu_runtime())
 
 
 def test_the_found_rate_trains_as_if_given_unscaled_and_is_recorded(tmp_path, one_torch_thread):
@@ -82,18 +87,18 @@ def test_batch_size_auto_runs_first_and_the_rate_is_found_at_its_batch(tmp_path,
 def test_a_model_that_cannot_train_is_named_and_one_that_diverges_stops_there():
     nan = ["model._target_=fault_models.NaNAfter", "+model.after=0"]
     with pytest.raises(TrainingError, match=r"^model._target_=fault_models.NaNAfter gives a non-finite loss at the "
-                                            r"range test's first step \(lr 1e-07.*cannot train at any rate"):
+                                            r"range test's first step \(lr 0.0001.*cannot train at any rate"):
         _found(*nan)
-    late = _found("model._target_=fault_models.NaNAfter", "+model.after=7")
-    assert late.diverged_at == ramp(1e-7, 10.0, 10)[len(late.curve)] and late.suggestion < late.diverged_at
+    late = _found("model._target_=fault_models.NaNAfter", "+model.after=17")
+    assert late.diverged_at == ramp(1e-4, 1.0, 20)[len(late.curve)] and late.suggestion < late.diverged_at
     with pytest.raises(TrainingError, match=r"^optimizer.lr=auto: the range test's loss diverged after 2 step\(s\), "
-                                            r"at lr 5.99e-06: too few points to read a rate from"):
+                                            r"at lr 0.000264: too few points to read a rate from"):
         _found("model._target_=fault_models.NaNAfter", "+model.after=2")
 
 
 def test_under_amp_the_test_runs_in_bf16_autocast_and_finds_a_finite_rate():
     found = _found("precision=amp")
-    assert 1e-7 < found.suggestion < 10 and len(found.curve) == 10
+    assert 1e-4 < found.suggestion < 1 and len(found.curve) == 20
 
 
 def test_fsdp_is_refused_and_a_factor_without_auto_is_a_warning():
@@ -106,7 +111,7 @@ def test_fsdp_is_refused_and_a_factor_without_auto_is_a_warning():
 
 def test_the_provisional_rate_stands_in_only_for_auto():
     settings = make_settings(AUTO)
-    assert lr_range.provisional(settings).optimizer.params["lr"] == 1e-7 and settings.optimizer.lr_auto
+    assert lr_range.provisional(settings).optimizer.params["lr"] == 1e-4 and settings.optimizer.lr_auto
     given = make_settings(TINY)
     assert lr_range.provisional(given) is given
     with warnings.catch_warnings():
@@ -114,11 +119,56 @@ def test_the_provisional_rate_stands_in_only_for_auto():
         assert dataclasses.asdict(lr_range.with_found_lr(settings, 0.01).optimizer)["params"]["lr"] == 0.01
 
 
+def test_a_curve_with_no_descent_stops_the_run_before_training_and_leaves_its_curve(tmp_path, one_torch_thread):
+    from fastpipe.record import results
+
+    with pytest.raises(lr_range.UnreadableCurve):  # the entry point prints it as one line and exits 2
+        run_in_process(tmp_path, [*TINY, "optimizer.lr=auto", "train.lr_find_steps=20"])  # 1e-7..10 in 20 steps
+    flat = results.read(tmp_path)
+    assert flat["status"] == "failed" and not flat.get("steps")
+    assert re.match(r"optimizer.lr=auto: the range test's loss (never fell|fell only [0-9.]+%) .*no rate can be read "
+                    r"from it; give the model more steps to learn", flat["reason"])
+    with open(tmp_path / "lr_find.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert 10 <= len(rows) <= 20 and [float(r["lr"]) for r in rows] == pytest.approx(ramp(1e-7, 10.0, 20)[:len(rows)], rel=1e-5)
+
+
+def test_diverged_div10_reads_a_tenth_of_where_the_loss_left_and_needs_it_to_leave():
+    found = _found("train.lr_find_rule=diverged_div10", "train.lr_find_min=1e-3", "train.lr_find_max=10")
+    assert found.diverged_at is not None and found.suggestion == pytest.approx(found.diverged_at / 10)
+    with pytest.raises(TrainingError, match=r"diverged_div10 reads the rate at which the loss diverges, and it did "
+                                            r"not diverge up to train.lr_find_max=1; raise train.lr_find_max"):
+        _found("train.lr_find_rule=diverged_div10")  # 1e-4..1: TinyCNN's loss does not leave
+
+
+def test_trial_trains_each_rules_rate_from_the_same_start_and_keeps_the_lowest_loss():
+    found = _found("train.lr_find_rule=trial", "train.lr_find_trial_steps=4")
+    curve = lr_curve.Curve()
+    for lr, loss in zip((lr for lr, _ in found.curve), found.raw):
+        curve.add(lr, loss)
+    read = {lr_curve.RULES[rule](curve.readable(20)) for rule in lr_curve.TRIED}
+    assert {lr for lr, _ in found.trial} == read and found.suggestion == min(found.trial, key=lambda t: t[1])[0]
+    assert found.record()["trial"] == [[lr, loss] for lr, loss in found.trial]
+    again = _found("train.lr_find_rule=trial", "train.lr_find_trial_steps=4")
+    assert again.trial == found.trial  # the same weights and batches for every rate, and every time
+
+
+def test_steps_per_decade_sets_the_ramps_length():
+    found = _found("train.lr_find_steps_per_decade=6")  # 1e-4..1: 4 decades
+    assert found.steps == 25 and len(found.curve) <= 25 and found.curve[1][0] == pytest.approx(1e-4 * 10 ** (4 / 24))
+
+
 @pytest.mark.parametrize("bad, said", [
     ("optimizer.lr=fast", "optimizer.lr='fast' is not valid; give a number, or auto"),
     ("optimizer.lr_auto_factor=0", "optimizer.lr_auto_factor=0 must be a number > 0"),
-    ("train.lr_find_rule=best", "train.lr_find_rule='best' is not valid; use one of valley, steepest, min_div10"),
-    ("train.lr_find_max=1e-8", "train.lr_find_min=1e-07 and train.lr_find_max=1e-08: the range test's ramp needs"),
+    ("train.lr_find_rule=best", "train.lr_find_rule='best' is not valid; use one of valley, steepest, min_div10, "
+                                "diverged_div10, trial"),
+    ("train.lr_find_diverge_ratio=1", "train.lr_find_diverge_ratio=1.0 must be > 1"),
+    ("train.lr_find_diverge_steps=11", "train.lr_find_diverge_steps=11 must be between 1 and half of "
+                                       "train.lr_find_steps=20"),
+    ("train.lr_find_steps_per_decade=0", "train.lr_find_steps_per_decade=0 must be >= 1"),
+    ("train.lr_find_trial_steps=0", "train.lr_find_trial_steps=0 must be >= 1"),
+    ("train.lr_find_max=1e-8", "train.lr_find_min=0.0001 and train.lr_find_max=1e-08: the range test's ramp needs"),
     ("train.lr_find_steps=5", "train.lr_find_steps=5 must be >= 10"),
 ])
 def test_nonsense_is_refused_when_composed(bad, said):
@@ -135,7 +185,7 @@ def test_a_range_test_made_with_other_settings_is_not_reused(tmp_path, extra, sa
     from fastpipe.record import results
 
     results.write_json_atomic(tmp_path / "metrics.json", {"status": "ok", "batch_size": 16, "lr_search": {
-        "rule": "valley", "min": 1e-7, "max": 10.0, "steps": 20, "curve": [[1e-3, 1.0]], "suggestion": 1e-3}})
+        "rule": "valley", "min": 1e-4, "max": 1.0, "steps": 20, "curve": [[1e-3, 1.0]], "suggestion": 1e-3}})
     with pytest.raises(ConfigError, match=says):
         lr_range.reused(make_settings([*AUTO, f"train.lr_find_from={tmp_path}", *extra]))
     with pytest.raises(ConfigError, match="no finished range test there \\(no metrics.json\\)"):
