@@ -195,7 +195,13 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
         _refuse_unreadable(settings, curve, steps)
         if cfg.lr_find_rule == "trial":
             trial = _trial(test, runtime, splits, curve.readable(steps), seed)
-            suggestion = min(trial, key=lambda rate_loss: rate_loss[1])[0]
+            rate, loss = min(trial, key=lambda rate_loss: rate_loss[1])
+            if not math.isfinite(loss):
+                raise TrainingError(f"optimizer.lr=auto: train.lr_find_rule=trial: every rate tried ("
+                                    f"{', '.join(f'{lr:.3g}' for lr, _ in trial)}) gave a non-finite loss within "
+                                    f"{cfg.lr_find_trial_steps} steps; choose another train.lr_find_rule, or give "
+                                    "optimizer.lr")
+            suggestion = rate
         else:
             suggestion = lr_curve.suggest(cfg.lr_find_rule, curve, steps)
     finally:
