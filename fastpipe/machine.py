@@ -91,6 +91,7 @@ def environment(device: Optional[torch.device], world_size: int) -> dict:
     if device is not None and device.type == "cuda":
         env["device_name"] = torch.cuda.get_device_name(device)
         env["cudnn"] = torch.backends.cudnn.version()
+        env["device_mem_gb"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
     return env
 
 

@@ -24,7 +24,7 @@ from fastpipe.record.run_record import RunRecord
 from fastpipe.record.overrides import measured_overrides
 
 # Measurements summarised by their median over the repeats.
-MEDIAN_KEYS = ("throughput", "epoch_time_s", "warmup_s", "data_wait_frac", "gpu_util", "accuracy",
+MEDIAN_KEYS = ("throughput", "epoch_time_s", "warmup_s", "data_wait_frac", "host_frac", "gpu_util", "accuracy",
                "final_loss", "val_loss")
 
 

@@ -80,6 +80,7 @@ class Window:
     samples: int = 0
     seconds: float = 0.0
     data_wait: float = 0.0
+    host: float = 0.0  # the training thread's CPU time in the window (time.thread_time), its sync at the end excluded
 
 
 @dataclass
@@ -98,6 +99,7 @@ class StepMeter:
     _start: Optional[float] = None
     _open: Optional[Window] = None
     _window_t0: float = 0.0
+    _window_cpu0: float = 0.0
 
     def __post_init__(self) -> None:
         self.util = GpuUtilSampler(self.device, self.gpu_util_interval_s)
@@ -130,7 +132,7 @@ class StepMeter:
             self._start = now
             self.run_clock.start(now)
         if self._open is None and not self.in_warmup:
-            self._open, self._window_t0 = Window(), now
+            self._open, self._window_t0, self._window_cpu0 = Window(), now, time.thread_time()
             self.util.resume()
         return now
 
@@ -155,7 +157,7 @@ class StepMeter:
             self.close_window()
             # The next window starts now, not at the next fetch: what the loop does at a window edge
             # (a checkpoint, logging) is training time and counts. Evaluation closes it explicitly.
-            self._open, self._window_t0 = Window(), time.perf_counter()
+            self._open, self._window_t0, self._window_cpu0 = Window(), time.perf_counter(), time.thread_time()
             self.util.resume()
             return True
         return False
@@ -164,6 +166,7 @@ class StepMeter:
         """Close the open window (end of epoch, before evaluation, end of run)."""
         if self._open is None:
             return
+        self._open.host = time.thread_time() - self._window_cpu0  # before the sync, which may spin on the CPU
         synchronize(self.device)
         self._open.seconds = time.perf_counter() - self._window_t0
         self.util.pause()
@@ -191,6 +194,7 @@ class StepMeter:
             "measured_steps": sum(w.steps for w in self.windows),
             "steps_run": self.steps,  # optimizer steps this process ran (a resume's: after the checkpoint)
             "data_wait_frac": sum(w.data_wait for w in self.windows) / seconds if seconds else None,
+            "host_frac": sum(w.host for w in self.windows) / seconds if seconds else None,
             "gpu_util": self.util.mean(),
             **peak_memory(self.device),
         }
@@ -205,7 +209,7 @@ def peak_memory(device: torch.device) -> dict:
             "peak_mem_kind": "cpu_max_rss_process"}
 
 
-PER_RANK_KEYS = ("throughput", "data_wait_frac", "peak_mem_gb", "gpu_util", "warmup_s", "steps_run")
+PER_RANK_KEYS = ("throughput", "data_wait_frac", "host_frac", "peak_mem_gb", "gpu_util", "warmup_s", "steps_run")
 
 
 def combine_ranks(summaries: List[dict]) -> dict:
@@ -226,6 +230,7 @@ def combine_ranks(summaries: List[dict]) -> dict:
     rates = values("throughput")
     utils = [u for u in values("gpu_util") if u is not None]
     job.update(throughput=sum(rates) if None not in rates else None, data_wait_frac=worst("data_wait_frac"),
+               host_frac=worst("host_frac"),
                peak_mem_gb=worst("peak_mem_gb"), warmup_s=worst("warmup_s"),
                gpu_util=round(statistics.fmean(utils), 1) if utils else None,
                step_time_ms=max(summaries, key=lambda s: s["step_time_ms"]["median"] or 0.0)["step_time_ms"],

@@ -106,6 +106,7 @@ class RunRecord:
     epoch_times_s: Optional[List[float]] = None
     warmup_s: Optional[float] = None
     data_wait_frac: Optional[float] = None
+    host_frac: Optional[float] = None
     peak_mem_gb: Optional[float] = None
     peak_mem_kind: Optional[str] = None
     gpu_util: Optional[float] = None
