@@ -13,9 +13,10 @@ COMPILED = "fastpipe.stages.compile:compile_model"  # every mode: torch.compile(
 
 
 # Decorators apply bottom-up: the choices register (and are listed) as off, default, reduce-overhead, max-autotune.
-@register("compile", "max-autotune", builder=COMPILED, schema_name="compile")
-@register("compile", "reduce-overhead", builder=COMPILED, schema_name="compile")
-@register("compile", "default", builder=COMPILED, schema_name="compile")
+# relieves: Python's per-op overhead (host) and, fused, memory traffic (compute); CUDA graphs the launches
+@register("compile", "max-autotune", builder=COMPILED, schema_name="compile", relieves=("host", "compute"))
+@register("compile", "reduce-overhead", builder=COMPILED, schema_name="compile", relieves=("host",))
+@register("compile", "default", builder=COMPILED, schema_name="compile", relieves=("host", "compute"))
 @register("compile", "off", builder="fastpipe.stages.compile:build_eager", schema_name="compile")
 @dataclass
 class CompileConfig:

@@ -104,7 +104,7 @@ class DefaultLoaderConfig(LoaderCommon):
 
 
 @register("data", "mmap", builder="fastpipe.data.mmap:build_mmap_loader", reads=("image_files", "tokens", "samples"),
-          held_out_subset=True)
+          held_out_subset=True, relieves=("data",))
 @dataclass
 class MmapLoaderConfig(LoaderCommon):
     """data=mmap: batches gathered out of a memory-mapped pack (docs/data.md)."""
@@ -204,7 +204,7 @@ class MmapLoaderConfig(LoaderCommon):
 
 
 @register("data", "dali", builder="fastpipe.data.dali:build_dali_loader", reads=("image_files",),
-          held_out_subset=True, overfit_batches=False,  # DALI's reader takes whole image folders
+          held_out_subset=True, overfit_batches=False, relieves=("data",),  # DALI's reader takes whole image folders
           requires=Requirement("nvidia.dali", "fastpipe[dali]", "NVIDIA DALI", "data=default"))
 @dataclass
 class DaliLoaderConfig(LoaderCommon):

@@ -12,7 +12,8 @@ from fastpipe.errors import ConfigError
 
 
 # Decorators apply bottom-up: the choices register (and are listed) as fp32, amp (then fp8, below).
-@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision", half=True)
+@register("precision", "amp", builder="fastpipe.stages.precision:build_amp", schema_name="precision", half=True,
+          relieves=("compute", "memory"))
 @register("precision", "fp32", builder="fastpipe.stages.precision:build_fp32", schema_name="precision")
 @dataclass
 class PrecisionConfig:
@@ -36,7 +37,7 @@ class PrecisionConfig:
         return self.dtype
 
 
-@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8", half=True,
+@register("precision", "fp8", builder="fastpipe.stages.precision:build_fp8", half=True, relieves=("compute", "memory"),
           requires=Requirement("torchao", "fastpipe[fp8]", "torchao's float8 training", "precision=amp"))
 @dataclass
 class Fp8PrecisionConfig:

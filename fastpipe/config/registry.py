@@ -90,6 +90,9 @@ class Choice:
     process_group: bool = False  # launcher: its workers form a torch.distributed process group
     ddp: bool = False  # launcher: the model trains as a DistributedDataParallel replica
     shards: bool = False  # launcher: parameters, gradients and optimizer state are sharded (FSDP2)
+    # what bounds a run that this choice relieves, first what it is for: data, host, compute, memory
+    # (hydra/sweeper=autotune tries it where its probe finds that bound: fastpipe/sweeps/autotune/)
+    relieves: Tuple[str, ...] = ()
 
     @property
     def build(self) -> Callable:

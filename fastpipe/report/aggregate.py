@@ -53,13 +53,14 @@ def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     """Rows with speed-ups and parity verdicts, the baseline row, the leader and how sure the ranking is."""
     from fastpipe.report.timing import summarize
+    from fastpipe.sweeps.autotune import climb
     from fastpipe.sweeps.race import rounds
     from fastpipe.sweeps.halving.plan import read
 
-    raced = rounds.read(sweep_dir)
+    raced, tuned = rounds.read(sweep_dir), climb.read(sweep_dir)
     columns = swept_columns(jobs)
     rows = [row(j, columns, spec.target_clock, spec.aggregate) for j in jobs]
-    base_job, notes = pick_baseline(jobs, spec), []
+    base_job, notes = (jobs[0] if tuned is not None and jobs else pick_baseline(jobs, spec)), []  # an autotune's: job 0
     base = next((r for r in rows if base_job is not None and r["job"] == base_job.num), None)
     compare(rows, base, spec, notes)
     if spec.objective == "time_to_target":
@@ -73,6 +74,9 @@ def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
         if best is None:
             notes.append("no job qualifies as best (none is ok with its primary metric held)")
         verdict = confidence.throughput(rows, best, spec.max_spread, spec.noise_floor, spec.objective)
+    if tuned is not None:  # its final trial, whose every change won its own test
+        best = next((r for r in rows if r["job"] == tuned["final"]["trial"]), None)
+        verdict = confidence.autotuned(tuned)
     candidate = None
     if best is not None and not verdict.crowns:
         best, candidate = None, best

@@ -13,6 +13,8 @@
   at one look. A winner is named when every other job lost to it beyond the noise at ``ALPHA``;
   otherwise the jobs it cannot be told from are a tie.
 - A race (``race.json``): the race's own verdict: winner, last standing (no winner) or tie set.
+- An autotune (``autotune.json``): its final configuration, each change it kept having won its own test
+  (hydra/sweeper=autotune: fastpipe/sweeps/autotune/climb.py); the lines give the path it took.
 """
 from __future__ import annotations
 
@@ -223,3 +225,33 @@ def _race_verdict(record) -> Confidence:
         "hydra.sweep.dir, a larger hydra.sweeper.max_rounds: docs/time-to-target.md gives the seeds a difference "
         "needs), or save the leader anyway: python -m fastpipe.report DIR --save-best PATH --force"],
         list(record.tie))
+
+
+def autotuned(record: dict) -> Confidence:
+    """The verdict of an autotune (``autotune.json``): its final trial, and the path that led there."""
+    steps, final, gain = record["steps"], record["final"], record.get("speedup")
+    why = {"no_candidate_won": "no candidate won", "max_trials": "hydra.sweeper.max_trials reached",
+           "max_wall_s": "hydra.sweeper.max_wall_s reached", "baseline_failed": "the baseline failed"}
+    stopped = why.get(record.get("stopped_by"), "still running or stopped (sweep.resume=true continues it)")
+    lines = [f"- autotune by {record['objective'].replace('_', ' ')}: {len(record['trials'])} trial(s) in "
+             f"{record.get('wall_s', 0):.0f} s; stopped: {stopped}"]
+    for step in steps:
+        probe = step["probe"]
+        tried = "; ".join(_tried(c) for c in step["candidates"]) or "nothing left to try"
+        kept = f" -> kept {step['kept']}" if step.get("kept") else ""
+        lines.append(f"- probe of job {probe['trial']}: bound by {probe['bound']}"
+                     f"{' (memory headroom)' if probe.get('headroom') else ''}: {tried}{kept}")
+    changes = [s["kept"] for s in steps if s.get("kept")]
+    summary = ""
+    if gain:
+        spread = f" ({gain['low']:.2f}-{gain['high']:.2f}x from run to run)" if gain.get("low") else ""
+        summary = f": {gain['value']:.2f}x the baseline{spread}"
+    done = f", {' '.join(changes)}" if changes else ": the project's configuration as given, nothing beat it"
+    lines.append(f"- final: job {final['trial']}{done}{summary}")
+    return Confidence("separated" if record.get("stopped_by") != "baseline_failed" else "none", lines)
+
+
+def _tried(candidate: dict) -> str:
+    """``compile=default won (1.50x: ...)``: one candidate's outcome."""
+    text = (candidate.get("evidence") or {}).get("text")
+    return f"{candidate['change']} {candidate['result']}" + (f" ({text})" if text else "")

@@ -122,8 +122,12 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
+    from fastpipe.sweeps.autotune import climb
     from fastpipe.sweeps.race import rounds
 
+    tuned = climb.read(sweep_dir)
+    if tuned is not None:
+        return [autotune_job(Path(sweep_dir), t) for t in tuned["trials"]]
     record, raced = read(sweep_dir), rounds.read(sweep_dir)
     if record is not None:
         jobs = halving_jobs(Path(sweep_dir), record)
@@ -143,6 +147,15 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))]
         jobs.append(Job(int(num), job_dir, overrides, vetted(job_dir, overrides)))
     return sorted(jobs, key=lambda j: j.num)
+
+
+def autotune_job(sweep_dir: Path, trial: dict) -> Job:
+    """An autotune's trial (autotune.json): its job folder ``N/``, or a raced candidate's ``race-K/1/``, whose
+    metrics.json combines its rounds (checked against its overrides where it is one job's)."""
+    folder = sweep_dir / trial["folder"]
+    own = None if "/" in trial["folder"] else list(trial["overrides"])
+    return Job(int(trial["num"]), folder, list(trial["overrides"]), vetted(folder, own, ("report.repeats",)),
+               full="/" in trial["folder"])
 
 
 def race_job(sweep_dir: Path, record, num: int) -> Job:

@@ -15,7 +15,8 @@ from fastpipe.config.report import OBJECTIVES
 # Sweepers that read fastpipe's results from the job folders: their jobs return the metrics dict.
 READS_FOLDERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
                  "hydra_plugins.fastpipe_sweeps.halving_sweeper.HalvingSweeper",
-                 "hydra_plugins.fastpipe_sweeps.race_sweeper.RaceSweeper")
+                 "hydra_plugins.fastpipe_sweeps.race_sweeper.RaceSweeper",
+                 "hydra_plugins.fastpipe_sweeps.autotune_sweeper.AutotuneSweeper")
 
 
 def wants_objective(sweeper_target: Optional[str]) -> bool:

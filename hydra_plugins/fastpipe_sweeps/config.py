@@ -1,11 +1,12 @@
 """The plugins' settings (``hydra.launcher.*``, ``hydra.sweeper.*``), registered in Hydra's ConfigStore
-as the choices ``hydra/launcher=gpus``, ``hydra/sweeper=halving`` and ``hydra/sweeper=race``.
+as the choices ``hydra/launcher=gpus``, ``hydra/sweeper=halving``, ``hydra/sweeper=race`` and
+``hydra/sweeper=autotune``.
 
 No ``from __future__ import annotations`` in this package's scanned modules: Hydra's plugin scanner
 runs a module before it is in ``sys.modules``, where dataclasses cannot resolve string annotations."""
 
-from dataclasses import dataclass
-from typing import Dict, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -61,6 +62,24 @@ class RaceSweeperConf:
     params: Optional[Dict[str, str]] = None  # hydra.sweeper.params, as for the basic sweeper (+sweep= presets)
 
 
+@dataclass
+class AutotuneSweeperConf:
+    _target_: str = "hydra_plugins.fastpipe_sweeps.autotune_sweeper.AutotuneSweeper"
+    # runs of each trial by throughput (report.repeats): a change wins when all its runs beat the current best's
+    repeats: int = 3
+    max_wall_s: Optional[float] = None  # stop climbing after this many seconds; null = no limit
+    max_trials: int = 20  # jobs at most, the baseline's included (a race counts as one)
+    # key -> comma-separated values: a group or key of the bound table limited to these values, or a key added
+    # (tried for every bound); null = the bound table alone (docs/autotune.md). Untyped, so that the command
+    # line can give the whole dict: 'hydra.sweeper.space={compile: "default,max-autotune"}'
+    space: Any = None
+    fixed: List[str] = field(default_factory=list)  # keys autotune leaves as the project gives them
+    # report.objective=time_to_target: each candidate is raced against the current best with these
+    # hydra/sweeper=race settings (min_rounds, max_rounds, alpha, cap, cap_after, max_wall_s)
+    race: Dict[str, Any] = field(default_factory=dict)
+
+
 ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="fastpipe")
 ConfigStore.instance().store(group="hydra/sweeper", name="halving", node=HalvingSweeperConf, provider="fastpipe")
 ConfigStore.instance().store(group="hydra/sweeper", name="race", node=RaceSweeperConf, provider="fastpipe")
+ConfigStore.instance().store(group="hydra/sweeper", name="autotune", node=AutotuneSweeperConf, provider="fastpipe")
