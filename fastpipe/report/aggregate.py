@@ -53,11 +53,12 @@ def pick_best(rows: List[dict], objective: str = "throughput") -> Optional[dict]
 def aggregate(sweep_dir: Path, jobs: List[Job], spec: SweepSpec) -> SweepResult:
     """Rows with speed-ups and parity verdicts, the baseline row, the leader and how sure the ranking is."""
     from fastpipe.report.timing import summarize
-    from fastpipe.sweeps.autotune import climb
+    from fastpipe.sweeps.autotune import record as autotune
     from fastpipe.sweeps.race import rounds
     from fastpipe.sweeps.halving.plan import read
 
-    raced, tuned = rounds.read(sweep_dir), climb.read(sweep_dir)
+    tuned = autotune.read(sweep_dir)
+    raced = None if tuned is not None else rounds.read(sweep_dir)  # an autotune's races are its trials
     columns = swept_columns(jobs)
     rows = [row(j, columns, spec.target_clock, spec.aggregate) for j in jobs]
     base_job, notes = (jobs[0] if tuned is not None and jobs else pick_baseline(jobs, spec)), []  # an autotune's: job 0

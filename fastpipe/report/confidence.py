@@ -246,9 +246,14 @@ def autotuned(record: dict) -> Confidence:
     if gain:
         spread = f" ({gain['low']:.2f}-{gain['high']:.2f}x from run to run)" if gain.get("low") else ""
         summary = f": {gain['value']:.2f}x the baseline{spread}"
-    done = f", {' '.join(changes)}" if changes else ": the project's configuration as given, nothing beat it"
-    lines.append(f"- final: job {final['trial']}{done}{summary}")
-    return Confidence("separated" if record.get("stopped_by") != "baseline_failed" else "none", lines)
+    if record.get("stopped_by") == "baseline_failed":
+        return Confidence("none", lines + ["- the project's configuration as given did not finish with a "
+                                           "throughput: nothing to climb from (its row says why)"])
+    done = (f", {' '.join(changes)}" if changes else ": the project's configuration as given"
+            + (", nothing beat it" if record.get("stopped_by") else ""))
+    lines.append(f"- {'final' if record.get('stopped_by') else 'best so far'}: job {final['trial']}{done}{summary}")
+    # an unfinished climb's best is no result yet: named, not crowned (sweep.resume=true finishes it)
+    return Confidence("separated" if record.get("stopped_by") else "untested", lines)
 
 
 def _tried(candidate: dict) -> str:

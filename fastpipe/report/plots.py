@@ -25,6 +25,7 @@ from fastpipe.report.plot_parts import (FAILED, MONO, TABLE_SIZE, WINNER_EDGE, e
                                         job_table, table_width)
 from fastpipe.report.race_panel import panel_height, race_panel
 from fastpipe.report.aggregate import SweepResult
+from fastpipe.sweeps.autotune import record as autotune
 from fastpipe.sweeps.race import rounds
 
 DPI = 110
@@ -41,7 +42,9 @@ def write_plot(result: SweepResult, path: Path, dpi: int = DPI) -> None:
 
 def report_figure(result: SweepResult, dpi: int = DPI):
     """The figure of report.png: the bars, then the target's curves and the race where there are."""
-    raced = rounds.read(result.sweep_dir)
+    raced = result.race
+    if raced is None and autotune.read(result.sweep_dir) is None:  # an autotune's races are its trials
+        raced = rounds.read(result.sweep_dir)
     raced = raced if raced is not None and raced.rounds else None
     has_curves = any(curve_points(r) for r in result.rows)
     heights = [0.9 + ROW_IN * max(len(result.rows), 2)] + [PANEL_IN] * has_curves

@@ -122,10 +122,10 @@ def load_jobs(sweep_dir: Path) -> List[Job]:
         raise ConfigError(f"{sweep_dir} is a single run's folder, not a sweep's: its results are in "
                           f"{Path(sweep_dir) / 'metrics.json'}; python -m fastpipe.report reads the folder of a "
                           "`python -m fastpipe -m ...` sweep (outputs/multirun/DATE/TIME)")
-    from fastpipe.sweeps.autotune import climb
+    from fastpipe.sweeps.autotune import record as autotune
     from fastpipe.sweeps.race import rounds
 
-    tuned = climb.read(sweep_dir)
+    tuned = autotune.read(sweep_dir)
     if tuned is not None:
         return [autotune_job(Path(sweep_dir), t) for t in tuned["trials"]]
     record, raced = read(sweep_dir), rounds.read(sweep_dir)

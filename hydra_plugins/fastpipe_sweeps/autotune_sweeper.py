@@ -32,9 +32,9 @@ class AutotuneSweeper(GridSweeper):
 
         try:
             settings = AutotuneSettings(**self.settings)
-            settings.check()
             combos, configs, sweep_dir = self.start(arguments)
             objective = check_start(combos, configs)
+            settings.check(objective)
         except ConfigError as exc:
             refuse(exc)
         config = configs[0]
@@ -42,7 +42,8 @@ class AutotuneSweeper(GridSweeper):
         project = [o for o in combos[0] if o not in machinery]
         climb = Climb(project, objective, settings, sweep_dir, self.launch_batch, self.values,
                       clock=str(OmegaConf.select(config, "report.target_clock", default="training")),
-                      parity_tol=float(config.report.parity_tol), seed=int(config.seed), machinery=machinery)
+                      parity_tol=float(config.report.parity_tol), seed=int(config.seed), machinery=machinery,
+                      noise_floor=float(config.report.noise_floor))
         log.info(f"Autotune from {' '.join(project) or 'the configuration as composed'}, by {objective}")
         try:
             climb.run()
@@ -54,4 +55,5 @@ class AutotuneSweeper(GridSweeper):
         """Each of ``keys``' value as ``overrides`` compose it (a group: its choice)."""
         config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         choices = config.hydra.runtime.choices
-        return {key: str(choices.get(key) if key in choices else OmegaConf.select(config, key)) for key in keys}
+        found = {key: choices.get(key) if key in choices else OmegaConf.select(config, key) for key in keys}
+        return {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in found.items()}  # as written

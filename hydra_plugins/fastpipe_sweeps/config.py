@@ -77,6 +77,7 @@ class AutotuneSweeperConf:
     # report.objective=time_to_target: each candidate is raced against the current best with these
     # hydra/sweeper=race settings (min_rounds, max_rounds, alpha, cap, cap_after, max_wall_s)
     race: Dict[str, Any] = field(default_factory=dict)
+    params: Optional[Dict[str, str]] = None  # as for the basic sweeper: a list in it is refused (one configuration)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="gpus", node=GpusLauncherConf, provider="fastpipe")

@@ -36,11 +36,12 @@ class Probe:
     def describe(self) -> str:
         """``data (data-wait 31 %)``: the bound and the number that decided it, for logs and report.md."""
         e = self.evidence
-        why = {"data": f"data-wait {e.get('data_wait_frac', 0):.0%}",
-               "host": f"GPU {e.get('gpu_util')} % busy, data-wait {e.get('data_wait_frac', 0):.0%}"
+        wait = e.get("data_wait_frac") or 0.0  # None: no steady window was measured
+        why = {"data": f"data-wait {wait:.0%}",
+               "host": f"GPU {e.get('gpu_util')} % busy, data-wait {wait:.0%}"
                        + (f", CPU {e['host_frac']:.0%} of the step" if e.get("host_frac") is not None else ""),
                "compute": (f"GPU {e.get('gpu_util')} % busy" + (f", MFU {e['mfu']:.0%}" if e.get("mfu") else "")
-                           if e.get("gpu_util") is not None else f"CPU run, data-wait {e.get('data_wait_frac', 0):.0%}")}
+                           if e.get("gpu_util") is not None else f"CPU run, data-wait {wait:.0%}")}
         room = (f"; memory {e['peak_mem_gb']:.1f} of {e['device_mem_gb']:.0f} GB: room for a larger batch"
                 if self.headroom else "")
         return f"{self.bound} ({why.get(self.bound, '')}){room}"

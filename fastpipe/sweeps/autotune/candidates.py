@@ -61,17 +61,17 @@ def catalogue(device: str, space: Optional[Dict[str, str]] = None) -> List[Candi
 def propose(bound: str, headroom: bool, current: Dict[str, str], everything: Sequence[Candidate],
             fixed: Iterable[str] = (), tried: Iterable[str] = ()) -> List[Candidate]:
     """The changes to try for ``bound``, best expected first: those made for it, then those that relieve it
-    too, then (with memory ``headroom``) the batch size; none of a ``fixed`` key, none equal to the
-    ``current`` value (key -> value as composed), none ``tried`` (overrides already run from this state)."""
+    too, then (with memory ``headroom``) those made for memory (the batch size); none of a ``fixed`` key,
+    none equal to the ``current`` value (key -> value as composed), none in ``tried``."""
     fixed, tried = set(fixed), set(tried)
-    wanted = [bound] + (["memory"] if headroom and bound != "memory" else [])
 
     def useful(c: Candidate) -> bool:
         applies = c.key not in KEY_GROUP or current.get("data") in KEY_GROUP[c.key]
-        return (c.key not in fixed and str(current.get(c.key)) != c.value and c.override not in tried and applies
-                and any(b in c.relieves for b in wanted))
+        wanted = bound in c.relieves or (headroom and c.relieves[0] == "memory")
+        return c.key not in fixed and str(current.get(c.key)) != c.value and c.override not in tried and applies \
+            and wanted
 
     def rank(c: Candidate) -> tuple:
-        return min((wanted.index(b), c.relieves.index(b)) for b in wanted if b in c.relieves)
+        return (0, c.relieves.index(bound)) if bound in c.relieves else (1, 0)
 
     return sorted((c for c in everything if useful(c)), key=rank)  # stable: the catalogue's order within a rank

@@ -25,13 +25,12 @@ from fastpipe.record import results
 from fastpipe.record.results import write_json_atomic
 from fastpipe.report.baseline import parity
 from fastpipe.report.confidence import uncertainty
-from fastpipe.sweeps.autotune.bounds import Probe, classify
+from fastpipe.sweeps.autotune.bounds import classify
 from fastpipe.sweeps.autotune.candidates import Candidate, catalogue, propose
+from fastpipe.sweeps.autotune.record import FILE, VERSION
 
 log = logging.getLogger(__name__)
 
-FILE = "autotune.json"
-VERSION = 1
 Launch = Callable[[List[List[str]], str], object]  # (batch of jobs' overrides, what the batch is) -> anything
 Values = Callable[[List[str], List[str]], Dict[str, str]]  # (overrides, keys) -> each key's composed value
 OBJECTIVES = ("throughput", "time_to_target")
@@ -69,7 +68,8 @@ class AutotuneSettings:
     fixed: Sequence[str] = ()
     race: Dict[str, object] = field(default_factory=dict)
 
-    def check(self) -> None:
+    def check(self, objective: str = "throughput") -> None:
+        """One line (ConfigError) for a setting the climb cannot use, before any job runs."""
         if self.repeats < 1:
             raise ConfigError(f"hydra.sweeper.repeats={self.repeats} must be >= 1 (runs of each trial, by throughput; "
                               "3 lets a change win only when its runs all beat the current best's)")
@@ -78,6 +78,23 @@ class AutotuneSettings:
                               "included)")
         if self.max_wall_s is not None and not self.max_wall_s > 0:
             raise ConfigError(f"hydra.sweeper.max_wall_s={self.max_wall_s} must be > 0 seconds, or null")
+        for device in ("cpu", "cuda"):
+            catalogue(device, self.space)  # a choice the space names that is not registered: one line now
+        if objective == "time_to_target":
+            self.race_settings().check(2)
+
+    def race_settings(self):
+        """``hydra.sweeper.race`` as the race's settings; one line naming an unknown key."""
+        from dataclasses import fields
+
+        from fastpipe.sweeps.race.rounds import RaceSettings
+
+        known = [f.name for f in fields(RaceSettings)]
+        unknown = sorted(set(self.race) - set(known))
+        if unknown:
+            raise ConfigError(f"hydra.sweeper.race: {', '.join(unknown)} is not a setting of the race; use "
+                              f"{', '.join(known)}")
+        return RaceSettings(**self.race)
 
 
 def with_change(overrides: Sequence[str], change: str) -> List[str]:
@@ -103,17 +120,23 @@ class Climb:
     clock: str = "training"
     parity_tol: float = 0.01
     seed: int = 0  # a race's first seed
+    noise_floor: float = 0.04  # report.noise_floor: a one-run trial's run-to-run uncertainty
     machinery: List[str] = field(default_factory=list)  # sweep.* overrides: every job gets them, no trial records them
     trials: List[dict] = field(default_factory=list)  # {num, folder, overrides, metrics}
     steps: List[dict] = field(default_factory=list)
     stopped_by: Optional[str] = None
     started: float = field(default_factory=time.time)
+    races: int = 0
+    raced_base: Optional[dict] = None  # by time to target: the baseline's rounds in the first race
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> dict:
         best = self.trial(list(self.project), "the baseline")
         base = best
-        if best["metrics"].get("status") != "ok":
+        self.write(base, best)
+        measured = best["metrics"].get("status") == "ok" and (
+            self.objective != "throughput" or best["metrics"].get("throughput") is not None)
+        if not measured:  # nothing to climb from
             self.stopped_by = "baseline_failed"
             return self.write(base, best)
         device = str((best["metrics"].get("env") or {}).get("device") or "cpu").split(":")[0]
@@ -124,12 +147,15 @@ class Climb:
             step = {"probe": dict(probe.record(), trial=best["num"], overrides=best["overrides"]), "candidates": [],
                     "kept": None}
             self.steps.append(step)
+            self.write(base, best)
             log.info(f"Autotune probe of trial {best['num']}: bound by {probe.describe()}")
-            # not again: what was tried from this state, and what failed or broke the metric from any
-            tried = {c["change"] for s in self.steps for c in s["candidates"]
-                     if s["probe"]["trial"] == best["num"] or c["result"] in ("failed", "parity")}
-            candidates = propose(probe.bound, probe.headroom, self.values(best["overrides"], keys), everything,
-                                 self.settings.fixed, tried)
+            # never again: a change that failed or broke the held-out metric, or one that leads to a
+            # configuration already run (no ping-pong between two values on noise)
+            broke = {c["change"] for s in self.steps for c in s["candidates"] if c["result"] in ("failed", "parity")}
+            visited = {tuple(sorted(t["overrides"])) for t in self.trials}
+            candidates = [c for c in propose(probe.bound, probe.headroom, self.values(best["overrides"], keys),
+                                             everything, self.settings.fixed, broke)
+                          if tuple(sorted(with_change(best["overrides"], c.override))) not in visited]
             kept = None
             for candidate in candidates:
                 if self.out_of_budget():
@@ -172,7 +198,7 @@ class Climb:
         overrides = with_change(best["overrides"], candidate.override)
         outcome = {"change": candidate.override, "relieves": list(candidate.relieves), "overrides": overrides}
         if self.objective == "time_to_target":
-            return dict(outcome, **self._raced(overrides, best))
+            return dict(outcome, **self._raced(overrides, best, base))
         tried = self.trial(overrides, candidate.override)
         outcome["trial"] = tried["num"]
         m = tried["metrics"]
@@ -181,7 +207,7 @@ class Climb:
         held = self._parity(m, base["metrics"])
         if held is not None:
             return dict(outcome, result="parity", evidence={"text": held})
-        return dict(outcome, **compare(m, best["metrics"]))
+        return dict(outcome, **compare(m, best["metrics"], self.noise_floor))
 
     def _parity(self, m: dict, base: dict) -> Optional[str]:
         mine, theirs = m.get("primary_metric") or {}, base.get("primary_metric") or {}
@@ -191,23 +217,36 @@ class Climb:
         return (f"held-out {mine.get('name')} {mine.get('value'):.4g} against the baseline's {theirs.get('value'):.4g}: "
                 f"worse by more than report.parity_tol={self.parity_tol:g}")
 
-    def _raced(self, overrides: List[str], best: dict) -> dict:
+    def _raced(self, overrides: List[str], best: dict, base: dict) -> dict:
         """Race ``overrides`` against the current best over seeds (hydra/sweeper=race's rounds and test)."""
-        from fastpipe.sweeps.race.rounds import FILE as RACE_FILE, RaceSettings
+        from fastpipe.sweeps.race.rounds import FILE as RACE_FILE
         from fastpipe.sweeps.race.run import new_record, run_race
 
         k = sum(len(s["candidates"]) for s in self.steps)
         folder = f"race-{k}/"
-        race = RaceSettings(**self.settings.race)
+        race = self.settings.race_settings()
         record = new_record([best["overrides"], overrides], self.seed, 0, race, self.clock, 1, folder=folder)
+        # race.json is written at the sweep's root while the race runs (the report reads an autotune's folder
+        # by autotune.json, never by it), then kept in the race's own folder
         run_race(self.launch, record, race, self.sweep_dir, self.clock, extra=self.machinery)
-        (self.sweep_dir / RACE_FILE).replace(self.sweep_dir / folder / RACE_FILE)  # each race keeps its own record
+        (self.sweep_dir / RACE_FILE).replace(self.sweep_dir / folder / RACE_FILE)
+        if self.races == 0:  # the baseline over the same seeds: the speed-up's denominator
+            self.raced_base = results.read(self.sweep_dir / f"{folder}0")
+        self.races += 1
         entry = {"num": len(self.trials), "folder": f"{folder}1", "overrides": list(overrides),
                  "metrics": results.read(self.sweep_dir / f"{folder}1") or {"status": "failed"}}
         self.trials.append(entry)
         said = {"text": f"race {folder}: " + ("won" if record.winner == 1 else "the current best won"
                                               if record.winner == 0 else f"no winner ({record.stopped_by})"),
                 "winner": record.winner, "rounds": len(record.rounds)}
+        out = record.eliminated.get("1")
+        if out is not None and out.get("p") is None:  # it failed in a round
+            return {"trial": entry["num"], "result": "failed", "evidence": dict(said, text=f"race {folder}: failed in "
+                                                                                    f"round {out['round']}")}
+        if record.winner == 1:
+            held = self._parity(entry["metrics"], base["metrics"])
+            if held is not None:
+                return {"trial": entry["num"], "result": "parity", "evidence": dict(said, text=held)}
         return {"trial": entry["num"], "result": "won" if record.winner == 1 else "lost", "evidence": said}
 
     # ---------------------------------------------------------------- autotune.json
@@ -218,16 +257,12 @@ class Climb:
                                "fixed": list(self.settings.fixed)},
                   "trials": [{k: t[k] for k in ("num", "folder", "overrides")} for t in self.trials],
                   "steps": self.steps, "final": {"trial": best["num"], "overrides": best["overrides"]},
-                  "speedup": speedup(base["metrics"], best["metrics"], self.objective), "stopped_by": self.stopped_by,
+                  "speedup": speedup(self.raced_base or base["metrics"] if self.objective == "time_to_target" else
+                                     base["metrics"], best["metrics"], self.objective, self.clock),
+                  "stopped_by": self.stopped_by,
                   "wall_s": round(time.time() - self.started, 1)}
         write_json_atomic(self.sweep_dir / FILE, record)
         return record
-
-
-def read(sweep_dir: Path) -> Optional[dict]:
-    """The sweep folder's autotune.json, or None when it is no autotune's (or unreadable)."""
-    found = results.read(Path(sweep_dir), FILE)
-    return found if isinstance(found, dict) and found.get("version") == VERSION else None
 
 
 def _runs(m: dict) -> List[float]:
@@ -263,11 +298,14 @@ def compare(m: dict, best: dict, noise_floor: float = 0.04) -> dict:
     return {"result": "won" if won else "lost", "evidence": evidence}
 
 
-def speedup(base: dict, final: dict, objective: str) -> Optional[dict]:
-    """The final configuration against the baseline: ``{value, low, high}`` (throughput: median ratio, and
-    the ratio of the runs' extremes; time to target: the baseline's median time over the final's)."""
+def speedup(base: dict, final: dict, objective: str, clock: str = "training") -> Optional[dict]:
+    """The final configuration against the baseline: ``{value, low, high}`` (throughput: the median ratio, and
+    the ratio of the runs' extremes; time to target: the baseline's median time over the final's, both over
+    the first race's seeds, on ``clock``)."""
     if objective == "time_to_target":
-        mine, theirs = ((m.get("target") or {}).get("seconds") for m in (final, base))
+        key = "seconds_end_to_end" if clock == "end_to_end" else "seconds"
+        mine, theirs = ((m.get("target") or {}).get(key) if (m.get("target") or {}).get("reached") else None
+                        for m in (final, base))
         return {"value": round(theirs / mine, 4), "low": None, "high": None} if mine and theirs else None
     mine, theirs = _runs(final), _runs(base)
     if not mine or not theirs:

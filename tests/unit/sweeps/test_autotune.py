@@ -11,7 +11,7 @@ from fastpipe.errors import ConfigError
 from fastpipe.record.results import write_json_atomic
 from fastpipe.sweeps.autotune import bounds, candidates
 from fastpipe.sweeps.autotune.bounds import classify
-from fastpipe.sweeps.autotune.candidates import Candidate, catalogue, propose
+from fastpipe.sweeps.autotune.candidates import catalogue, propose
 from fastpipe.sweeps.autotune.climb import AutotuneSettings, Climb, compare, with_change
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
@@ -201,3 +201,48 @@ def test_by_time_to_target_each_candidate_is_raced_against_the_current_best(tmp_
     later = [c["change"] for s in record["steps"][1:] for c in s["candidates"]]
     assert later == ["compile=max-autotune"] and record["steps"][1]["kept"] is None  # raced from the new best: lost
     assert record["stopped_by"] == "no_candidate_won"
+
+
+def test_headroom_adds_only_the_changes_made_for_memory_and_a_run_without_windows_is_described():
+    everything = catalogue("cpu")
+    current = {"data": "default", "compile": "off", "precision": "fp32", "train.batch_size": "64",
+               "data.num_workers": "0", "runtime.channels_last": "auto"}
+    roomy = _names(propose("data", True, current, everything))
+    assert roomy[-1] == "train.batch_size=auto" and "precision=amp" not in roomy  # amp saves memory: not for it
+    assert classify({"data_wait_frac": None, "env": {"device": "cpu"}}).describe() == "compute (CPU run, data-wait 0%)"
+
+
+def test_settings_are_checked_before_any_job():
+    with pytest.raises(ConfigError, match="hydra.sweeper.race: rounds is not a setting of the race; use min_rounds"):
+        AutotuneSettings(race={"rounds": 5}).check("time_to_target")
+    with pytest.raises(ConfigError, match="hydra.sweeper.max_rounds=2 must be >= hydra.sweeper.min_rounds|cannot send"):
+        AutotuneSettings(race={"max_rounds": 2}).check("time_to_target")
+    with pytest.raises(ConfigError, match="precision=fp4 is not a registered choice"):
+        AutotuneSettings(space={"precision": "fp4"}).check()
+
+
+def test_a_failed_baseline_stops_the_climb_and_the_report_crowns_nothing(tmp_path):
+    from fastpipe.report.confidence import autotuned
+
+    def launch(batch, stage):
+        for overrides in batch:
+            sub = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir="))
+            (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+            write_json_atomic(tmp_path / sub / "metrics.json", {"status": "failed", "reason": "stub: broken"})
+
+    record = Climb([], "throughput", AutotuneSettings(), tmp_path, launch, _values).run()
+    assert record["stopped_by"] == "baseline_failed" and record["speedup"] is None and record["steps"] == []
+    verdict = autotuned(record)
+    assert not verdict.crowns and "nothing to climb from" in verdict.lines[-1]
+    unfinished = dict(record, stopped_by=None, steps=[], final={"trial": 0, "overrides": []})
+    assert not autotuned(unfinished).crowns and "best so far: job 0" in autotuned(unfinished).lines[-1]
+
+
+def test_a_change_that_leads_back_to_a_configuration_already_run_is_not_tried(tmp_path):
+    launched = []
+    space = {"compile": "default,max-autotune"}  # both relieve compute: a win of one must not bring back the other
+    climb = Climb([], "throughput", AutotuneSettings(space=space, fixed=["precision", "runtime.channels_last"]),
+                  tmp_path, _stub_launch(tmp_path, launched), _values)
+    record = climb.run()
+    runs = [tuple(sorted(t["overrides"])) for t in record["trials"]]
+    assert len(runs) == len(set(runs))  # no configuration ran twice
