@@ -7,7 +7,9 @@ from typing import Any, Optional
 
 from fastpipe.config._checks import auto_or_bool, auto_or_int, one_of
 from fastpipe.errors import ConfigError
-from fastpipe.finders import lr_curve  # the rules' names live with the curve they read
+
+# train.lr_find_rule's choices (fastpipe/finders/lr_curve.py reads the rate each names off the curve)
+LR_FIND_RULES = ("valley", "steepest", "min_div10", "diverged_div10", "trial")
 
 
 @dataclass
@@ -167,7 +169,7 @@ class TrainConfig:
 
     def _check_lr_find(self) -> None:
         """optimizer.lr=auto's range test: a ramp that rises, long enough to smooth and trim."""
-        one_of("train.lr_find_rule", self.lr_find_rule, lr_curve.NAMES)
+        one_of("train.lr_find_rule", self.lr_find_rule, LR_FIND_RULES)
         if not 0 < self.lr_find_min < self.lr_find_max:
             raise ConfigError(f"train.lr_find_min={self.lr_find_min:g} and train.lr_find_max={self.lr_find_max:g}: the "
                               "range test's ramp needs 0 < lr_find_min < lr_find_max (defaults 1e-7 and 10)")

@@ -151,7 +151,6 @@ RULES: Dict[str, Callable[[Readable], Optional[float]]] = {
     "valley": valley, "steepest": steepest, "min_div10": min_div10, "diverged_div10": diverged_div10}
 # `trial` (lr_range.py) trains from the same start at the rates these rules read, and keeps the best
 TRIED = ("valley", "steepest", "min_div10")
-NAMES = (*RULES, "trial")  # train.lr_find_rule's choices
 
 
 def suggest(rule: str, curve: Curve, steps: int) -> Optional[float]:

@@ -14,6 +14,7 @@ import re
 from typing import Dict, List, Optional
 
 from fastpipe.errors import ConfigError
+from fastpipe.measure.noise import parity
 from fastpipe.record.overrides import override_key
 from fastpipe.report.sweep_folder import Job, SweepSpec, unquote
 from fastpipe.report.rows import FINISHED
@@ -65,15 +66,6 @@ def pick_baseline(jobs: List[Job], spec: SweepSpec) -> Optional[Job]:
         raise ConfigError(f"report.baseline={text!r} matches no job of this sweep")
     # Keys the user left out: prefer the job that has the default (first) value for them.
     return sorted(matches, key=lambda j: (j not in default, j.num))[0]
-
-
-def parity(value: Optional[float], base_value: Optional[float], tol: float, higher_is_better: bool = True) -> str:
-    """``ok`` when the primary metric held within ``tol`` of the baseline's (in its direction),
-    ``FAIL`` if not, ``n/a`` if either is unknown."""
-    if value is None or base_value is None:
-        return "n/a"
-    worse_by = base_value - value if higher_is_better else value - base_value
-    return "ok" if worse_by <= tol + 1e-12 else "FAIL"
 
 
 def overlap(a: dict, b: dict) -> bool:

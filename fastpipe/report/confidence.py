@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from fastpipe.measure.noise import uncertainty
+
 ALPHA = 0.05  # the significance level of the test over report.repeats' seeds (a race names its own)
 WINNABLE = ("ok", "unmeasured")
 
@@ -66,32 +68,6 @@ def throughput(rows: List[dict], best: Optional[dict], max_spread: float, noise_
     verdict = _throughput_verdict(rows, best, max_spread, unstable)
     verdict.lines += _unstable_lines(rows, unstable, max_spread)
     return verdict
-
-
-# The expected range of n draws from a normal distribution, in standard deviations (d2, the control-chart
-# constant); between the tabled counts it is interpolated on log(n).
-RANGE_SD = ((2, 1.128), (3, 1.693), (4, 2.059), (5, 2.326), (6, 2.534), (8, 2.847), (10, 3.078), (15, 3.472),
-            (20, 3.735), (30, 4.086), (50, 4.498), (100, 5.015), (200, 5.492), (1000, 6.483))
-
-
-def range_in_sd(n: int) -> float:
-    """d2 of ``n`` draws (``RANGE_SD``)."""
-    if n <= RANGE_SD[0][0]:
-        return RANGE_SD[0][1]
-    for (n0, d0), (n1, d1) in zip(RANGE_SD, RANGE_SD[1:]):
-        if n <= n1:
-            return d0 + (d1 - d0) * math.log(n / n0) / math.log(n1 / n0)
-    return RANGE_SD[-1][1]
-
-
-def uncertainty(r: dict, noise_floor: float) -> float:
-    """A one-run throughput's relative standard error: its steady-state windows' (their step times' range
-    over the median, as standard deviations by ``range_in_sd``, over the square root of their count) and
-    the run-to-run ``noise_floor``, added in quadrature."""
-    median, extent, windows = r.get("step_time_median_ms"), r.get("step_time_spread_ms"), r.get("step_windows")
-    own = extent / median / range_in_sd(windows) / math.sqrt(windows) if median and extent and windows and \
-        windows > 1 else 0.0
-    return math.sqrt(own ** 2 + noise_floor ** 2)
 
 
 def one_run(rows: List[dict], best: dict, noise_floor: float) -> Confidence:

@@ -4,7 +4,7 @@ Every trial is a sweep job in a numbered folder (0: the project's configuration 
 launched through the sweep's launcher. By throughput a trial is one job of ``report.repeats=repeats``
 runs, and a candidate wins when its slowest run beats the current best's fastest (the report's rule for
 repeats: their ranges apart), or with one run each when its lead is more than twice their combined
-uncertainty (report/confidence.py's). By time to target a candidate is raced against the current best
+uncertainty (fastpipe/measure/noise.py, as the report's). By time to target a candidate is raced against the current best
 (hydra/sweeper=race's test, its settings nested as ``hydra.sweeper.race``) and wins when the race names
 it. A candidate that fails, or whose held-out metric falls more than ``report.parity_tol`` short of the
 baseline's, is recorded and skipped. Under ``sweep.resume=true`` the same climb runs again: each job
@@ -23,8 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from fastpipe.errors import ConfigError
 from fastpipe.record import results
 from fastpipe.record.results import write_json_atomic
-from fastpipe.report.baseline import parity
-from fastpipe.report.confidence import uncertainty
+from fastpipe.measure.noise import parity, uncertainty
 from fastpipe.sweeps.autotune.bounds import classify
 from fastpipe.sweeps.autotune.candidates import Candidate, catalogue, propose
 from fastpipe.sweeps.autotune.record import FILE, VERSION
@@ -272,7 +271,7 @@ def _runs(m: dict) -> List[float]:
 
 
 def _row(m: dict) -> dict:
-    """The fields report/confidence.py's uncertainty reads, from a metrics.json."""
+    """The fields measure/noise.py's uncertainty reads (a report row's names), from a metrics.json."""
     steps = m.get("step_time_ms") or {}
     return {"step_time_median_ms": steps.get("median"), "step_time_spread_ms": steps.get("spread"),
             "step_windows": steps.get("windows")}

@@ -148,6 +148,13 @@ def test_the_cpu_cases_descend_diverge_and_each_rule_reads_a_rate(name):
     assert rates["diverged_div10"] == pytest.approx(curve.diverged_at / 10)
 
 
+def test_every_rule_the_config_accepts_is_one_here():
+    from fastpipe.config.train import LR_FIND_RULES
+    from fastpipe.finders.lr_curve import TRIED
+
+    assert set(LR_FIND_RULES) == {*RULES, "trial"} and set(TRIED) <= set(RULES)
+
+
 def test_the_rules_from_the_top_of_the_curve_overshoot_the_byte_lm():
     lm = _replayed("byte_lm")  # flat from 0.007 to 0.3 (AdamW): the top of the curve says little of training
     assert suggest("min_div10", lm, 100) > 0.03 and suggest("diverged_div10", lm, 100) > 0.1  # 0.01 missed already
