@@ -7,9 +7,10 @@ import json
 from conftest import TINY, in_process
 
 # The project's model sleeps 300 ms a training step (fault_models.KilledAt, mode slow); the space offers a
-# mode that dies (SIGKILL: a failed trial) and one that does not sleep, and the bound table's keys stay fixed.
+# mode with a bug (a failed trial) and one that does not sleep, and the bound table's keys stay fixed. The
+# jobs train in this process (launcher.fresh_process=false): quicker, and no process is the subject here.
 SLOW = ["model._target_=fault_models.KilledAt", "+model.mode=slow", *TINY, "logger=none", "hydra/sweeper=autotune",
-        "hydra.sweeper.repeats=1", 'hydra.sweeper.space={model.mode: "killed,fast"}',
+        "hydra.sweeper.repeats=1", 'hydra.sweeper.space={model.mode: "broken,fast"}', "launcher.fresh_process=false",
         "hydra.sweeper.fixed=[data,compile,precision,train.batch_size,data.num_workers,runtime.channels_last]"]
 
 
@@ -18,7 +19,7 @@ def test_autotune_keeps_the_change_that_wins_skips_the_one_that_fails_and_writes
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "autotune.json").read_text())
     first = record["steps"][0]
-    assert [(c["change"], c["result"]) for c in first["candidates"]] == [("++model.mode=killed", "failed"),
+    assert [(c["change"], c["result"]) for c in first["candidates"]] == [("++model.mode=broken", "failed"),
                                                                          ("++model.mode=fast", "won")]
     assert record["final"]["overrides"][-1] == "++model.mode=fast" and record["stopped_by"] == "no_candidate_won"
     assert record["speedup"]["value"] > 3 and len(record["trials"]) == 3

@@ -106,19 +106,22 @@ class KilledAt(TinyCNN):
     with ``wait_for`` (a trackers.json), once that file names an MLflow run: a tracker run left behind.
     ``mode`` sets both for a sweep's one list: ``fast`` (never killed), ``slow`` (never killed, 300 ms a
     training forward: a throughput so far below fast's that one run each names a winner even when other load
-    makes fast's step times spread tenfold) or ``killed``."""
+    makes fast's step times spread tenfold), ``killed``, or ``broken`` (raises at its third training forward,
+    a bug: a failed run that kills no process, for jobs trained in the test's own)."""
 
-    MODES = {"fast": (10 ** 9, 0.0), "slow": (10 ** 9, 0.3), "killed": (2, 0.0)}
+    MODES = {"fast": (10 ** 9, 0.0), "slow": (10 ** 9, 0.3), "killed": (2, 0.0), "broken": (2, 0.0)}
 
     def __init__(self, num_classes: int = 10, after: int = 3, wait_for: str = "", mode: str = "") -> None:
         super().__init__(num_classes)
         after, self.sleep_s = self.MODES[mode] if mode else (after, 0.0)
-        self.after, self.calls, self.wait_for = after, 0, wait_for
+        self.after, self.calls, self.wait_for, self.broken = after, 0, wait_for, mode == "broken"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             self.calls += 1
             time.sleep(self.sleep_s)
+            if self.broken and self.calls > self.after:
+                raise RuntimeError("fault_models.KilledAt: a bug in the model's forward")
             if self.calls > self.after:
                 import json
                 import os

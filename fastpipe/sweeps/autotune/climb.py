@@ -181,11 +181,20 @@ class Climb:
         return self.stopped_by is not None
 
     # ---------------------------------------------------------------- one trial
+    def launch_jobs(self, batch: List[List[str]], stage: str) -> None:
+        """Launch ``batch``; a job trained in this process (launcher.fresh_process=false) whose code raised
+        has written its failed metrics.json, which the climb reads like any other: the error is logged,
+        not the end of the sweep (a stop signal still is: SystemExit is no Exception)."""
+        try:
+            self.launch(batch, stage)
+        except Exception as exc:  # noqa: BLE001 (a project's bug in one candidate: recorded, not fatal)
+            log.warning(f"Autotune: {stage} raised {type(exc).__name__}: {exc}")
+
     def trial(self, overrides: List[str], what: str) -> dict:
         """One job in the next numbered folder: ``overrides`` (with the repeats, by throughput)."""
         num = len(self.trials)
         extra = [f"report.repeats={self.settings.repeats}"] if self.objective == "throughput" else []
-        self.launch([[*overrides, *extra, *self.machinery, f"hydra.sweep.subdir={num}"]], f"trial {num} ({what})")
+        self.launch_jobs([[*overrides, *extra, *self.machinery, f"hydra.sweep.subdir={num}"]], f"trial {num} ({what})")
         metrics = results.read(self.sweep_dir / str(num))
         entry = {"num": num, "folder": str(num), "overrides": list(overrides),
                  "metrics": metrics if isinstance(metrics, dict) else {"status": "failed", "reason": "no metrics.json"}}
@@ -227,7 +236,7 @@ class Climb:
         record = new_record([best["overrides"], overrides], self.seed, 0, race, self.clock, 1, folder=folder)
         # race.json is written at the sweep's root while the race runs (the report reads an autotune's folder
         # by autotune.json, never by it), then kept in the race's own folder
-        run_race(self.launch, record, race, self.sweep_dir, self.clock, extra=self.machinery)
+        run_race(self.launch_jobs, record, race, self.sweep_dir, self.clock, extra=self.machinery)
         (self.sweep_dir / RACE_FILE).replace(self.sweep_dir / folder / RACE_FILE)
         if self.races == 0:  # the baseline over the same seeds: the speed-up's denominator
             self.raced_base = results.read(self.sweep_dir / f"{folder}0")
