@@ -9,7 +9,7 @@ Per case, in --out/CASE/:
    trial: the range test alone with train.lr_find_rule=trial (its suggestion and its cost).
 2. grid: the conventional rate x 0.1, 0.3, 1, 3, 10, one run each (seed 0).
 3. rules: one run at each distinct rate the candidates read (a given rate trains exactly as optimizer.lr=auto
-   at that suggestion: tests/unit/finders/test_lr_range.py), seed 0.
+   at that suggestion: tests/integration/test_lr_range.py), seed 0.
 4. seeds: the grid's best rate and each candidate within 1.5x of it on seeds 1 and 2 (--seeds 3), where
    the deadline allows.
 Time to target is the training clock's (the range test is set-up: its seconds are a column of their own,

@@ -13,7 +13,7 @@ from conftest import RESUMABLE, RESUMABLE_TOTAL, assert_same_run, run_in_process
 from fastpipe.errors import DataError, TrainingError
 from fastpipe.record.results import read as read_metrics
 
-from ..conftest import run_composed
+from unit.conftest import run_composed
 
 
 def weights(path: Path) -> dict:

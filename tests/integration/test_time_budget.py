@@ -8,7 +8,7 @@ from conftest import TINY, run_in_process
 
 from fastpipe.errors import TrainingError
 
-from .test_target import parts_add_up
+from unit.train.test_target import parts_add_up
 
 
 def test_an_unreached_target_records_its_best_and_a_time_budget_stops_and_resumes(tmp_path):
