@@ -23,10 +23,10 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
-from lib.runner import Deadline, add_common_args, append_jsonl, read_json, run_fastpipe, write_markdown_table
+from lib.runner import (add_common_args, append_jsonl, Deadline, header, read_json, run_fastpipe,
+                        write_markdown_table)
 
 TABLE_KEYS = ("data", "compile", "precision", "train.batch_size", "data.num_workers", "data.decode_workers",
               "runtime.channels_last")  # fastpipe/sweeps/autotune/candidates.py's: fixed unless the case's grid has them
@@ -139,8 +139,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     deadline, rows = Deadline(a.deadline, floor_s=120.0), []
-    header = (f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC · {os.cpu_count()} CPU cores · load "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}" + (" · --smoke" if a.smoke else ""))
+    title = header(a.smoke)
     columns = [("case", "case"), ("grid's best", "grid_best"), ("samples/s", "grid_best_tput", ".1f"),
                ("autotune's final", "final"), ("samples/s ", "final_tput", ".1f"), ("ratio", "ratio", ".3f"),
                ("separable", "separable"), ("grid wall (s)", "grid_s", ".0f"), ("autotune wall (s)", "autotune_s", ".0f"),
@@ -149,7 +148,7 @@ def main(argv=None) -> int:
         for name in a.cases:
             rows.append(measure(a, log, deadline, name))
             append_jsonl(a.out / "autotune.jsonl", rows[-1])
-            write_markdown_table(a.out / "autotune.md", rows, columns, title=header,
+            write_markdown_table(a.out / "autotune.md", rows, columns, title=title,
                                  notes=["- goal: the final within 5 % of the grid's best by throughput, or not separable "
                                         "from it (their repeats overlap), at most 35 % of the grid's wall time"])
     print((a.out / "autotune.md").read_text(), flush=True)

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import time
 from pathlib import Path
 
-from lib.runner import Deadline, add_common_args, append_jsonl, read_json, run_fastpipe, skipped, write_markdown_table
+from lib.runner import (add_common_args, append_jsonl, Deadline, header, read_json, run_fastpipe, skipped,
+                        write_markdown_table)
 
 RULES = ("valley", "steepest", "min_div10")
 IMAGE = ["report.objective=time_to_target", "train.target=0.95", "train.eval_every=10", "train.epochs=6"]
@@ -164,15 +163,13 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     deadline, rows = Deadline(a.deadline, floor_s=60.0), []
     image, lm = (SMOKE_IMAGE, SMOKE_LM) if a.smoke else (IMAGE, LM)
-    header = (f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC · {os.cpu_count()} CPU cores · load "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} · OMP_NUM_THREADS="
-              f"{os.environ.get('OMP_NUM_THREADS', 'unset')}" + (" · --smoke" if a.smoke else ""))
+    title = header(a.smoke)
     columns = [("phase", "phase"), ("job", "job"), ("lr (each seed)", "lr"),
                ("median time to target (s)", "median_s", ".1f"), ("end to end (s)", "median_end_to_end_s", ".1f"),
                ("reached", "reached"), ("range test (s)", "test_s", ".1f"), ("status", "status")]
 
     def write():
-        write_markdown_table(a.out / "lr_find.md", rows, columns, title=header, notes=verdicts(rows))
+        write_markdown_table(a.out / "lr_find.md", rows, columns, title=title, notes=verdicts(rows))
 
     with open(a.out / "lr_find.log", "a") as log:
         if "image" in a.phases:

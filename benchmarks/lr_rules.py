@@ -29,10 +29,10 @@ import csv
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
-from lib.runner import REPO, Deadline, add_common_args, append_jsonl, read_json, run_fastpipe, write_markdown_table
+from lib.runner import (add_common_args, append_jsonl, Deadline, header, read_json, REPO, run_fastpipe,
+                        write_markdown_table)
 
 sys.path.insert(0, str(REPO))
 from fastpipe.finders import lr_curve  # noqa: E402  (the rules as fastpipe applies them)
@@ -218,8 +218,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     deadline, rows = Deadline(a.deadline, floor_s=60.0), []
-    header = (f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC · {os.cpu_count()} CPU cores · load "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}" + (" · --smoke" if a.smoke else ""))
+    title = header(a.smoke)
     columns = [("case", "case"), ("job", "job"), ("lr", "lr", ".3g"), ("seed", "seed"),
                ("time to target (s)", "seconds", ".1f"), ("range test (s)", "test_s", ".1f"), ("status", "status")]
     (a.out / "lr_rules.jsonl").unlink(missing_ok=True)  # this call's rows: a run done before is read back, not rerun
@@ -228,7 +227,7 @@ def main(argv=None) -> int:
             for row in measure(Case(a, name, log, deadline)):
                 rows.append(row)
                 append_jsonl(a.out / "lr_rules.jsonl", row)
-            write_markdown_table(a.out / "lr_rules.md", rows, columns, title=header, notes=verdicts(rows))
+            write_markdown_table(a.out / "lr_rules.md", rows, columns, title=title, notes=verdicts(rows))
     print((a.out / "lr_rules.md").read_text(), flush=True)
     return 0 if rows and all(r.get("status") in ("ok", "failed") for r in rows) else 1
 

@@ -241,6 +241,13 @@ class Deadline:
             self.walls[kind] = max(wall_s, self.walls.get(kind, 0.0))
 
 
+def header(smoke: bool = False) -> str:
+    """A results table's first line: when, the machine's cores, its load and threads, and --smoke."""
+    return (f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC · {os.cpu_count()} CPU cores · load "
+            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} · OMP_NUM_THREADS="
+            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}" + (" · --smoke" if smoke else ""))
+
+
 def skipped(reason: str, **row) -> dict:
     """The row of a run that was not started (no time left, a key this fastpipe lacks)."""
     return dict(row, status="skipped", reason=reason)
