@@ -25,6 +25,9 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fastpipe.measure.noise import parity  # noqa: E402  (the report's parity rule)
 from lib.runner import (add_common_args, append_jsonl, Deadline, header, read_json, run_fastpipe,
                         write_markdown_table)
 
@@ -99,8 +102,12 @@ def measure(a, log, deadline: Deadline, name: str) -> dict:
         if name == "friedman" else {}
     lists = [f"{k}={','.join(v)}" for k, v in grid.items()]
     every = sweep(a, log, deadline, f"{name}-grid", [*base, *lists], env)
-    ranked = sorted((j for j in jobs(every["folder"]) if j[1].get("status") == "ok"),
-                    key=lambda j: -(j[1].get("throughput") or 0))[:2]
+    done = jobs(every["folder"])
+    base_metric = ((done[0][1] if done else {}).get("primary_metric") or {})
+    held = [j for j in done if j[1].get("status") == "ok" and parity(
+        (j[1].get("primary_metric") or {}).get("value"), base_metric.get("value"), 0.01,
+        base_metric.get("higher_is_better", True)) != "FAIL"]  # the report's rule: report.parity_tol's default
+    ranked = sorted(held, key=lambda j: -(j[1].get("throughput") or 0))[:2]
     top = [[o for o in overrides if o.split("=", 1)[0].lstrip("+") in grid] for overrides, _ in ranked]
     confirms = [sweep(a, log, deadline, f"{name}-confirm{i}", [*base, *pick, "report.repeats=3"], env)
                 for i, pick in enumerate(top)]
@@ -109,10 +116,10 @@ def measure(a, log, deadline: Deadline, name: str) -> dict:
     first = [f"{k}={v[0]}" for k, v in grid.items()]
     tuned = sweep(a, log, deadline, f"{name}-autotune", [*base, *first, "hydra/sweeper=autotune",
                                                           f"hydra.sweeper.space={space}", f"hydra.sweeper.fixed={fixed}"], env)
-    return verdict(name, every, confirms, tuned)
+    return verdict(name, grid, every, confirms, tuned)
 
 
-def verdict(name: str, every: dict, confirms: list, tuned: dict) -> dict:
+def verdict(name: str, grid: dict, every: dict, confirms: list, tuned: dict) -> dict:
     confirmed = [j for c in confirms if c.get("folder") for j in jobs(c["folder"])]
     best = max(confirmed, key=lambda j: statistics.median(runs(j[1]) or [0]), default=None)
     record = read_json(tuned["folder"] / "autotune.json") if tuned.get("folder") else None
@@ -127,12 +134,17 @@ def verdict(name: str, every: dict, confirms: list, tuned: dict) -> dict:
         mine, theirs = runs(final), runs(best[1])
         ratio = statistics.median(mine) / statistics.median(theirs)
         apart = min(mine) > max(theirs) or max(mine) < min(theirs)
-        row.update(grid_best=" ".join(best[0][-4:]), grid_best_tput=statistics.median(theirs),
-                   final=" ".join(record["final"]["overrides"][-4:]) or "as given", final_tput=statistics.median(mine),
+        row.update(grid_best=_shown(best[0], grid), grid_best_tput=statistics.median(theirs),
+                   final=_shown(record["final"]["overrides"], grid) or "as given", final_tput=statistics.median(mine),
                    ratio=ratio, separable="yes" if apart else "no",
                    cost=row["autotune_s"] / row["grid_s"] if row["autotune_s"] and row["grid_s"] else None)
         row["goal"] = ("met" if (ratio >= 0.95 or not apart) and (row["cost"] or 1) <= 0.35 else "missed")
     return row
+
+
+def _shown(overrides: list, grid: dict) -> str:
+    """The overrides of the grid's keys: what tells one configuration of the case from another."""
+    return " ".join(o for o in overrides if o.split("=", 1)[0].lstrip("+") in grid)
 
 
 def main(argv=None) -> int:
