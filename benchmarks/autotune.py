@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastpipe.measure.noise import parity  # noqa: E402  (the report's parity rule)
-from lib.runner import (add_common_args, append_jsonl, Deadline, header, read_json, run_fastpipe,
+from lib.runner import (add_common_args, append_jsonl, chosen_cases, Deadline, header, read_json, run_fastpipe,
                         write_markdown_table)
 
 TABLE_KEYS = ("data", "compile", "precision", "train.batch_size", "data.num_workers", "data.decode_workers",
@@ -61,10 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true", help="the cpu case's grid on tiny runs: checks the script")
     add_common_args(p, timeout_s=3600)
     a = p.parse_args(argv)
-    a.cases = [c for c in a.cases.split(",") if c]
-    unknown = [c for c in a.cases if c not in CASES]
-    if unknown:
-        p.error(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    a.cases = chosen_cases(p, a.cases, CASES)
     return a
 
 

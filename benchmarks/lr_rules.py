@@ -31,8 +31,8 @@ import os
 import sys
 from pathlib import Path
 
-from lib.runner import (add_common_args, append_jsonl, Deadline, header, read_json, REPO, run_fastpipe,
-                        write_markdown_table)
+from lib.runner import (add_common_args, append_jsonl, chosen_cases, Deadline, header, read_json, REPO,
+                        run_fastpipe, write_markdown_table)
 
 sys.path.insert(0, str(REPO))
 from fastpipe.finders import lr_curve  # noqa: E402  (the rules as fastpipe applies them)
@@ -76,10 +76,7 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true", help="tiny runs of tiny_cnn: checks the script, not the rules")
     add_common_args(p, timeout_s=1800)
     a = p.parse_args(argv)
-    a.cases = [c for c in a.cases.split(",") if c]
-    unknown = [c for c in a.cases if c not in CASES]
-    if unknown:
-        p.error(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    a.cases = chosen_cases(p, a.cases, CASES)
     return a
 
 

@@ -241,6 +241,15 @@ class Deadline:
             self.walls[kind] = max(wall_s, self.walls.get(kind, 0.0))
 
 
+def chosen_cases(parser, text: str, known) -> List[str]:
+    """``--cases a,b``: the names given, each one of ``known`` (else the parser's one-line error)."""
+    cases = [c for c in text.split(",") if c]
+    unknown = [c for c in cases if c not in known]
+    if unknown:
+        parser.error(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    return cases
+
+
 def header(smoke: bool = False) -> str:
     """A results table's first line: when, the machine's cores, its load and threads, and --smoke."""
     return (f"# {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC · {os.cpu_count()} CPU cores · load "
