@@ -191,9 +191,9 @@ def find_lr(settings: Config, runtime: Runtime, splits=None) -> LrSearch:
         splits = splits if splits is not None else graph.build_splits(test, runtime)
         curve = lr_curve.Curve(ratio=cfg.lr_find_diverge_ratio, window=cfg.lr_find_diverge_steps)
         _run(test, runtime, splits, lr_curve.ramp(cfg.lr_find_min, cfg.lr_find_max, steps), curve, check=True)
-        _release(runtime.device)
         _refuse_unreadable(settings, curve, steps)
         if cfg.lr_find_rule == "trial":
+            _release(runtime.device)  # the ramp's graph, before the trials build theirs
             trial = _trial(test, runtime, splits, curve.readable(steps), seed)
             rate, loss = min(trial, key=lambda rate_loss: rate_loss[1])
             if not math.isfinite(loss):

@@ -28,6 +28,7 @@ class AutotuneSweeper(GridSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from fastpipe.errors import ConfigError
+        from fastpipe.record.overrides import override_key
         from fastpipe.sweeps.autotune.climb import AutotuneSettings, Climb, check_start
 
         try:
@@ -38,7 +39,7 @@ class AutotuneSweeper(GridSweeper):
         except ConfigError as exc:
             refuse(exc)
         config = configs[0]
-        machinery = [o for o in combos[0] if o.lstrip("+~").startswith("sweep.")]  # sweep.resume: how, not what
+        machinery = [o for o in combos[0] if override_key(o).startswith("sweep.")]  # sweep.resume: how, not what
         project = [o for o in combos[0] if o not in machinery]
         climb = Climb(project, objective, settings, sweep_dir, self.launch_batch, self.values,
                       clock=str(OmegaConf.select(config, "report.target_clock", default="training")),

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from fastpipe.errors import ConfigError
 from fastpipe.record import results
+from fastpipe.record.overrides import override_key
 from fastpipe.record.results import write_json_atomic
 from fastpipe.measure.noise import parity, uncertainty
 from fastpipe.sweeps.autotune.bounds import classify
@@ -98,12 +99,8 @@ class AutotuneSettings:
 
 def with_change(overrides: Sequence[str], change: str) -> List[str]:
     """``overrides`` with ``change`` (key=value) in place of any override of the same key."""
-    key = _key(change)
-    return [o for o in overrides if _key(o) != key] + [change]
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")  # +key, ++key and ~key name the same key
+    key = override_key(change)  # +key, ++key and ~key name the same key
+    return [o for o in overrides if override_key(o) != key] + [change]
 
 
 @dataclass
@@ -125,7 +122,6 @@ class Climb:
     steps: List[dict] = field(default_factory=list)
     stopped_by: Optional[str] = None
     started: float = field(default_factory=time.time)
-    races: int = 0
     raced_base: Optional[dict] = None  # by time to target: the baseline's rounds in the first race
 
     # ---------------------------------------------------------------- the loop
@@ -238,9 +234,8 @@ class Climb:
         # by autotune.json, never by it), then kept in the race's own folder
         run_race(self.launch_jobs, record, race, self.sweep_dir, self.clock, extra=self.machinery)
         (self.sweep_dir / RACE_FILE).replace(self.sweep_dir / folder / RACE_FILE)
-        if self.races == 0:  # the baseline over the same seeds: the speed-up's denominator
+        if self.raced_base is None:  # the first race: the baseline over its seeds, the speed-up's denominator
             self.raced_base = results.read(self.sweep_dir / f"{folder}0")
-        self.races += 1
         entry = {"num": len(self.trials), "folder": f"{folder}1", "overrides": list(overrides),
                  "metrics": results.read(self.sweep_dir / f"{folder}1") or {"status": "failed"}}
         self.trials.append(entry)
