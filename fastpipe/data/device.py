@@ -7,6 +7,7 @@ pin); the float conversion and ImageNet normalisation run on the training device
 from __future__ import annotations
 
 import contextlib
+import threading
 import types
 import warnings
 import weakref
@@ -75,6 +76,7 @@ class DeviceLoader:
         self.stream = torch.cuda.Stream() if prepare.device.type == "cuda" else None
         self._early = None  # (epoch, the host iterator started ahead by start_early)
         self._reading = self._host = None  # weak references: the pass under way, its host iterator
+        self._closed = threading.Event()  # the pass under way's: set by close()
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -113,11 +115,17 @@ class DeviceLoader:
         early, self._early = self._early, None
         reading, self._reading = self._reading and self._reading(), None
         host, self._host = self._host and self._host(), None
+        closed, self._closed = self._closed, threading.Event()
+        closed.set()
         try:
             if reading is not None:
                 reading.close()
-        except ValueError:  # a held-out read ahead still runs this pass (its end was not waited for): below
-            pass
+        except ValueError:
+            # A held-out read ahead runs this pass in its thread (its end was not waited for). Ending its
+            # workers from here would leave that thread waiting for ever on a batch they no longer send
+            # (torch marks them stopped, so it never sees a failure): the pass ends at its next batch, in
+            # that thread, which ends its workers (_prepared).
+            host = None
         finally:
             for iterator in (early and early[1], host):
                 end_workers(iterator)
@@ -128,22 +136,30 @@ class DeviceLoader:
             self._host = weakref.ref(host)
         except TypeError:  # an iterator without weak references (a generator has them; a list iterator not)
             self._host = None
+        closed = self._closed
         try:
-            yield from (self._on_host(host) if self.stream is None else self._on_stream(host))
+            yield from (self._on_host(host, closed) if self.stream is None else self._on_stream(host, closed))
         except Exception:
-            end_workers(host)  # the traceback keeps this iterator: its workers stop now
-            if getattr(self.loader, "_iterator", None) is host:  # persistent workers: the next pass starts anew
-                self.loader._iterator = None
+            self._end(host)  # the traceback keeps this iterator: its workers stop now
             raise
+        if closed.is_set():  # close() came while another thread ran this pass
+            self._end(host)
 
-    def _on_host(self, host) -> Iterator[tuple]:
+    def _end(self, host) -> None:
+        end_workers(host)
+        if getattr(self.loader, "_iterator", None) is host:  # persistent workers: the next pass starts anew
+            self.loader._iterator = None
+
+    def _on_host(self, host, closed: threading.Event) -> Iterator[tuple]:
         for batch in host:
+            if closed.is_set():
+                return
             yield self.prepare(batch)
 
-    def _on_stream(self, host) -> Iterator[tuple]:
+    def _on_stream(self, host, closed: threading.Event) -> Iterator[tuple]:
         current = torch.cuda.current_stream()
         pending, batches = None, iter(host)
-        while True:
+        while not closed.is_set():
             # Taken on the side stream too: a host loader that makes its batches on the GPU (a DALI
             # pipeline) binds them to the stream current when they are taken, the one preparing them.
             with torch.cuda.stream(self.stream):
@@ -159,7 +175,7 @@ class DeviceLoader:
             for t in tensors(ready):
                 t.record_stream(current)
             pending = ready
-        if pending is not None:
+        if pending is not None and not closed.is_set():
             yield pending
 
 

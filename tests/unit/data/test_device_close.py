@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 import warnings
 
 import pytest
@@ -15,10 +16,10 @@ from fastpipe.errors import FastpipeWarning
 
 
 class Numbers(Dataset):
-    """Sample i is (i, i); sample ``bad`` raises in the worker that reads it."""
+    """Sample i is (i, i), read in ``delay`` seconds; sample ``bad`` raises in the worker that reads it."""
 
-    def __init__(self, n: int = 16, bad: int = -1) -> None:
-        self.n, self.bad = n, bad
+    def __init__(self, n: int = 16, bad: int = -1, delay: float = 0.0) -> None:
+        self.n, self.bad, self.delay = n, bad, delay
 
     def __len__(self) -> int:
         return self.n
@@ -26,6 +27,7 @@ class Numbers(Dataset):
     def __getitem__(self, i):
         if i == self.bad:
             raise RuntimeError(f"sample {i} is unreadable")
+        time.sleep(self.delay)
         return torch.tensor([float(i)]), i
 
 
@@ -65,8 +67,10 @@ def test_an_error_in_a_worker_ends_the_workers_and_a_persistent_loader_reads_aga
 
 
 def test_close_while_another_thread_runs_the_pass_ends_its_workers_and_raises_nothing():
+    """The reader waits for a 1 s batch when the run ends: its workers, ended from this thread, would drop
+    the batch they were sending, and torch would wait for it for ever (issue 53)."""
     before = set(multiprocessing.active_children())
-    loader = device_loader(Numbers(n=4000))
+    loader = device_loader(Numbers(n=4000, delay=0.25))
     started, stop = threading.Event(), threading.Event()
 
     def read():  # a held-out read ahead still reading when the run ends
@@ -81,9 +85,10 @@ def test_close_while_another_thread_runs_the_pass_ends_its_workers_and_raises_no
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     assert started.wait(30)
-    loader.close()  # the generator may be executing in the reader: no "generator already executing"
+    time.sleep(0.1)  # the reader is inside the next batch's read
+    loader.close()  # the generator is executing in the reader: no "generator already executing"
     stop.set()
-    reader.join(30)
+    reader.join(20)
     assert not reader.is_alive() and not workers_alive(before)
 
 
