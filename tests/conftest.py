@@ -34,6 +34,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # One OpenMP thread in the processes tests start too (one_torch_thread below is this process's): tiny
 # models on a shared 2-core machine lose more to spinning threads than they gain from a second one.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A suite started as a background job (``pytest &`` in a script, as a CI step may be) inherits SIGINT ignored,
+# as POSIX has it for jobs without job control, and so would every run a test starts: such a run never hears
+# the Ctrl-C the SIGINT tests send it. A handler here is reset to the default in every process started after.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
