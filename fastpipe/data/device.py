@@ -60,6 +60,11 @@ class MovePrep:
         return to_device(inputs, self.device), to_device(targets, self.device)
 
 
+class PassClosed(RuntimeError):
+    """A pass that another thread read was ended by ``DeviceLoader.close`` (the run ended): what it read
+    is not the whole split, so a reader keeps nothing of it."""
+
+
 class DeviceLoader:
     """Wraps a host-side iterable of (inputs, targets): yields batches prepared on the device by
     ``prepare`` (an ImagePrep, a MovePrep, or a loader's own transform).
@@ -139,11 +144,11 @@ class DeviceLoader:
         closed = self._closed
         try:
             yield from (self._on_host(host, closed) if self.stream is None else self._on_stream(host, closed))
+            if closed.is_set():  # close() came while another thread ran this pass: not a whole pass
+                raise PassClosed("the run ended while this pass was read")
         except Exception:
             self._end(host)  # the traceback keeps this iterator: its workers stop now
             raise
-        if closed.is_set():  # close() came while another thread ran this pass
-            self._end(host)
 
     def _end(self, host) -> None:
         end_workers(host)

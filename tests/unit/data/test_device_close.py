@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from fastpipe.data.device import DeviceLoader, MovePrep, reading_ends_with_the_run
+from fastpipe.data.device import DeviceLoader, MovePrep, PassClosed, reading_ends_with_the_run
 from fastpipe.errors import FastpipeWarning
 
 
@@ -71,7 +71,7 @@ def test_close_while_another_thread_runs_the_pass_ends_its_workers_and_raises_no
     the batch they were sending, and torch would wait for it for ever (issue 53)."""
     before = set(multiprocessing.active_children())
     loader = device_loader(Numbers(n=4000, delay=0.25))
-    started, stop = threading.Event(), threading.Event()
+    started, stop, raised = threading.Event(), threading.Event(), []
 
     def read():  # a held-out read ahead still reading when the run ends
         try:
@@ -79,8 +79,8 @@ def test_close_while_another_thread_runs_the_pass_ends_its_workers_and_raises_no
                 started.set()
                 if stop.is_set():
                     return
-        except Exception:  # its workers ended under it: what a read ahead meets at the run's end, and drops
-            pass
+        except Exception as exc:  # what a read ahead meets at the run's end, keeps nothing of, and drops
+            raised.append(exc)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -90,6 +90,7 @@ def test_close_while_another_thread_runs_the_pass_ends_its_workers_and_raises_no
     stop.set()
     reader.join(20)
     assert not reader.is_alive() and not workers_alive(before)
+    assert [type(e) for e in raised] == [PassClosed]  # not an end of the split: nothing of it is kept
 
 
 def test_only_device_loaders_are_closed_and_a_failing_close_is_a_warning():
